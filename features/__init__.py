@@ -1,0 +1,1 @@
+"""Signals and labels derived from request traces and live events."""

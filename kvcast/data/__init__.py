@@ -1,0 +1,1 @@
+"""Package data: the bundled trace samples and the embedded default configs."""

@@ -1,0 +1,1 @@
+"""Serving: router sidecar and KV transfer agent (see the README roadmap)."""

@@ -1,0 +1,1 @@
+"""Trace-replay discrete-event cluster simulator."""

@@ -1,0 +1,1 @@
+"""Routing policies: one anchor rule per module, behind a typed registry."""

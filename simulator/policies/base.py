@@ -1,0 +1,115 @@
+"""What a routing policy sees and returns.
+
+A policy is called once per arriving request with a :class:`RoutingContext`: the request's
+block chain, per node the length of its longest cached prefix of that chain, each node's load,
+and the simulator's own cost model (prefill time, transfer time). It returns a
+:class:`RoutingDecision`. Policies are pure functions of the context (plus their own state, such
+as a round-robin counter or a seeded RNG for tie-breaks), so each rule can be tested on a
+hand-made cluster state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class NodeLoad(Protocol):
+    """Load signals of one node at routing time (the simulator's nodes satisfy this)."""
+
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def outstanding(self) -> int:
+        """Requests on the node not yet finished: queued + prefilling + decoding."""
+        ...
+
+    @property
+    def queue_len(self) -> int:
+        """Requests waiting for or in prefill."""
+        ...
+
+    @property
+    def queued_prefill_tokens(self) -> int:
+        """Uncached prompt tokens still to prefill on this node."""
+        ...
+
+    @property
+    def active_prefill_blocks(self) -> int:
+        """Blocks of requests waiting for or in prefill."""
+        ...
+
+    @property
+    def active_decode_blocks(self) -> int:
+        """Blocks held by requests that are decoding."""
+        ...
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of HBM KV capacity in use by active blocks (0..1)."""
+        ...
+
+    @property
+    def est_queue_ms(self) -> float:
+        """Estimated wait before a new request's prefill would start."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """A plain :class:`NodeLoad` for tests and for the live sidecar."""
+
+    node_id: int
+    outstanding: int = 0
+    queue_len: int = 0
+    queued_prefill_tokens: int = 0
+    active_prefill_blocks: int = 0
+    active_decode_blocks: int = 0
+    kv_usage: float = 0.0
+    est_queue_ms: float = 0.0
+
+
+@dataclass(slots=True)
+class RoutingContext:
+    """Everything a routing rule may look at for one arriving request."""
+
+    now_ms: float
+    input_tokens: int
+    block_hashes: Sequence[int]
+    block_tokens: int
+    match_blocks: Sequence[int]
+    """Per node: longest prefix of ``block_hashes`` cached in that node's HBM."""
+    nodes: Sequence[NodeLoad]
+    prefill_ms: Callable[[int], float]
+    """Isolated prefill time for n uncached tokens on one node."""
+    transfer_ms: Callable[[int, int, int], float]
+    """Estimated time to move n blocks from node src to node dst now: (src, dst, n)."""
+    session: str | None = None
+    slo_ms: float = float("inf")
+    """This request's TTFT SLO (used by policies that reject over the SLO)."""
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_hashes)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingDecision:
+    """Where the request goes, and optionally a reactive pull of KV from another node."""
+
+    node: int
+    pull_from: int | None = None
+    """Copy ``pull_blocks`` leading blocks from this node to ``node`` before prefill."""
+    pull_blocks: int = 0
+    reject: bool = False
+    """The router refused the request (it counts as an SLO miss)."""
+
+
+class RoutingPolicy(Protocol):
+    """A routing rule. ``name`` is its registry key."""
+
+    name: str
+
+    def route(self, ctx: RoutingContext) -> RoutingDecision: ...
