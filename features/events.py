@@ -25,6 +25,7 @@ class RequestArrived:
     input_tokens: int
     output_tokens: int
     block_hashes: tuple[int, ...]
+    public_blocks: int = 0  # leading blocks marked public (shareable across tenants)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ class TelemetrySample:
     evictions_total: int
     est_queue_ms: float
     transfers_in_flight: int = 0
+    pending_replication_bytes: int = 0  # bytes of replications on their way to this node
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,15 +63,24 @@ class LoadReport:
         return ", ".join(parts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Trace:
-    """A validated request trace in canonical form."""
+    """A validated request trace in canonical form.
+
+    Equality is identity (a DataFrame has no single truth value); compare ``requests`` with
+    ``pandas.testing.assert_frame_equal``.
+    """
 
     requests: pd.DataFrame
     name: str
     block_size: int
     source: str | None = None
     report: LoadReport = field(default_factory=LoadReport)
+
+    def __post_init__(self) -> None:
+        bs = self.block_size
+        if isinstance(bs, bool) or not isinstance(bs, int | np.integer) or bs <= 0:
+            raise ValueError(f"block_size must be a positive integer, got {bs!r}")
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -88,17 +97,26 @@ class Trace:
         return bool(self.requests["block_hashes"].map(len).sum() > 0)
 
     def window(self, start_ms: float | None = None, end_ms: float | None = None) -> Trace:
-        """Requests with ``start_ms <= arrival < end_ms``, arrivals rebased to the window start."""
+        """Requests with ``start_ms <= arrival < end_ms``, arrivals rebased to ``start_ms``.
+
+        ``None`` leaves that side open; an open start keeps the arrivals as they are.
+        """
+        for bound in (start_ms, end_ms):
+            if bound is not None and np.isnan(bound):
+                raise ValueError("window bounds must be numbers, got nan")
+        if start_ms is not None and end_ms is not None and end_ms < start_ms:
+            raise ValueError(f"window end {end_ms} is before its start {start_ms}")
         df = self.requests
-        lo = float(df["arrival_ms"].min()) if start_ms is None and len(df) else (start_ms or 0.0)
+        arrival = df["arrival_ms"].to_numpy()
         mask = np.ones(len(df), dtype=bool)
         if start_ms is not None:
-            mask &= df["arrival_ms"].to_numpy() >= start_ms
+            mask &= arrival >= start_ms
         if end_ms is not None:
-            mask &= df["arrival_ms"].to_numpy() < end_ms
-        out = df.loc[mask].copy()
-        out["arrival_ms"] = out["arrival_ms"] - lo
-        return replace(self, requests=out.reset_index(drop=True))
+            mask &= arrival < end_ms
+        out = df.loc[mask].reset_index(drop=True)
+        if start_ms:
+            out["arrival_ms"] = out["arrival_ms"] - float(start_ms)
+        return replace(self, requests=out)
 
     def time_scaled(self, factor: float) -> Trace:
         """Compress arrivals by ``factor`` (2.0 = the same traffic at twice the rate)."""
@@ -107,6 +125,15 @@ class Trace:
         out = self.requests.copy()
         out["arrival_ms"] = out["arrival_ms"] / factor
         return replace(self, requests=out)
+
+
+def sort_by_arrival(df: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """Stable-sort a table by arrival; also say whether it was out of order."""
+    arrival = df["arrival_ms"].to_numpy()
+    if len(arrival) < 2 or bool(np.all(arrival[1:] >= arrival[:-1])):
+        return df, False
+    order = np.argsort(arrival, kind="stable")
+    return df.iloc[order].reset_index(drop=True), True
 
 
 def empty_table() -> pd.DataFrame:

@@ -1,0 +1,50 @@
+"""The ``kvcast`` command."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kvcast import __version__
+from kvcast.cli.quickstart import quickstart_cmd
+from kvcast.cli.simulate import evaluate_cmd, simulate_cmd
+
+app = typer.Typer(
+    name="kvcast",
+    help="Predict per-block KV bursts and replicate ahead of them; measure it by trace replay.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("simulate")(simulate_cmd)
+app.command("evaluate")(evaluate_cmd)
+app.command("quickstart")(quickstart_cmd)
+
+
+@app.command("policies")
+def policies_cmd() -> None:
+    """List the routing policies the simulator knows."""
+    from kvcast.simulator.policies import policy_names
+
+    for name in policy_names():
+        typer.echo(name)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kvcast {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show version.")
+    ] = False,
+) -> None:
+    """kvcast: predictive KV-cache replication for LLM serving clusters."""
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,111 @@
+"""Shared pieces of the CLI: error reporting, argument parsing, progress, output files."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kvcast.config import ConfigError
+from kvcast.data import BUNDLED_TRACES, bundled_trace_path
+from kvcast.features.traces import Trace, TraceError, load_trace
+
+console = Console(stderr=True)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+USER_ERRORS = (TraceError, ConfigError, ValueError, OSError)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print a one-line reason and return the exit to raise (status 2: bad input)."""
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn bad input into one line and exit status 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as err:
+            raise fail(str(err)) from None
+
+    return wrapper
+
+
+def parse_floats(text: str, what: str) -> list[float]:
+    """``"1,2,4"`` -> [1.0, 2.0, 4.0]; each must be a positive finite number."""
+    out = []
+    for part in text.split(","):
+        try:
+            x = float(part)
+        except ValueError:
+            raise ValueError(f"{what}: {part.strip()!r} is not a number") from None
+        if not math.isfinite(x) or x <= 0:
+            raise ValueError(f"{what}: {part.strip()!r} must be a positive number")
+        out.append(x)
+    return out
+
+
+def parse_names(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace:
+    """Load ``PATH`` or ``bundled:NAME`` (a trace sample shipped with kvcast)."""
+    if spec.startswith("bundled:"):
+        name = spec.removeprefix("bundled:")
+        if name not in BUNDLED_TRACES:
+            raise ValueError(f"unknown bundled trace {name!r}; valid: {', '.join(BUNDLED_TRACES)}")
+        return load_trace(bundled_trace_path(name), fmt, skip_bad=skip_bad, name=name)
+    trace = load_trace(spec, fmt, skip_bad=skip_bad)
+    if trace.report.skipped_bad:
+        console.print(f"[yellow]warning:[/] {spec}: {trace.report.summary()}")
+    return trace
+
+
+@contextmanager
+def progress_bar(total: int | None, label: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr; yields ``update(done, total)``."""
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+
+        def update(done: int, total_now: int) -> None:
+            bar.update(task, completed=done, total=total_now)
+
+        yield update
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    """Strict JSON (NaN and infinities become null)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_clean(obj), indent=2) + "\n")
+    return path

@@ -1,0 +1,130 @@
+"""``kvcast simulate`` and ``kvcast evaluate``: replay a trace through the cluster simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from kvcast.cli.common import (
+    open_trace,
+    parse_floats,
+    parse_names,
+    progress_bar,
+    user_errors,
+    write_json,
+)
+from kvcast.cli.summary_table import summary_table
+from kvcast.config import with_overrides
+from kvcast.features.traces import TRACE_FORMATS
+from kvcast.simulator.config import SimConfig, load_sim_config
+from kvcast.simulator.engine import simulate as run_simulation
+from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate
+from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf
+from kvcast.simulator.policies import policy_names
+
+out_console = Console()
+
+TraceOpt = Annotated[str, typer.Option("--trace", help="Trace file, or bundled:NAME.")]
+FormatOpt = Annotated[
+    str, typer.Option("--format", help=f"auto or one of: {', '.join(TRACE_FORMATS)}.")
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="Simulator YAML (default: embedded defaults).")
+]
+NodesOpt = Annotated[int | None, typer.Option("--nodes", help="Override the node count.")]
+SkipBadOpt = Annotated[
+    bool, typer.Option("--skip-bad", help="Count and skip malformed trace lines.")
+]
+
+
+def sim_config(config: Path | None, nodes: int | None) -> SimConfig:
+    cfg = load_sim_config(config)
+    return with_overrides(cfg, nodes=nodes)
+
+
+@user_errors
+def simulate_cmd(
+    trace: TraceOpt,
+    policy: Annotated[str, typer.Option("--policy", help="Routing policy name.")],
+    format: FormatOpt = "auto",
+    config: ConfigOpt = None,
+    nodes: NodesOpt = None,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="Compress arrivals by X (2 = twice the load).")
+    ] = 1.0,
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("kvcast-out"),
+    skip_bad: SkipBadOpt = False,
+) -> None:
+    """Replay a trace under one routing policy; write summary.json and requests.parquet."""
+    parse_floats(str(time_scale), "--time-scale")
+    cfg = sim_config(config, nodes)
+    tr = open_trace(trace, format, skip_bad=skip_bad)
+    if policy not in policy_names():
+        raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
+    with progress_bar(len(tr), f"simulate {policy}") as update:
+        res = run_simulation(tr, cfg, policy, time_scale=time_scale, progress=update)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "summary.json", res.summary)
+    res.requests.to_parquet(out / "requests.parquet", index=False)
+    res.timeline.to_parquet(out / "timeline.parquet", index=False)
+    out_console.print(summary_table([res.summary], f"{tr.name}: {len(tr)} requests"))
+    out_console.print(f"wrote {out}/summary.json, requests.parquet, timeline.parquet")
+
+
+def run_evaluation(
+    tr_spec: str,
+    fmt: str,
+    cfg: SimConfig,
+    policies: list[str],
+    scales: list[float],
+    capacity: bool,
+    out: Path,
+    skip_bad: bool = False,
+) -> Evaluation:
+    tr = open_trace(tr_spec, fmt, skip_bad=skip_bad)
+    total = count_steps(policies, scales)
+    done = 0
+    with progress_bar(None if capacity else total, "evaluate") as update:
+
+        def step(label: str) -> None:
+            nonlocal done
+            done += 1
+            update(done, max(done, total))
+
+        ev = evaluate(tr, cfg, policies, scales, capacity=capacity, on_step=step)
+    write_json(out / "summary.json", ev.summaries)
+    plot_ttft_cdf(ev, out / "ttft_cdf.png")
+    plot_p99_vs_load(ev, out / "p99_vs_load.png")
+    out_console.print(
+        summary_table(ev.summaries, f"{tr.name}: {len(tr)} requests, {cfg.nodes} nodes")
+    )
+    out_console.print(f"wrote {out}/summary.json, ttft_cdf.png, p99_vs_load.png")
+    return ev
+
+
+@user_errors
+def evaluate_cmd(
+    trace: TraceOpt,
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated policies, or 'all'.")
+    ] = "all",
+    format: FormatOpt = "auto",
+    config: ConfigOpt = None,
+    nodes: NodesOpt = None,
+    time_scale: Annotated[
+        str, typer.Option("--time-scale", help="Comma-separated loads, e.g. 1,2,4.")
+    ] = "1",
+    capacity: Annotated[
+        bool, typer.Option("--capacity", help="Also search each policy's capacity.")
+    ] = False,
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("kvcast-out"),
+    skip_bad: SkipBadOpt = False,
+) -> None:
+    """Compare policies across loads; write summary.json (a list) and plots."""
+    scales = parse_floats(time_scale, "--time-scale")
+    names = policy_names() if policies == "all" else parse_names(policies)
+    cfg = sim_config(config, nodes)
+    run_evaluation(trace, format, cfg, names, scales, capacity, out, skip_bad)

@@ -1,0 +1,50 @@
+"""The comparison table printed by ``simulate``, ``evaluate`` and ``quickstart``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.table import Table
+
+
+def _ms(x: float | None) -> str:
+    if x is None or x != x:
+        return "-"
+    return f"{x / 1e3:.2f}s" if x >= 1e4 else f"{x:.0f}"
+
+
+def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
+    cap = any("capacity_time_scale" in s for s in summaries)
+    t = Table(title=title, title_justify="left")
+    cols = [
+        "policy",
+        "load x",
+        "TTFT p50",
+        "p99",
+        "SLO ok",
+        "goodput rps",
+        "prefix hit",
+        "pulled GB",
+        "repl GB (used)",
+    ]
+    if cap:
+        cols.append("capacity x")
+    for c in cols:
+        t.add_column(c, justify="left" if c == "policy" else "right")
+    for s in summaries:
+        row = [
+            s["policy"],
+            f"{s['time_scale']:g}",
+            _ms(s["ttft_ms"]["p50"]),
+            _ms(s["ttft_ms"]["p99"]),
+            f"{s['slo_attainment']:.1%}",
+            f"{s['goodput_rps']:.2f}",
+            f"{s['prefix_hit_ratio']:.1%}",
+            f"{s['bytes_pulled'] / 1e9:.0f}",
+            f"{s['bytes_replicated'] / 1e9:.0f} ({s['bytes_replicated_used'] / 1e9:.0f})",
+        ]
+        if cap:
+            row.append(f"{s.get('capacity_time_scale', float('nan')):.2f}")
+        t.add_row(*row)
+    return t

@@ -1,0 +1,267 @@
+"""One node's KV block pool: HBM with active / cached / speculative blocks, plus lower tiers.
+
+All blocks of a run have the same size, so the pool counts blocks; bytes are
+``count x block_bytes``. A block lives in exactly one place on a node:
+
+- HBM ``active``: pinned by at least one request (refcount); never evicted.
+- HBM ``speculative``: a replica placed ahead of use; evicted first (expired ones first).
+- HBM ``cached``: evictable, least recently used first.
+- ``dram`` / ``nvme``: lower tiers (exclusive); an HBM eviction demotes down the tiers.
+
+``holders`` is the cluster-wide index block -> bitmask of nodes holding it in HBM, shared by
+all pools so that a router can match a prefix on every node in one pass.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+Moved = Callable[[int, str, str], None]
+"""Callback ``(block, medium_from, medium_to)``; ``medium_to == ""`` means dropped."""
+
+
+class BlockPool:
+    __slots__ = (
+        "active",
+        "bit",
+        "cached",
+        "capacity",
+        "dram",
+        "dram_capacity",
+        "evictions",
+        "holders",
+        "node_id",
+        "nvme",
+        "nvme_capacity",
+        "on_move",
+        "reserved",
+        "spec",
+        "spec_active_evictions",
+        "spec_hits",
+        "spec_lead_ms",
+        "spec_quota",
+        "spec_wasted",
+    )
+
+    def __init__(
+        self,
+        node_id: int,
+        capacity: int,
+        holders: dict[int, int],
+        *,
+        dram_capacity: int = 0,
+        nvme_capacity: int = 0,
+        spec_quota: int = 0,
+    ) -> None:
+        self.node_id = node_id
+        self.bit = 1 << node_id
+        self.capacity = capacity
+        self.holders = holders
+        self.active: dict[int, int] = {}
+        self.cached: OrderedDict[int, None] = OrderedDict()
+        self.spec: OrderedDict[int, tuple[float, float]] = OrderedDict()  # -> (ready, expiry)
+        self.dram: OrderedDict[int, None] = OrderedDict()
+        self.nvme: OrderedDict[int, None] = OrderedDict()
+        self.dram_capacity = dram_capacity
+        self.nvme_capacity = nvme_capacity
+        self.spec_quota = spec_quota
+        self.reserved = 0  # anonymous active blocks (decode output)
+        self.evictions = 0
+        self.spec_hits = 0
+        self.spec_wasted = 0
+        self.spec_lead_ms = 0.0
+        self.spec_active_evictions = 0  # invariant check: must stay 0
+        self.on_move: Moved | None = None
+
+    # -- occupancy ---------------------------------------------------------------------------
+    @property
+    def used(self) -> int:
+        return len(self.active) + len(self.cached) + len(self.spec) + self.reserved
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    @property
+    def evictable(self) -> int:
+        return len(self.cached) + len(self.spec)
+
+    @property
+    def in_use(self) -> int:
+        """Blocks that cannot be evicted (vLLM's KV usage)."""
+        return len(self.active) + self.reserved
+
+    def in_hbm(self, block: int) -> bool:
+        return block in self.active or block in self.cached or block in self.spec
+
+    def lower_prefix(self, blocks: Sequence[int], start: int) -> tuple[int, int]:
+        """From ``start``, how many consecutive blocks sit in DRAM, then in NVMe."""
+        i, n = start, len(blocks)
+        dram, nvme = self.dram, self.nvme
+        while i < n and blocks[i] in dram:
+            i += 1
+        d = i - start
+        while i < n and (blocks[i] in nvme or blocks[i] in dram):
+            i += 1
+        return d, i - start - d
+
+    # -- eviction ----------------------------------------------------------------------------
+    def _drop_hbm(self, block: int) -> None:
+        h = self.holders[block] & ~self.bit
+        if h:
+            self.holders[block] = h
+        else:
+            del self.holders[block]
+        self.evictions += 1
+        if self.dram_capacity or self.nvme_capacity or self.on_move is not None:
+            self._demote(block)
+
+    def _demote(self, block: int) -> None:
+        """An HBM eviction moves the block to DRAM, else NVMe, else drops it."""
+        if self.dram_capacity > 0:
+            if len(self.dram) >= self.dram_capacity:
+                victim, _ = self.dram.popitem(last=False)
+                self._store_nvme(victim, "CPU")
+            self.dram[block] = None
+            self._moved(block, "GPU", "CPU")
+        else:
+            self._store_nvme(block, "GPU")
+
+    def _store_nvme(self, block: int, medium_from: str) -> None:
+        if self.nvme_capacity > 0:
+            if len(self.nvme) >= self.nvme_capacity:
+                victim, _ = self.nvme.popitem(last=False)
+                self._moved(victim, "DISK", "")
+            self.nvme[block] = None
+            self._moved(block, medium_from, "DISK")
+        else:
+            self._moved(block, medium_from, "")
+
+    def _moved(self, block: int, medium_from: str, medium_to: str) -> None:
+        if self.on_move is not None:
+            self.on_move(block, medium_from, medium_to)
+
+    def _evict_one(self, now: float) -> bool:
+        if self.spec:
+            block, _ = self.spec.popitem(last=False)
+            self.spec_wasted += 1
+        elif self.cached:
+            block, _ = self.cached.popitem(last=False)
+        else:
+            return False
+        self._drop_hbm(block)
+        return True
+
+    def make_room(self, n: int, now: float) -> bool:
+        """Evict (speculative first, then LRU cached) until ``n`` blocks are free."""
+        cached, spec = self.cached, self.spec
+        deficit = n - (self.capacity - len(self.active) - len(cached) - len(spec) - self.reserved)
+        if deficit <= 0:
+            return True
+        if deficit > len(cached) + len(spec):
+            return False
+        for _ in range(deficit):
+            self._evict_one(now)
+        return True
+
+    # -- request path ------------------------------------------------------------------------
+    def pin(self, blocks: Sequence[int], now: float) -> None:
+        """Pin resident blocks for a request (they become active)."""
+        active, cached, spec = self.active, self.cached, self.spec
+        for b in blocks:
+            r = active.get(b)
+            if r is not None:
+                active[b] = r + 1
+            elif b in cached:
+                del cached[b]
+                active[b] = 1
+            else:
+                ready, _ = spec.pop(b)
+                self.spec_hits += 1
+                self.spec_lead_ms += now - ready
+                active[b] = 1
+
+    def add_active(self, blocks: Sequence[int]) -> None:
+        """Insert new blocks pinned (room must have been made); resident ones get a ref."""
+        active, holders, bit = self.active, self.holders, self.bit
+        for b in blocks:
+            r = active.get(b)
+            if r is not None:
+                active[b] = r + 1
+                continue
+            if b in self.cached:
+                del self.cached[b]
+            elif b in self.spec:
+                del self.spec[b]
+            else:
+                holders[b] = holders.get(b, 0) | bit
+                self.dram.pop(b, None)
+                self.nvme.pop(b, None)
+            active[b] = 1
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Unpin; a block whose last pin goes becomes the most recently used cached block."""
+        active, cached = self.active, self.cached
+        for b in blocks:
+            r = active[b] - 1
+            if r:
+                active[b] = r
+            else:
+                del active[b]
+                cached[b] = None
+
+    def take_lower(self, blocks: Sequence[int]) -> None:
+        """Remove blocks from the lower tiers (they are being promoted into HBM)."""
+        for b in blocks:
+            if b in self.dram:
+                del self.dram[b]
+            else:
+                self.nvme.pop(b, None)
+
+    # -- speculative path --------------------------------------------------------------------
+    def add_speculative(self, blocks: Sequence[int], now: float, ttl_ms: float) -> int:
+        """Place replicas that are not yet resident; returns how many were placed.
+
+        Never displaces an active block; stops at the speculative quota; evicts expired
+        replicas, then LRU cached blocks, to make room.
+        """
+        self.expire(now)
+        placed = 0
+        for b in blocks:
+            if self.in_hbm(b):
+                continue
+            if len(self.spec) >= self.spec_quota:
+                break
+            if self.free < 1:
+                if not self.cached:
+                    break
+                victim, _ = self.cached.popitem(last=False)
+                if victim in self.active:  # would mean a speculative write hit a pinned block
+                    self.spec_active_evictions += 1
+                self._drop_hbm(victim)
+            self.spec[b] = (now, now + ttl_ms)
+            self.holders[b] = self.holders.get(b, 0) | self.bit
+            self.dram.pop(b, None)
+            self.nvme.pop(b, None)
+            placed += 1
+        return placed
+
+    def expire(self, now: float) -> int:
+        """Reclaim speculative replicas whose TTL has passed."""
+        expired = [b for b, (_, exp) in self.spec.items() if exp <= now]
+        for b in expired:
+            del self.spec[b]
+            self.spec_wasted += 1
+            self._drop_hbm(b)
+        return len(expired)
+
+    def drop_speculative(self, blocks: Sequence[int]) -> int:
+        n = 0
+        for b in blocks:
+            if b in self.spec:
+                del self.spec[b]
+                self.spec_wasted += 1
+                self._drop_hbm(b)
+                n += 1
+        return n

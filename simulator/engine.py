@@ -1,0 +1,449 @@
+"""The discrete-event loop: arrivals, routing, reactive pulls, prefill iterations, decode,
+replication ticks and telemetry, in simulated milliseconds.
+
+Walk of one request: ``_arrive`` matches its block chain against every node's HBM through the
+shared ``holders`` index, asks the routing policy for a node (and maybe a pull of KV from
+another node), and either enqueues it at once or when the pull lands (``_pull_done``). The
+node's scheduler (:mod:`kvcast.simulator.node`) runs prefill iterations; when its prefill ends
+the first token is out (TTFT) and decode begins; when decode ends its blocks are released to
+the node's LRU. Every step can be watched through the event stream of
+:mod:`kvcast.features.events`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from kvcast.features.events import (
+    BlockRemoved,
+    BlockStored,
+    Event,
+    ReplicationDone,
+    RequestArrived,
+    TelemetrySample,
+)
+from kvcast.features.traces.dequantize import spread_quantized
+from kvcast.features.traces.table import Trace
+from kvcast.predictor.commands import Command, EvictCommand, PromoteCommand, ReplicateCommand
+from kvcast.simulator.block_pool import BlockPool
+from kvcast.simulator.config import SimConfig
+from kvcast.simulator.metrics import RequestLog, SimResult, Timeline
+from kvcast.simulator.network import Network
+from kvcast.simulator.node import LiveRequest, Node
+from kvcast.simulator.policies import create_policy
+from kvcast.simulator.policies.base import RoutingContext, RoutingPolicy
+from kvcast.simulator.replication import Replicator
+
+Observer = Callable[[Event], None]
+Progress = Callable[[int, int], None]
+
+_ITER, _DECODE, _PULL, _REPL, _TELEM, _TICK = range(6)
+
+
+class Simulator:
+    """Replays one trace through one cluster under one routing policy (and replicator)."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        cfg: SimConfig,
+        policy: str | RoutingPolicy,
+        *,
+        time_scale: float = 1.0,
+        observers: Sequence[Observer] = (),
+        replicator: Replicator | None = None,
+    ) -> None:
+        self.cfg = cfg
+        if cfg.arrival_spread != "off":
+            q = None if cfg.arrival_spread == "auto" else float(cfg.arrival_spread)
+            trace = spread_quantized(trace, q, seed=cfg.seed)
+        self.trace = trace.time_scaled(time_scale) if time_scale != 1.0 else trace
+        self.time_scale = time_scale
+        self.block_tokens = cfg.block_tokens or trace.block_size
+        self.block_bytes = cfg.block_bytes(self.block_tokens)
+        self.policy: RoutingPolicy = (
+            create_policy(policy, cfg.routing, num_nodes=cfg.nodes, seed=cfg.seed)
+            if isinstance(policy, str)
+            else policy
+        )
+        self.observers = list(observers)
+        self.replicator = replicator
+        self.holders: dict[int, int] = {}
+        self.network = Network(cfg.network, cfg.nodes)
+        cap = cfg.kv_capacity_bytes() // self.block_bytes
+        gib = 1 << 30
+        quota = replicator.speculative_quota_bytes // self.block_bytes if replicator else 0
+        self.nodes: list[Node] = []
+        for k in range(cfg.nodes):
+            pool = BlockPool(
+                k,
+                cap,
+                self.holders,
+                dram_capacity=int(cfg.node.dram.capacity_gib * gib) // self.block_bytes,
+                nvme_capacity=int(cfg.node.nvme.capacity_gib * gib) // self.block_bytes,
+                spec_quota=quota,
+            )
+            if self.observers:
+                pool.on_move = self._mover(k)
+            self.nodes.append(Node(k, cfg.node, pool, self.block_tokens, self.block_bytes))
+        self.now = 0.0
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._full_mask = (1 << cfg.nodes) - 1
+        self.log = RequestLog(len(self.trace))
+        self.timeline = Timeline()
+        self.replication = {"replications": 0, "blocks_moved": 0, "bytes_pulled": 0}
+        self.speculative_peak_over_quota = 0
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, payload))
+
+    def _emit(self, ev: Event) -> None:
+        for obs in self.observers:
+            obs(ev)
+
+    def _mover(self, node: int) -> Callable[[int, str, str], None]:
+        def moved(block: int, medium_from: str, medium_to: str) -> None:
+            self._emit(BlockRemoved(self.now, node, (block,), medium_from))  # type: ignore[arg-type]
+            if medium_to:
+                self._emit(
+                    BlockStored(self.now, node, (block,), None, self.block_tokens, medium_to)
+                )  # type: ignore[arg-type]
+
+        return moved
+
+    def slo_ms(self, input_tokens: int) -> float:
+        s = self.cfg.slo
+        if s.mode == "absolute":
+            return s.ttft_ms
+        return s.floor_ms + s.factor * self.cfg.node.prefill.isolated_ms(input_tokens)
+
+    def transfer_estimate_ms(self, src: int, dst: int, nblocks: int) -> float:
+        return self.network.estimate_ms(src, dst, nblocks * self.block_bytes, self.now)
+
+    def match(self, blocks: Sequence[int]) -> list[int]:
+        """Per node, the longest prefix of ``blocks`` resident in its HBM."""
+        n = self.cfg.nodes
+        out = [0] * n
+        alive = self._full_mask
+        holders = self.holders
+        for i, b in enumerate(blocks):
+            h = holders.get(b, 0) & alive
+            gone = alive & ~h
+            while gone:
+                low = gone & -gone
+                out[low.bit_length() - 1] = i
+                gone ^= low
+            alive = h
+            if not alive:
+                return out
+        while alive:
+            low = alive & -alive
+            out[low.bit_length() - 1] = len(blocks)
+            alive ^= low
+        return out
+
+    # -- request path ------------------------------------------------------------------------
+    def _arrive(self, r: int) -> None:
+        tr = self._tr
+        blocks: list[int] = tr.blocks[r]
+        nb = len(blocks)
+        inp = int(tr.inputs[r])
+        out_tokens = int(tr.outputs[r])
+        bt = self.block_tokens
+        now = self.now
+        log = self.log
+        log.arrival[r] = now
+        slo = self.slo_ms(inp)
+        log.slo_ms[r] = slo
+        nodes = self.nodes
+        out_blocks = -(-out_tokens // bt)
+        match = self.match(blocks)
+        for node in nodes:
+            node.est_queue_ms = node.est_queue_ms_at(now)
+        ctx = RoutingContext(
+            now,
+            inp,
+            blocks,
+            bt,
+            match,
+            nodes,
+            self._prefill_ms,
+            self._transfer_ms,
+            session=tr.sessions[r],
+            slo_ms=slo,
+        )
+        d = self.policy.route(ctx)
+        log.node[r] = d.node
+        if d.reject or nb + out_blocks > nodes[d.node].pool.capacity:
+            log.rejected[r] = True
+            return
+        node = nodes[d.node]
+        node.outstanding += 1
+        node.queue_len += 1
+        if self.observers:
+            self._emit(
+                RequestArrived(
+                    now,
+                    tr.ids[r],
+                    d.node,
+                    tr.tenants[r],
+                    tr.sessions[r],
+                    inp,
+                    out_tokens,
+                    tuple(blocks),
+                )
+            )
+        local = match[d.node]
+        hit = min(local, max(nb - 1, 0))
+        req = LiveRequest(r, blocks, inp, max(inp - hit * bt, 1), out_tokens, out_blocks)
+        if d.pull_from is not None and d.pull_from != d.node and d.pull_blocks > local:
+            src = nodes[d.pull_from].pool
+            moved = [b for b in blocks[local : min(d.pull_blocks, nb)] if src.in_hbm(b)]
+            if moved:
+                src.pin(moved, now)
+                nbytes = len(moved) * self.block_bytes
+                done = self.network.reserve(d.pull_from, d.node, nbytes, now)
+                self.replication["bytes_pulled"] += nbytes
+                log.transferred_blocks[r] = len(moved)
+                self._push(done, _PULL, (req, d.pull_from, moved))
+                return
+        self._ready(req)
+
+    def _prefill_ms(self, n: int) -> float:
+        return self.cfg.node.prefill.isolated_ms(n)
+
+    def _transfer_ms(self, src: int, dst: int, nblocks: int) -> float:
+        return self.network.estimate_ms(src, dst, nblocks * self.block_bytes, self.now)
+
+    def _ready(self, req: LiveRequest) -> None:
+        node = self.nodes[self.log.node[req.idx]]
+        self.log.ready[req.idx] = self.now
+        node.enqueue(req, self.cfg.node.prefill.isolated_ms(req.est_tokens))
+        self._kick(node)
+
+    def _pull_done(self, payload: tuple[LiveRequest, int, list[int]]) -> None:
+        req, src, moved = payload
+        self.nodes[src].pool.release(moved)
+        target = self.nodes[self.log.node[req.idx]].pool
+        fresh = [b for b in moved if not target.in_hbm(b)]
+        if fresh and target.make_room(len(fresh), self.now):
+            target.add_active(fresh)
+            target.release(fresh)
+            self._stored(target.node_id, fresh)
+        self._ready(req)
+
+    def _kick(self, node: Node) -> None:
+        end = node.schedule(self.now)
+        if end is not None:
+            self._push(end, _ITER, node)
+
+    def _stored(self, node: int, blocks: Sequence[int], speculative: bool = False) -> None:
+        if self.observers and blocks:
+            self._emit(
+                BlockStored(
+                    self.now, node, tuple(blocks), None, self.block_tokens, "GPU", speculative
+                )
+            )
+
+    def _iteration_done(self, node: Node) -> None:
+        now = self.now
+        log = self.log
+        for req in node.finish_iteration():
+            r = req.idx
+            log.first_token[r] = now
+            log.prefill_start[r] = req.start_ms
+            log.cached_blocks[r] = req.hit
+            log.lower_tier_blocks[r] = req.lower_blocks
+            log.recomputed_tokens[r] = req.uncached
+            self._stored(node.node_id, req.blocks[req.hit + req.lower_blocks :])
+            tpot = node.start_decode(req)
+            log.tpot_ms[r] = tpot
+            self._push(now + req.output_tokens * tpot, _DECODE, (node, req))
+        self._kick(node)
+
+    def _decode_done(self, payload: tuple[Node, LiveRequest]) -> None:
+        node, req = payload
+        node.finish_decode(req)
+        self.log.finish[req.idx] = self.now
+        self._live -= 1
+        self._kick(node)
+
+    # -- replication hook --------------------------------------------------------------------
+    def _tick(self) -> None:
+        rep = self.replicator
+        assert rep is not None
+        for pool in (n.pool for n in self.nodes):
+            pool.expire(self.now)
+        self.execute(rep.on_tick(self.now, self))
+        if self._work_left():
+            self._push(self.now + rep.tick_ms, _TICK, None)
+
+    def execute(self, commands: Iterable[Command]) -> None:
+        """Carry out replication commands now (transfers complete later)."""
+        for cmd in commands:
+            if isinstance(cmd, ReplicateCommand):
+                self._replicate(cmd)
+            elif isinstance(cmd, PromoteCommand):
+                self._promote(cmd)
+            elif isinstance(cmd, EvictCommand):
+                self.nodes[cmd.node].pool.drop_speculative(cmd.block_hashes)
+
+    def _replicate(self, cmd: ReplicateCommand) -> None:
+        src = self.nodes[cmd.source].pool
+        dst = self.nodes[cmd.target].pool
+        chain: list[int] = []
+        for b in cmd.block_hashes:  # a chain is useful only up to its first missing block
+            if not src.in_hbm(b):
+                break
+            chain.append(b)
+        moved = [b for b in chain if not dst.in_hbm(b)]
+        if not moved:
+            return
+        src.pin(moved, self.now)
+        done = self.network.reserve(cmd.source, cmd.target, len(moved) * self.block_bytes, self.now)
+        self.replication["replications"] += 1
+        self.replication["blocks_moved"] += len(moved)
+        self._push(done, _REPL, (cmd, moved))
+
+    def _replication_done(self, payload: tuple[ReplicateCommand, list[int]]) -> None:
+        cmd, moved = payload
+        self.nodes[cmd.source].pool.release(moved)
+        dst = self.nodes[cmd.target].pool
+        placed = dst.add_speculative(moved, self.now, cmd.ttl_ms)
+        self._placed += placed
+        self._note_quota(dst)
+        if self.observers:
+            self._stored(cmd.target, moved[:placed], speculative=True)
+            self._emit(
+                ReplicationDone(
+                    self.now, cmd.source, cmd.target, tuple(moved[:placed]), placed == len(moved)
+                )
+            )
+
+    def _promote(self, cmd: PromoteCommand) -> None:
+        pool = self.nodes[cmd.node].pool
+        lower = [b for b in cmd.block_hashes if b in pool.dram or b in pool.nvme]
+        if not lower:
+            return
+        pool.take_lower(lower)
+        placed = pool.add_speculative(lower, self.now, cmd.ttl_ms)
+        self._placed += placed
+        self._note_quota(pool)
+
+    def _note_quota(self, pool: BlockPool) -> None:
+        over = (len(pool.spec) - pool.spec_quota) * self.block_bytes
+        self.speculative_peak_over_quota = max(self.speculative_peak_over_quota, over)
+
+    # -- telemetry ---------------------------------------------------------------------------
+    def _telemetry(self) -> None:
+        now, bb = self.now, self.block_bytes
+        for n in self.nodes:
+            p = n.pool
+            sample = TelemetrySample(
+                now,
+                n.node_id,
+                n.queue_len,
+                n.queued_prefill_tokens,
+                n.running,
+                p.in_use * self.block_tokens,
+                p.capacity * bb,
+                p.used * bb,
+                len(p.cached) * bb,
+                len(p.spec) * bb,
+                p.evictions,
+                n.est_queue_ms_at(now),
+                int(self.network.in_flight(n.node_id, now)),
+            )
+            self.timeline.add(sample)
+            if self.observers:
+                self._emit(sample)
+        if self._work_left():
+            self._push(now + self.cfg.telemetry_period_ms, _TELEM, None)
+
+    def _work_left(self) -> bool:
+        return self._next < self._n or self._live > 0
+
+    # -- main loop ---------------------------------------------------------------------------
+    def run(self, progress: Progress | None = None) -> SimResult:
+        t0 = time.perf_counter()
+        self._tr = _TraceArrays(self.trace)
+        self._n = len(self.trace)
+        self._next = 0
+        self._live = 0
+        self._placed = 0
+        arrivals = self._tr.arrivals
+        start = float(arrivals[0]) if self._n else 0.0
+        self._push(start, _TELEM, None)
+        if self.replicator is not None:
+            self._push(start, _TICK, None)
+        heap = self._heap
+        handlers: dict[int, Callable[[object], None]] = {
+            _ITER: self._iteration_done,  # type: ignore[dict-item]
+            _DECODE: self._decode_done,  # type: ignore[dict-item]
+            _PULL: self._pull_done,  # type: ignore[dict-item]
+            _REPL: self._replication_done,  # type: ignore[dict-item]
+            _TELEM: lambda _: self._telemetry(),
+            _TICK: lambda _: self._tick(),
+        }
+        n, step = self._n, max(self._n // 100, 1)
+        while self._next < n or heap:
+            i = self._next
+            if heap and (i >= n or heap[0][0] <= arrivals[i]):
+                t, _, kind, payload = heapq.heappop(heap)
+                self.now = t
+                handlers[kind](payload)
+            else:
+                self.now = float(arrivals[i])
+                self._next = i + 1
+                self._live += 1
+                self._arrive(i)
+                if self.log.rejected[i]:
+                    self._live -= 1
+                if progress is not None and (i + 1) % step == 0:
+                    progress(i + 1, n)
+        if progress is not None:
+            progress(n, n)
+        return SimResult.build(self, time.perf_counter() - t0)
+
+
+class _TraceArrays:
+    """The trace as plain Python lists and numpy arrays for the hot loop."""
+
+    __slots__ = ("arrivals", "blocks", "ids", "inputs", "outputs", "sessions", "tenants")
+
+    def __init__(self, trace: Trace) -> None:
+        df = trace.requests
+        self.arrivals = df["arrival_ms"].to_numpy(dtype=np.float64)
+        self.inputs = df["input_tokens"].to_numpy()
+        self.outputs = df["output_tokens"].to_numpy()
+        self.blocks: list[list[int]] = [list(map(int, b)) for b in df["block_hashes"]]
+        self.ids: list[str] = df["request_id"].astype(str).tolist()
+        self.tenants: list[str] = df["tenant"].astype(str).tolist()
+        self.sessions: list[str | None] = [
+            None if pd.isna(s) else str(s) for s in df["session"].astype(object).tolist()
+        ]
+
+
+def simulate(
+    trace: Trace,
+    cfg: SimConfig,
+    policy: str | RoutingPolicy,
+    *,
+    time_scale: float = 1.0,
+    observers: Sequence[Observer] = (),
+    replicator: Replicator | None = None,
+    progress: Progress | None = None,
+) -> SimResult:
+    """Replay ``trace`` through the cluster ``cfg`` under ``policy``; returns the result."""
+    sim = Simulator(
+        trace, cfg, policy, time_scale=time_scale, observers=observers, replicator=replicator
+    )
+    return sim.run(progress)

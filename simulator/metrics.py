@@ -1,0 +1,164 @@
+"""What a run measured: per-request records, the telemetry timeline, and the summary whose
+key names are a contract (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from kvcast.features.events import TelemetrySample
+
+if TYPE_CHECKING:
+    from kvcast.simulator.engine import Simulator
+
+
+class RequestLog:
+    """Preallocated per-request columns, filled in as requests progress."""
+
+    FLOAT = ("arrival", "ready", "prefill_start", "first_token", "finish", "tpot_ms", "slo_ms")
+    INT = ("node", "cached_blocks", "lower_tier_blocks", "transferred_blocks", "recomputed_tokens")
+
+    def __init__(self, n: int) -> None:
+        for name in self.FLOAT:
+            setattr(self, name, np.full(n, np.nan))
+        for name in self.INT:
+            setattr(self, name, np.zeros(n, dtype=np.int64))
+        self.rejected = np.zeros(n, dtype=bool)
+
+
+@dataclass
+class Timeline:
+    """Node telemetry sampled every ``telemetry_period_ms``."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def add(self, s: TelemetrySample) -> None:
+        self.rows.append(
+            (
+                s.ts_ms / 1e3,
+                s.node,
+                s.queue_len,
+                s.queued_prefill_tokens,
+                s.running_decodes,
+                s.active_tokens,
+                s.used_bytes,
+                s.cached_bytes,
+                s.speculative_bytes,
+                s.evictions_total,
+                s.est_queue_ms,
+            )
+        )
+
+    def frame(self) -> pd.DataFrame:
+        cols = [
+            "t_s",
+            "node",
+            "queue_len",
+            "queued_prefill_tokens",
+            "running_decodes",
+            "active_tokens",
+            "used_bytes",
+            "cached_bytes",
+            "speculative_bytes",
+            "evictions_total",
+            "est_queue_ms",
+        ]
+        return pd.DataFrame(self.rows, columns=cols)
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+@dataclass
+class SimResult:
+    requests: pd.DataFrame
+    timeline: pd.DataFrame
+    summary: dict[str, Any]
+
+    @classmethod
+    def build(cls, sim: Simulator, wall_s: float) -> SimResult:
+        log = sim.log
+        served = ~log.rejected & ~np.isnan(log.first_token)
+        ttft = log.first_token - log.arrival
+        queue = log.prefill_start - log.ready
+        transfer = log.ready - log.arrival
+        slo_ok = served & (ttft <= log.slo_ms)
+        tr = sim.trace.requests
+        nblocks = tr["block_hashes"].map(len).to_numpy()
+        df = pd.DataFrame(
+            {
+                "request_id": tr["request_id"].astype(str).to_numpy(),
+                "node": log.node,
+                "arrival_ms": log.arrival,
+                "ready_ms": log.ready,
+                "prefill_start_ms": log.prefill_start,
+                "first_token_ms": log.first_token,
+                "finish_ms": log.finish,
+                "ttft_ms": ttft,
+                "queue_ms": queue,
+                "transfer_ms": transfer,
+                "tpot_ms": log.tpot_ms,
+                "input_tokens": tr["input_tokens"].to_numpy(),
+                "output_tokens": tr["output_tokens"].to_numpy(),
+                "blocks": nblocks,
+                "cached_blocks": log.cached_blocks,
+                "lower_tier_blocks": log.lower_tier_blocks,
+                "transferred_blocks": log.transferred_blocks,
+                "recomputed_tokens": log.recomputed_tokens,
+                "slo_ms": log.slo_ms,
+                "slo_ok": slo_ok,
+                "rejected": log.rejected,
+            }
+        )
+        summary = summarise(sim, df, wall_s)
+        return cls(df, sim.timeline.frame(), summary)
+
+
+def summarise(sim: Simulator, df: pd.DataFrame, wall_s: float) -> dict[str, Any]:
+    served = df[~df["rejected"]]
+    ttft = served["ttft_ms"].to_numpy()
+    tpot = served.loc[served["output_tokens"] > 0, "tpot_ms"].to_numpy()
+    n = len(df)
+    dur_s = (df["arrival_ms"].max() - df["arrival_ms"].min()) / 1e3 if n > 1 else 0.0
+    bb = sim.block_bytes
+    pools = [node.pool for node in sim.nodes]
+    hits = sum(p.spec_hits for p in pools)
+    wasted = sum(p.spec_wasted for p in pools)
+    placed = sim._placed
+    total_blocks = int(df["blocks"].sum())
+    reused = int((served["cached_blocks"] + served["lower_tier_blocks"]).sum())
+    return {
+        "policy": sim.policy.name,
+        "trace": sim.trace.name,
+        "time_scale": sim.time_scale,
+        "nodes": sim.cfg.nodes,
+        "requests": n,
+        "rejected": int(df["rejected"].sum()),
+        "ttft_ms": {
+            "p50": _pct(ttft, 50),
+            "p95": _pct(ttft, 95),
+            "p99": _pct(ttft, 99),
+            "mean": float(ttft.mean()) if len(ttft) else float("nan"),
+        },
+        "tpot_ms": {"p50": _pct(tpot, 50), "p99": _pct(tpot, 99)},
+        "queue_ms": {"p99": _pct(served["queue_ms"].to_numpy(), 99)},
+        "slo": sim.cfg.slo.as_summary(),
+        "slo_attainment": float(df["slo_ok"].mean()) if n else float("nan"),
+        "goodput_rps": float(df["slo_ok"].sum() / dur_s) if dur_s > 0 else float("nan"),
+        "prefix_hit_ratio": reused / total_blocks if total_blocks else 0.0,
+        "recomputed_tokens": int(served["recomputed_tokens"].sum()),
+        "bytes_pulled": int(sim.replication["bytes_pulled"]),
+        "bytes_replicated": placed * bb,
+        "bytes_replicated_used": hits * bb,
+        "bytes_wasted": wasted * bb,
+        "replications": int(sim.replication["replications"]),
+        "replication_hit_rate": hits / placed if placed else 0.0,
+        "mean_lead_time_ms": (sum(p.spec_lead_ms for p in pools) / hits) if hits else 0.0,
+        "active_evictions_by_speculative": sum(p.spec_active_evictions for p in pools),
+        "peak_speculative_bytes_over_quota": int(max(sim.speculative_peak_over_quota, 0)),
+        "sim_wall_s": wall_s,
+    }

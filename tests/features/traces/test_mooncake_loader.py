@@ -1,0 +1,194 @@
+"""Mooncake JSONL loader: canonical columns, validation with FILE:LINE messages, skip_bad."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kvcast.features.traces.mooncake import load_mooncake
+from kvcast.features.traces.table import COLUMNS, TraceError
+
+DEV_TRACE = Path("/work/shared/traces/mooncake_conversation_dev.jsonl")
+GOOD = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}'
+
+
+def write(tmp_path: Path, *lines: str, name: str = "t.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return path
+
+
+def rec(**fields: object) -> str:
+    base: dict[str, object] = {
+        "timestamp": 10,
+        "input_length": 1024,
+        "output_length": 3,
+        "hash_ids": [7, 8],
+    }
+    base.update(fields)
+    return json.dumps({k: v for k, v in base.items() if v is not ...})
+
+
+def test_required_fields_fill_the_canonical_columns(tmp_path: Path) -> None:
+    trace = load_mooncake(write(tmp_path, GOOD, rec()))
+    df = trace.requests
+    assert tuple(df.columns) == COLUMNS
+    assert df["arrival_ms"].tolist() == [0.0, 10.0]
+    assert df["input_tokens"].tolist() == [600, 1024]
+    assert df["output_tokens"].tolist() == [5, 3]
+    assert df["block_hashes"].tolist() == [[0, 1], [7, 8]]
+    assert df["tenant"].tolist() == ["default", "default"]
+    assert df["session"].isna().all() and df["chat_id"].isna().all()
+    assert (trace.name, trace.block_size, trace.source) == ("t", 512, str(tmp_path / "t.jsonl"))
+    assert trace.report.lines == 2 and not trace.report.reordered
+
+
+def test_request_ids_are_physical_line_numbers(tmp_path: Path) -> None:
+    trace = load_mooncake(write(tmp_path, GOOD, "", "  ", rec()))
+    assert trace.requests["request_id"].tolist() == ["r1", "r4"]
+    assert trace.report.lines == 2
+
+
+def test_source_request_id_is_kept(tmp_path: Path) -> None:
+    trace = load_mooncake(write(tmp_path, rec(request_id="abc"), rec(request_id=42)))
+    assert trace.requests["request_id"].tolist() == ["abc", "42"]
+
+
+def test_optional_fields_are_kept_when_present_and_unknown_keys_ignored(tmp_path: Path) -> None:
+    lines = (
+        rec(chat_id=5, parent_chat_id=-1, session_id="s1", tenant="acme", turn=1, type="text"),
+        rec(chat_id=6, parent_chat_id=5, session=9),
+    )
+    df = load_mooncake(write(tmp_path, *lines)).requests
+    assert df["chat_id"].tolist() == [5, 6]
+    assert df["parent_chat_id"].tolist() == [-1, 5]
+    assert df["session"].tolist() == ["s1", "9"]
+    assert df["tenant"].tolist() == ["acme", "default"]
+    assert str(df["chat_id"].dtype) == "Int64"
+
+
+def test_hash_ids_count_is_not_checked_against_input_length(tmp_path: Path) -> None:
+    trace = load_mooncake(write(tmp_path, rec(input_length=5000, hash_ids=[1]), rec(hash_ids=[])))
+    assert trace.requests["block_hashes"].tolist() == [[1], []]
+
+
+@pytest.mark.parametrize(
+    ("line", "needles"),
+    [
+        ('{"timestamp": 0, "input_length": 1', ["invalid JSON"]),
+        ("[1, 2]", ["expected a JSON object", "[1, 2]"]),
+        (rec(hash_ids=...), ["missing key 'hash_ids'"]),
+        (rec(timestamp=...), ["missing key 'timestamp'"]),
+        (rec(timestamp="soon"), ["timestamp", "'soon'"]),
+        (rec(input_length=1.5), ["input_length", "1.5"]),
+        (rec(output_length=True), ["output_length", "True"]),
+        (rec(input_length=-1), ["input_length", "-1"]),
+        (rec(output_length=-7), ["output_length", "-7"]),
+        (rec(timestamp=float("nan")), ["timestamp", "nan"]),
+        (rec(timestamp=float("inf")), ["timestamp", "inf"]),
+        (rec(timestamp=-5), ["timestamp", "-5"]),
+        (rec(hash_ids="0,1"), ["hash_ids", "'0,1'"]),
+        (rec(hash_ids=[1, "x"]), ["hash_ids[1]", "'x'"]),
+        (rec(chat_id="c"), ["chat_id", "'c'"]),
+        (rec(tenant=3.5), ["tenant", "3.5"]),
+    ],
+)
+def test_malformed_line_error_names_file_line_and_key(
+    tmp_path: Path, line: str, needles: list[str]
+) -> None:
+    path = write(tmp_path, GOOD, line)
+    with pytest.raises(TraceError) as info:
+        load_mooncake(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:2: ")
+    for needle in needles:
+        assert needle in message
+
+
+def test_invalid_utf8_line_is_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(GOOD.encode() + b"\n\xff\xfe\n")
+    with pytest.raises(TraceError, match=r":2: not UTF-8"):
+        load_mooncake(path)
+
+
+def test_duplicate_request_id_is_a_bad_line(tmp_path: Path) -> None:
+    path = write(tmp_path, rec(request_id="a"), rec(request_id="a"))
+    with pytest.raises(TraceError, match=r":2: duplicate request_id 'a' \(first on line 1\)"):
+        load_mooncake(path)
+
+
+def test_skip_bad_counts_and_skips_bad_lines(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD, "not json", rec(input_length=-1), rec(), rec(hash_ids=...))
+    trace = load_mooncake(path, skip_bad=True)
+    assert len(trace) == 2
+    assert trace.requests["request_id"].tolist() == ["r1", "r4"]
+    report = trace.report
+    assert (report.lines, report.skipped_bad) == (5, 3)
+    assert [e.split(": ")[0] for e in report.first_errors] == [f"{path}:{n}" for n in (2, 3, 5)]
+    assert "3 bad lines skipped" in report.summary()
+
+
+def test_skip_bad_keeps_only_the_first_five_messages(tmp_path: Path) -> None:
+    trace = load_mooncake(write(tmp_path, GOOD, *["{"] * 8), skip_bad=True)
+    assert trace.report.skipped_bad == 8
+    assert len(trace.report.first_errors) == 5
+
+
+def test_unsorted_timestamps_are_stable_sorted_and_reported(tmp_path: Path) -> None:
+    lines = [rec(timestamp=5), rec(timestamp=1), rec(timestamp=1, input_length=9), rec(timestamp=3)]
+    trace = load_mooncake(write(tmp_path, *lines))
+    assert trace.report.reordered
+    assert trace.requests["request_id"].tolist() == ["r2", "r3", "r4", "r1"]
+    assert trace.requests["arrival_ms"].tolist() == [1.0, 1.0, 3.0, 5.0]
+    assert "unsorted" in trace.report.summary()
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"])
+def test_empty_file_raises_contains_no_requests(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content)
+    with pytest.raises(TraceError, match=r"contains no requests$") as info:
+        load_mooncake(path)
+    assert str(info.value) == f"{path}: contains no requests"
+
+
+def test_all_lines_bad_with_skip_bad_raises_contains_no_requests(tmp_path: Path) -> None:
+    path = write(tmp_path, "{", rec(input_length=-2))
+    with pytest.raises(TraceError, match=rf"^{path}: contains no requests \(2 bad lines"):
+        load_mooncake(path, skip_bad=True)
+
+
+def test_gzip_file_loads_the_same_as_plain(tmp_path: Path) -> None:
+    plain = write(tmp_path, GOOD, rec(timestamp=3))
+    packed = tmp_path / "t.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    trace = load_mooncake(packed)
+    pd.testing.assert_frame_equal(trace.requests, load_mooncake(plain).requests)
+    assert trace.name == "t"
+
+
+def test_missing_file_raises_trace_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"nope\.jsonl: no such file"):
+        load_mooncake(tmp_path / "nope.jsonl")
+
+
+def test_block_size_and_name_can_be_overridden(tmp_path: Path) -> None:
+    trace = load_mooncake(write(tmp_path, GOOD), block_size=16, name="mine")
+    assert (trace.block_size, trace.name) == (16, "mine")
+
+
+@pytest.mark.skipif(not DEV_TRACE.exists(), reason="shared dev trace not present")
+def test_dev_trace_loads_all_requests_in_well_under_half_a_second() -> None:
+    timings = []
+    for _ in range(3):
+        start = time.perf_counter()
+        trace = load_mooncake(DEV_TRACE)
+        timings.append(time.perf_counter() - start)
+    assert len(trace) == 7851 and trace.report.skipped_bad == 0
+    assert min(timings) < 0.5

@@ -1,0 +1,140 @@
+"""kvcast Parquet: exact round trip, metadata, column validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcast.data import bundled_trace_path
+from kvcast.features.traces import Trace, TraceError, load_trace, write_parquet
+from kvcast.features.traces.parquet_io import BLOCK_SIZE_KEY, NAME_KEY, read_parquet
+from kvcast.features.traces.table import make_table
+
+
+def full_trace() -> Trace:
+    table = make_table(
+        arrival_ms=[0.0, 1.25, 1.25, 3000.5],
+        input_tokens=[512, 1, 0, 10_000],
+        output_tokens=[1, 2, 3, 4],
+        block_hashes=[[0, 1], [], [2**62, -5], [0]],
+        request_id=["a", "b", "c", "d"],
+        tenant=["t1", "t2", "default", "t1"],
+        session=["s1", None, "s2", "s1"],
+        chat_id=[1, None, 3, 4],
+        parent_chat_id=[-1, None, 1, 3],
+    )
+    return Trace(requests=table, name="full", block_size=16)
+
+
+def assert_same(a: Trace, b: Trace) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    assert a.requests["block_hashes"].map(type).eq(list).all()
+    assert b.requests["block_hashes"].tolist() == a.requests["block_hashes"].tolist()
+    assert (a.name, a.block_size) == (b.name, b.block_size)
+
+
+def test_roundtrip_is_exact_including_optional_columns_and_nulls(tmp_path: Path) -> None:
+    trace = full_trace()
+    back = read_parquet(write_parquet(trace, tmp_path / "x.parquet"))
+    assert_same(trace, back)
+    assert back.requests["session"].isna().tolist() == [False, True, False, False]
+
+
+def test_roundtrip_is_exact_for_the_bundled_trace(tmp_path: Path) -> None:
+    trace = load_trace(bundled_trace_path("conversation"))
+    path = tmp_path / "conv.parquet"
+    write_parquet(trace, path)
+    assert_same(trace, load_trace(path))
+
+
+def test_block_size_and_name_are_stored_in_schema_metadata(tmp_path: Path) -> None:
+    path = write_parquet(full_trace(), tmp_path / "x.parquet")
+    meta = pq.read_schema(path).metadata
+    assert meta[BLOCK_SIZE_KEY] == b"16" and meta[NAME_KEY] == b"full"
+    assert BLOCK_SIZE_KEY == b"kvcast.block_size"
+
+
+def test_reader_overrides_name_and_block_size_when_asked(tmp_path: Path) -> None:
+    back = read_parquet(write_parquet(full_trace(), tmp_path / "x.parquet"), name="n", block_size=8)
+    assert (back.name, back.block_size) == ("n", 8)
+
+
+def test_missing_column_raises_naming_it(tmp_path: Path) -> None:
+    path = write_parquet(full_trace(), tmp_path / "x.parquet")
+    pq.write_table(pq.read_table(path).drop_columns(["tenant"]), path)
+    with pytest.raises(TraceError, match=r"x.parquet: missing column 'tenant'"):
+        read_parquet(path)
+
+
+def test_mistyped_column_raises_naming_it(tmp_path: Path) -> None:
+    path = write_parquet(full_trace(), tmp_path / "x.parquet")
+    table = pq.read_table(path)
+    index = table.column_names.index("input_tokens")
+    table = table.set_column(index, "input_tokens", pa.array(["1", "2", "3", "4"]))
+    pq.write_table(table, path)
+    with pytest.raises(TraceError, match=r"column 'input_tokens' has type string"):
+        read_parquet(path)
+
+
+def test_null_in_a_required_column_raises(tmp_path: Path) -> None:
+    path = write_parquet(full_trace(), tmp_path / "x.parquet")
+    table = pq.read_table(path)
+    index = table.column_names.index("arrival_ms")
+    table = table.set_column(index, "arrival_ms", pa.array([0.0, None, 1.0, 2.0]))
+    pq.write_table(table, path)
+    with pytest.raises(TraceError, match=r"column 'arrival_ms' has 1 nulls"):
+        read_parquet(path)
+
+
+def test_file_that_is_not_parquet_raises_trace_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.parquet"
+    path.write_text("hello")
+    with pytest.raises(TraceError, match=r"x.parquet: not a readable Parquet file"):
+        read_parquet(path)
+
+
+def test_unsorted_parquet_is_sorted_and_reported(tmp_path: Path) -> None:
+    trace = full_trace()
+    shuffled = Trace(trace.requests.iloc[::-1].reset_index(drop=True), "full", 16)
+    back = read_parquet(write_parquet(shuffled, tmp_path / "x.parquet"))
+    assert back.report.reordered
+    assert back.requests["request_id"].tolist() == ["a", "c", "b", "d"]
+
+
+_rows = st.lists(
+    st.tuples(
+        st.floats(0, 1e9, allow_nan=False),
+        st.integers(0, 2**40),
+        st.lists(st.integers(-(2**63), 2**63 - 1), max_size=4),
+        st.one_of(st.none(), st.text(min_size=1, max_size=5)),
+        st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=_rows)
+def test_roundtrip_is_exact_for_any_table(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple]
+) -> None:
+    rows = sorted(rows, key=lambda r: r[0])
+    table = make_table(
+        arrival_ms=[r[0] for r in rows],
+        input_tokens=[r[1] for r in rows],
+        output_tokens=[r[1] // 2 for r in rows],
+        block_hashes=[r[2] for r in rows],
+        request_id=[f"id{i}" for i in range(len(rows))],
+        session=[r[3] for r in rows],
+        chat_id=[r[4] for r in rows],
+    )
+    trace = Trace(table, name="prop", block_size=32)
+    path = tmp_path_factory.mktemp("prop") / "p.parquet"
+    assert_same(trace, read_parquet(write_parquet(trace, path)))

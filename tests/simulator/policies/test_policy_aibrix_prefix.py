@@ -1,0 +1,56 @@
+"""aibrix_prefix: >16 spread -> least running; else best match within mean + 2 sigma."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kvcast.simulator.policies.aibrix_prefix import AibrixPrefix, AibrixPrefixParams
+from kvcast.simulator.policies.base import NodeSnapshot, RoutingContext
+
+MakeCtx = Callable[..., RoutingContext]
+Loads = Callable[..., list[NodeSnapshot]]
+
+
+def _policy(**params: object) -> AibrixPrefix:
+    return AibrixPrefix(AibrixPrefixParams(**params), num_nodes=8, seed=0)
+
+
+def test_defaults_are_the_aibrix_helm_chart_values() -> None:
+    assert AibrixPrefixParams() == AibrixPrefixParams(imbalance_abs_count=16, stddev_factor=2.0)
+
+
+def test_spread_above_16_goes_to_least_running_despite_full_match(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    assert _policy().route(make_ctx(loads(20, 3, 5), match=[8, 0, 0])).node == 1
+
+
+def test_spread_of_exactly_16_is_not_imbalanced(make_ctx: MakeCtx, loads: Loads) -> None:
+    assert _policy().route(make_ctx(loads(19, 3, 5), match=[8, 0, 0])).node == 0
+
+
+def test_matched_nodes_sorted_by_match_desc_then_running_asc(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    assert _policy().route(make_ctx(loads(3, 1, 0, 0), match=[4, 4, 2, 0])).node == 1
+
+
+def test_node_above_mean_plus_two_sigma_is_skipped_for_next_best_match(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    # running [16, 0 x 7]: mean 2, sample sigma sqrt(32) ~ 5.66, limit ~ 13.3 < 16
+    ctx = make_ctx(loads(16, 0, 0, 0, 0, 0, 0, 0), match=[8, 0, 0, 2, 0, 1, 0, 0])
+    assert _policy().route(ctx).node == 3
+    # with a looser factor node 0 is within the limit and its longer match wins
+    assert _policy(stddev_factor=3.0).route(ctx).node == 0
+
+
+def test_no_eligible_matched_node_falls_back_to_least_running(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    ctx = make_ctx(loads(16, 1, 0, 0, 0, 0, 0, 0), match=[8, 0, 0, 0, 0, 0, 0, 0])
+    assert _policy().route(ctx).node == 2
+
+
+def test_no_match_anywhere_goes_to_least_running(make_ctx: MakeCtx, loads: Loads) -> None:
+    assert _policy().route(make_ctx(loads(4, 2, 2, 9))).node == 1

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from kvcast.simulator.block_pool import BlockPool
+
+
+def pool(capacity: int = 4, **kw: int) -> BlockPool:
+    return BlockPool(0, capacity, {}, **kw)
+
+
+def fill_cached(p: BlockPool, blocks: list[int]) -> None:
+    assert p.make_room(len(blocks), 0.0)
+    p.add_active(blocks)
+    p.release(blocks)
+
+
+def test_lru_evicts_least_recently_released_first() -> None:
+    p = pool(3)
+    fill_cached(p, [1, 2, 3])
+    p.pin([1], 0.0)
+    p.release([1])  # 1 is now most recently used
+    assert p.make_room(1, 0.0)
+    assert not p.in_hbm(2) and p.in_hbm(1) and p.in_hbm(3)
+
+
+def test_active_blocks_are_never_evicted_and_make_room_fails_instead() -> None:
+    p = pool(2)
+    p.make_room(2, 0.0)
+    p.add_active([1, 2])
+    assert not p.make_room(1, 0.0)
+    assert p.in_hbm(1) and p.in_hbm(2)
+
+
+def test_speculative_replicas_are_evicted_before_cached_blocks() -> None:
+    p = pool(3, spec_quota=2)
+    fill_cached(p, [1, 2])
+    assert p.add_speculative([9], now=0.0, ttl_ms=1e9) == 1
+    assert p.make_room(1, 0.0)
+    assert not p.in_hbm(9) and p.in_hbm(1) and p.in_hbm(2)
+    assert p.spec_wasted == 1
+
+
+def test_speculative_placement_stops_at_quota_and_never_displaces_active() -> None:
+    p = pool(3, spec_quota=5)
+    p.make_room(3, 0.0)
+    p.add_active([1, 2, 3])
+    assert p.add_speculative([7, 8], now=0.0, ttl_ms=1e9) == 0
+    q = pool(10, spec_quota=2)
+    assert q.add_speculative([7, 8, 9], now=0.0, ttl_ms=1e9) == 2
+    assert len(q.spec) == 2
+
+
+def test_capacity_is_never_exceeded_by_speculative_placement() -> None:
+    p = pool(4, spec_quota=4)
+    fill_cached(p, [1, 2, 3])
+    p.add_speculative([10, 11, 12], now=0.0, ttl_ms=1e9)
+    assert p.used <= p.capacity
+
+
+def test_expired_replicas_are_reclaimed_and_counted_wasted() -> None:
+    p = pool(4, spec_quota=4)
+    p.add_speculative([5, 6], now=0.0, ttl_ms=100.0)
+    assert p.expire(50.0) == 0
+    assert p.expire(100.0) == 2
+    assert p.used == 0 and p.spec_wasted == 2
+
+
+def test_a_pinned_replica_counts_as_a_hit_with_its_lead_time() -> None:
+    p = pool(4, spec_quota=4)
+    p.add_speculative([5], now=10.0, ttl_ms=1e9)
+    p.pin([5], 250.0)
+    assert p.spec_hits == 1 and p.spec_lead_ms == 240.0
+    assert p.active[5] == 1 and 5 not in p.spec
+
+
+def test_holders_index_tracks_hbm_residency_across_pools() -> None:
+    holders: dict[int, int] = {}
+    a, b = BlockPool(0, 2, holders), BlockPool(1, 2, holders)
+    fill_cached(a, [1])
+    fill_cached(b, [1, 2])
+    assert holders[1] == 0b11 and holders[2] == 0b10
+    fill_cached(a, [3, 4])  # evicts 1 from node 0
+    assert holders[1] == 0b10
+
+
+def test_hbm_eviction_demotes_to_dram_then_nvme() -> None:
+    p = pool(1, dram_capacity=1, nvme_capacity=1)
+    moves: list[tuple[int, str, str]] = []
+    p.on_move = lambda b, f, t: moves.append((b, f, t))
+    fill_cached(p, [1])
+    fill_cached(p, [2])  # 1 -> DRAM
+    fill_cached(p, [3])  # 2 -> DRAM, 1 -> NVMe
+    assert 3 in p.cached and 2 in p.dram and 1 in p.nvme
+    assert (1, "GPU", "CPU") in moves and (1, "CPU", "DISK") in moves
+    fill_cached(p, [4])  # 1 dropped from NVMe
+    assert (1, "DISK", "") in moves and 1 not in p.nvme
+
+
+def test_lower_prefix_counts_dram_run_then_nvme_run() -> None:
+    p = pool(8, dram_capacity=8, nvme_capacity=8)
+    p.dram.update({1: None, 2: None})
+    p.nvme.update({3: None})
+    assert p.lower_prefix([1, 2, 3, 4], 0) == (2, 1)
+    assert p.lower_prefix([9, 1], 0) == (0, 0)

@@ -1,0 +1,180 @@
+"""The simulator's physics on hand-made traces and on the bundled sample."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+from simtraces import config, tiny_trace
+
+from kvcast.features.events import BlockStored, Event, RequestArrived, TelemetrySample
+from kvcast.features.traces import Trace
+from kvcast.simulator.config import SimConfig
+from kvcast.simulator.engine import Simulator, simulate
+from kvcast.simulator.policies import policy_names
+
+BASELINES = policy_names()
+
+
+def test_fully_cached_request_recomputes_at_most_its_last_block() -> None:
+    blocks = [1, 2, 3, 4, 5]
+    tr = tiny_trace([(0.0, 2400, 1, blocks), (60_000.0, 2400, 1, blocks)])
+    res = simulate(tr, config(nodes=1, arrival_spread="off"), "round_robin")
+    second = res.requests.iloc[1]
+    assert second["cached_blocks"] == 4
+    assert second["recomputed_tokens"] == 2400 - 4 * 512 <= 512
+
+
+def test_ttft_is_queue_plus_transfer_plus_prefill_and_prefill_matches_the_model() -> None:
+    cfg = config(nodes=1, arrival_spread="off")
+    tr = tiny_trace([(0.0, 4000, 1, list(range(8))), (0.0, 4000, 1, list(range(100, 108)))])
+    res = simulate(tr, cfg, "round_robin").requests
+    p = cfg.node.prefill
+    first = res.iloc[0]
+    assert first["ttft_ms"] == pytest.approx(p.a_ms + p.b_ms_per_token * 4000
+                                             + p.c_ms_per_token2 * 4000**2)
+    # the second arrived while the first's iteration ran: it joins at the next step boundary
+    second = res.iloc[1]
+    assert second["prefill_start_ms"] == pytest.approx(first["first_token_ms"])
+    assert second["queue_ms"] == pytest.approx(first["ttft_ms"])
+    parts = res["queue_ms"] + res["transfer_ms"]
+    assert (res["ttft_ms"] >= parts).all()
+
+
+def test_a_long_prompt_is_chunked_and_pays_the_per_iteration_cost() -> None:
+    cfg = config(nodes=1, arrival_spread="off")
+    n = 20_000
+    res = simulate(tiny_trace([(0.0, n, 1, list(range(40)))]), cfg, "round_robin").requests
+    p = cfg.node.prefill
+    iterations = -(-n // p.chunk_tokens)
+    assert res["ttft_ms"].iloc[0] == pytest.approx(
+        iterations * p.a_ms + p.b_ms_per_token * n + p.c_ms_per_token2 * n * n)
+
+
+def test_requests_queue_fifo_behind_a_busy_node() -> None:
+    cfg = config(nodes=1, arrival_spread="off")
+    tr = tiny_trace([(0.0, 8192, 1, list(range(16))), (1.0, 100, 1, [99])])
+    res = simulate(tr, cfg, "round_robin").requests
+    assert res["queue_ms"].iloc[1] > 0
+    assert res["prefill_start_ms"].iloc[1] >= res["first_token_ms"].iloc[0]
+
+
+@pytest.mark.parametrize("policy", BASELINES)
+def test_every_baseline_routes_every_request_exactly_once(policy: str, bundled_head: Trace) -> None:
+    seen: Counter[str] = Counter()
+
+    def watch(ev: Event) -> None:
+        if isinstance(ev, RequestArrived):
+            seen[ev.request_id] += 1
+
+    res = simulate(bundled_head, SimConfig(), policy, observers=[watch])
+    assert set(seen) == set(bundled_head.requests["request_id"])
+    assert set(seen.values()) == {1}
+    assert res.requests["node"].between(0, 7).all()
+    assert res.requests["first_token_ms"].notna().all()
+
+
+def test_capacity_is_never_exceeded_under_heavy_eviction(bundled_head: Trace) -> None:
+    cfg = config(node={"kv_capacity_gib": 30.0, "dram": {"capacity_gib": 10.0}})
+    worst: list[int] = []
+    sim: Simulator
+
+    def watch(ev: Event) -> None:
+        worst.append(max(n.pool.used - n.pool.capacity for n in sim.nodes))
+
+    sim = Simulator(bundled_head, cfg, "mooncake_conductor", time_scale=2.0, observers=[watch])
+    res = sim.run()
+    assert max(worst) <= 0
+    assert (res.timeline["used_bytes"] <= cfg.kv_capacity_bytes()).all()
+    assert res.timeline["evictions_total"].max() > 0  # the test did exercise eviction
+    for n in sim.nodes:
+        assert len(n.pool.dram) <= n.pool.dram_capacity
+
+
+def test_cache_aware_policy_beats_round_robin_on_prefix_hits(bundled: Trace) -> None:
+    rr = simulate(bundled, SimConfig(), "round_robin").summary["prefix_hit_ratio"]
+    for policy in ("sglang_cache_aware", "llmd_precise", "prefix_sticky"):
+        assert simulate(bundled, SimConfig(), policy).summary["prefix_hit_ratio"] > rr
+
+
+def test_same_trace_config_and_seed_give_identical_results(bundled_head: Trace) -> None:
+    a = simulate(bundled_head, SimConfig(), "dynamo_kv", time_scale=2.0)
+    b = simulate(bundled_head, SimConfig(), "dynamo_kv", time_scale=2.0)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeline, b.timeline)
+
+
+def test_mooncake_pull_moves_bytes_on_the_critical_path(bundled_head: Trace) -> None:
+    res = simulate(bundled_head, SimConfig(), "mooncake_conductor", time_scale=2.0)
+    rq = res.requests
+    pulled = rq[rq["transferred_blocks"] > 0]
+    assert res.summary["bytes_pulled"] > 0 and len(pulled) > 0
+    assert (pulled["transfer_ms"] > 0).all()
+    assert (rq.loc[rq["transferred_blocks"] == 0, "transfer_ms"] == 0).all()
+
+
+def test_lower_tier_hits_pay_load_time_and_save_recompute() -> None:
+    blocks_a, blocks_b = list(range(10)), list(range(100, 110))
+    tr = tiny_trace([(0.0, 5000, 1, blocks_a), (10_000.0, 5000, 1, blocks_b),
+                     (20_000.0, 5000, 1, blocks_a)])
+    cfg = config(nodes=1, arrival_spread="off",
+                 node={"kv_capacity_gib": 12 * 0.15625, "dram": {"capacity_gib": 100.0}})
+    rq = simulate(tr, cfg, "round_robin").requests
+    third = rq.iloc[2]
+    assert third["lower_tier_blocks"] > 0
+    assert third["recomputed_tokens"] < 5000
+    assert third["prefill_start_ms"] - third["arrival_ms"] == pytest.approx(0.0)
+
+
+def test_event_stream_reports_stored_blocks_and_telemetry(bundled_head: Trace) -> None:
+    kinds: Counter[str] = Counter()
+    stored: set[int] = set()
+
+    def watch(ev: Event) -> None:
+        kinds[type(ev).__name__] += 1
+        if isinstance(ev, BlockStored) and ev.medium == "GPU":
+            stored.update(ev.block_hashes)
+
+    simulate(bundled_head, SimConfig(), "dynamo_kv", observers=[watch])
+    assert kinds["TelemetrySample"] >= 8 * 100
+    every_block = {b for bl in bundled_head.requests["block_hashes"] for b in bl}
+    assert every_block <= stored
+
+
+def test_telemetry_samples_are_periodic_per_node(bundled_head: Trace) -> None:
+    samples: list[TelemetrySample] = []
+    simulate(bundled_head, SimConfig(), "round_robin",
+             observers=[lambda e: samples.append(e) if isinstance(e, TelemetrySample) else None])
+    t0 = [s.ts_ms for s in samples if s.node == 0]
+    assert np.allclose(np.diff(t0), 1000.0)
+
+
+def test_length_aware_slo_is_floor_plus_factor_times_isolated_prefill() -> None:
+    cfg = SimConfig()
+    tr = tiny_trace([(0.0, 3000, 1, [1, 2, 3, 4, 5, 6])])
+    rq = simulate(tr, cfg, "round_robin").requests
+    assert rq["slo_ms"].iloc[0] == pytest.approx(100.0 + 2.0 * cfg.node.prefill.isolated_ms(3000))
+
+
+def test_absolute_slo_uses_the_configured_ttft() -> None:
+    cfg = config(slo={"mode": "absolute", "ttft_ms": 123.0})
+    rq = simulate(tiny_trace([(0.0, 3000, 1, [1])]), cfg, "round_robin").requests
+    assert rq["slo_ms"].iloc[0] == 123.0
+    assert simulate(tiny_trace([(0.0, 3000, 1, [1])]), cfg, "round_robin").summary["slo"] == {
+        "ttft_ms": 123.0}
+
+
+def test_a_request_larger_than_a_node_is_rejected_not_hung() -> None:
+    cfg = config(nodes=1, node={"kv_capacity_gib": 1.0})
+    tr = tiny_trace([(0.0, 512 * 20, 1, list(range(20))), (1.0, 512, 1, [99])])
+    res = simulate(tr, cfg, "round_robin")
+    assert res.requests["rejected"].tolist() == [True, False]
+    assert res.summary["rejected"] == 1 and res.summary["slo_attainment"] == 0.5
+
+
+def test_time_scale_compresses_arrivals(bundled_head: Trace) -> None:
+    a = simulate(bundled_head, SimConfig(), "round_robin").requests["arrival_ms"]
+    b = simulate(bundled_head, SimConfig(), "round_robin", time_scale=2.0).requests["arrival_ms"]
+    assert np.allclose(b.to_numpy(), a.to_numpy() / 2.0)
