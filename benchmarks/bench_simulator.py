@@ -58,17 +58,25 @@ def main() -> None:
     base = min(baseline_pass(trace) for _ in range(args.repeat))
     best = min(walls)
     half = trace.window(None, trace.requests["arrival_ms"].iloc[len(trace) // 2])
-    print(json.dumps({
-        "trace": str(args.trace.name), "policy": args.policy, "nodes": 8,
-        "requests": len(trace), "block_refs": refs,
-        "sim_wall_s": round(best, 3),
-        "requests_per_s": round(len(trace) / best),
-        "block_refs_per_s": round(refs / best),
-        "baseline_bare_walk_block_refs_per_s": round(refs / base),
-        "sim_cost_vs_bare_walk": round(best / base, 1),
-        "peak_mib_half_trace": round(peak_mib(half, args.policy), 1),
-        "peak_mib_full_trace": round(peak_mib(trace, args.policy), 1),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "trace": str(args.trace.name),
+                "policy": args.policy,
+                "nodes": 8,
+                "requests": len(trace),
+                "block_refs": refs,
+                "sim_wall_s": round(best, 3),
+                "requests_per_s": round(len(trace) / best),
+                "block_refs_per_s": round(refs / best),
+                "baseline_bare_walk_block_refs_per_s": round(refs / base),
+                "sim_cost_vs_bare_walk": round(best / base, 1),
+                "peak_mib_half_trace": round(peak_mib(half, args.policy), 1),
+                "peak_mib_full_trace": round(peak_mib(trace, args.policy), 1),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

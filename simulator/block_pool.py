@@ -142,17 +142,6 @@ class BlockPool:
         if self.on_move is not None:
             self.on_move(block, medium_from, medium_to)
 
-    def _evict_one(self, now: float) -> bool:
-        if self.spec:
-            block, _ = self.spec.popitem(last=False)
-            self.spec_wasted += 1
-        elif self.cached:
-            block, _ = self.cached.popitem(last=False)
-        else:
-            return False
-        self._drop_hbm(block)
-        return True
-
     def make_room(self, n: int, now: float) -> bool:
         """Evict (speculative first, then LRU cached) until ``n`` blocks are free."""
         cached, spec = self.cached, self.spec
@@ -161,8 +150,22 @@ class BlockPool:
             return True
         if deficit > len(cached) + len(spec):
             return False
+        holders, mask = self.holders, ~self.bit
+        demote = self.dram_capacity or self.nvme_capacity or self.on_move is not None
         for _ in range(deficit):
-            self._evict_one(now)
+            if spec:
+                block, _ = spec.popitem(last=False)
+                self.spec_wasted += 1
+            else:
+                block, _ = cached.popitem(last=False)
+            h = holders[block] & mask
+            if h:
+                holders[block] = h
+            else:
+                del holders[block]
+            if demote:
+                self._demote(block)
+        self.evictions += deficit
         return True
 
     # -- request path ------------------------------------------------------------------------
@@ -184,20 +187,28 @@ class BlockPool:
 
     def add_active(self, blocks: Sequence[int]) -> None:
         """Insert new blocks pinned (room must have been made); resident ones get a ref."""
-        active, holders, bit = self.active, self.holders, self.bit
+        active, cached, spec, holders, bit = (
+            self.active,
+            self.cached,
+            self.spec,
+            self.holders,
+            self.bit,
+        )
+        tiers = self.dram_capacity or self.nvme_capacity
         for b in blocks:
             r = active.get(b)
             if r is not None:
                 active[b] = r + 1
                 continue
-            if b in self.cached:
-                del self.cached[b]
-            elif b in self.spec:
-                del self.spec[b]
+            if b in cached:
+                del cached[b]
+            elif b in spec:
+                del spec[b]
             else:
                 holders[b] = holders.get(b, 0) | bit
-                self.dram.pop(b, None)
-                self.nvme.pop(b, None)
+                if tiers:
+                    self.dram.pop(b, None)
+                    self.nvme.pop(b, None)
             active[b] = 1
 
     def release(self, blocks: Sequence[int]) -> None:

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-import pandas as pd
 
 from kvcast.features.events import (
     BlockRemoved,
@@ -153,7 +152,7 @@ class Simulator:
     # -- request path ------------------------------------------------------------------------
     def _arrive(self, r: int) -> None:
         tr = self._tr
-        blocks: list[int] = tr.blocks[r]
+        blocks = tr.blocks(r)
         nb = len(blocks)
         inp = int(tr.inputs[r])
         out_tokens = int(tr.outputs[r])
@@ -177,7 +176,7 @@ class Simulator:
             nodes,
             self._prefill_ms,
             self._transfer_ms,
-            session=tr.sessions[r],
+            session=tr.session_col[r],
             slo_ms=slo,
         )
         d = self.policy.route(ctx)
@@ -192,10 +191,10 @@ class Simulator:
             self._emit(
                 RequestArrived(
                     now,
-                    tr.ids[r],
+                    str(tr.ids[r]),
                     d.node,
-                    tr.tenants[r],
-                    tr.sessions[r],
+                    str(tr.tenants[r]),
+                    tr.session_col[r],
                     inp,
                     out_tokens,
                     tuple(blocks),
@@ -415,21 +414,23 @@ class Simulator:
 
 
 class _TraceArrays:
-    """The trace as plain Python lists and numpy arrays for the hot loop."""
+    """Column views of the trace for the hot loop; a request's block list is converted to
+    Python ints only when it arrives, so the simulator's own memory follows live requests."""
 
-    __slots__ = ("arrivals", "blocks", "ids", "inputs", "outputs", "sessions", "tenants")
+    __slots__ = ("arrivals", "block_col", "ids", "inputs", "outputs", "session_col", "tenants")
 
     def __init__(self, trace: Trace) -> None:
         df = trace.requests
         self.arrivals = df["arrival_ms"].to_numpy(dtype=np.float64)
         self.inputs = df["input_tokens"].to_numpy()
         self.outputs = df["output_tokens"].to_numpy()
-        self.blocks: list[list[int]] = [list(map(int, b)) for b in df["block_hashes"]]
-        self.ids: list[str] = df["request_id"].astype(str).tolist()
-        self.tenants: list[str] = df["tenant"].astype(str).tolist()
-        self.sessions: list[str | None] = [
-            None if pd.isna(s) else str(s) for s in df["session"].astype(object).tolist()
-        ]
+        self.block_col = df["block_hashes"].to_numpy()
+        self.ids = df["request_id"].to_numpy(dtype=object)
+        self.tenants = df["tenant"].to_numpy(dtype=object)
+        self.session_col = df["session"].to_numpy(dtype=object, na_value=None)
+
+    def blocks(self, r: int) -> list[int]:
+        return list(map(int, self.block_col[r]))
 
 
 def simulate(

@@ -3,7 +3,8 @@ key names are a contract (DESIGN.md section 5)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from array import array
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,44 +30,53 @@ class RequestLog:
         self.rejected = np.zeros(n, dtype=bool)
 
 
-@dataclass
 class Timeline:
-    """Node telemetry sampled every ``telemetry_period_ms``."""
+    """Node telemetry sampled every ``telemetry_period_ms``, kept as compact columns."""
 
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    COLUMNS = (
+        "t_s",
+        "node",
+        "queue_len",
+        "queued_prefill_tokens",
+        "running_decodes",
+        "active_tokens",
+        "used_bytes",
+        "cached_bytes",
+        "speculative_bytes",
+        "evictions_total",
+        "est_queue_ms",
+    )
+    FIELDS = (
+        "ts_ms",
+        "node",
+        "queue_len",
+        "queued_prefill_tokens",
+        "running_decodes",
+        "active_tokens",
+        "used_bytes",
+        "cached_bytes",
+        "speculative_bytes",
+        "evictions_total",
+        "est_queue_ms",
+    )
+
+    def __init__(self) -> None:
+        self._cols = [array("d") for _ in self.COLUMNS]
 
     def add(self, s: TelemetrySample) -> None:
-        self.rows.append(
-            (
-                s.ts_ms / 1e3,
-                s.node,
-                s.queue_len,
-                s.queued_prefill_tokens,
-                s.running_decodes,
-                s.active_tokens,
-                s.used_bytes,
-                s.cached_bytes,
-                s.speculative_bytes,
-                s.evictions_total,
-                s.est_queue_ms,
-            )
-        )
+        for col, name in zip(self._cols, self.FIELDS, strict=True):
+            col.append(getattr(s, name))
 
     def frame(self) -> pd.DataFrame:
-        cols = [
-            "t_s",
-            "node",
-            "queue_len",
-            "queued_prefill_tokens",
-            "running_decodes",
-            "active_tokens",
-            "used_bytes",
-            "cached_bytes",
-            "speculative_bytes",
-            "evictions_total",
-            "est_queue_ms",
-        ]
-        return pd.DataFrame(self.rows, columns=cols)
+        df = pd.DataFrame(
+            {
+                c: np.frombuffer(col, dtype=np.float64) if len(col) else []
+                for c, col in zip(self.COLUMNS, self._cols, strict=True)
+            }
+        )
+        df["t_s"] = df["t_s"] / 1e3
+        ints = [c for c in self.COLUMNS if c not in ("t_s", "est_queue_ms")]
+        return df.astype({c: np.int64 for c in ints})
 
 
 def _pct(x: np.ndarray, q: float) -> float:

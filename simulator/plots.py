@@ -14,9 +14,11 @@ from kvcast.simulator.evaluation import Evaluation
 
 
 def plot_ttft_cdf(ev: Evaluation, path: Path, time_scale: float | None = None) -> Path:
-    """One CDF per policy at ``time_scale`` (default: the first evaluated load)."""
+    """One CDF per policy at ``time_scale`` (default: load 1 if evaluated, else the lowest)."""
     scales = sorted({x for _, x in ev.ttft})
-    x_sel = scales[0] if time_scale is None else time_scale
+    if time_scale is None:
+        time_scale = 1.0 if 1.0 in scales else scales[0]
+    x_sel = time_scale
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (name, x), ttft in ev.ttft.items():
         if x != x_sel or ttft.empty:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +26,8 @@ from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate
 from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf
 from kvcast.simulator.policies import policy_names
 
-out_console = Console()
+# wide enough for the comparison table when stdout is a file or a pipe
+out_console = Console(width=None if sys.stdout.isatty() else 160)
 
 TraceOpt = Annotated[str, typer.Option("--trace", help="Trace file, or bundled:NAME.")]
 FormatOpt = Annotated[

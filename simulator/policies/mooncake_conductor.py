@@ -12,8 +12,9 @@ Serving" (FAST '25, arXiv 2407.00079), section 6. Per node i, with ``local = mat
 
 The minimum TTFT wins (ties: fewest outstanding requests, then lowest id, so that an idle
 cluster does not send every cold request to node 0); a planned pull is returned with the
-decision and the pulled copy stays on the node (reactive hot-spot replication). With ``reject_over_slo`` the
-request is rejected when even the best TTFT misses its SLO (the paper's HTTP 429).
+decision and the pulled copy stays on the node (reactive hot-spot replication). With
+``reject_over_slo`` the request is rejected when even the best TTFT misses its SLO (the
+paper's HTTP 429).
 
 The paper writes the balancing test as a ratio (``best / local`` against
 ``kvcache_balancing_threshold``) and publishes no value; ``threshold_kind="ratio"`` selects
