@@ -7,6 +7,8 @@ All blocks of a run have the same size, so the pool counts blocks; bytes are
 - HBM ``speculative``: a replica placed ahead of use; evicted first (expired ones first).
 - HBM ``cached``: evictable, least recently used first.
 - ``dram`` / ``nvme``: lower tiers (exclusive); an HBM eviction demotes down the tiers.
+- ``shared``: an optional NVMe-oF pool shared by every node (one LRU for the cluster); what
+  falls out of a node's last local tier lands there, and any node can load it back.
 
 ``holders`` is the cluster-wide index block -> bitmask of nodes holding it in HBM, shared by
 all pools so that a router can match a prefix on every node in one pass.
@@ -36,6 +38,8 @@ class BlockPool:
         "nvme_capacity",
         "on_move",
         "reserved",
+        "shared",
+        "shared_capacity",
         "spec",
         "spec_active_evictions",
         "spec_hits",
@@ -53,6 +57,8 @@ class BlockPool:
         dram_capacity: int = 0,
         nvme_capacity: int = 0,
         spec_quota: int = 0,
+        shared: OrderedDict[int, None] | None = None,
+        shared_capacity: int = 0,
     ) -> None:
         self.node_id = node_id
         self.bit = 1 << node_id
@@ -66,6 +72,8 @@ class BlockPool:
         self.dram_capacity = dram_capacity
         self.nvme_capacity = nvme_capacity
         self.spec_quota = spec_quota
+        self.shared = shared if shared is not None else OrderedDict()
+        self.shared_capacity = shared_capacity if shared is not None else 0
         self.reserved = 0  # anonymous active blocks (decode output)
         self.evictions = 0
         self.spec_hits = 0
@@ -95,16 +103,20 @@ class BlockPool:
     def in_hbm(self, block: int) -> bool:
         return block in self.active or block in self.cached or block in self.spec
 
-    def lower_prefix(self, blocks: Sequence[int], start: int) -> tuple[int, int]:
-        """From ``start``, how many consecutive blocks sit in DRAM, then in NVMe."""
+    def lower_prefix(self, blocks: Sequence[int], start: int) -> tuple[int, int, int]:
+        """From ``start``, how many consecutive blocks sit in DRAM, then NVMe, then the
+        shared pool."""
         i, n = start, len(blocks)
-        dram, nvme = self.dram, self.nvme
+        dram, nvme, shared = self.dram, self.nvme, self.shared
         while i < n and blocks[i] in dram:
             i += 1
         d = i - start
         while i < n and (blocks[i] in nvme or blocks[i] in dram):
             i += 1
-        return d, i - start - d
+        v = i - start - d
+        while i < n and (blocks[i] in shared or blocks[i] in nvme or blocks[i] in dram):
+            i += 1
+        return d, v, i - start - d - v
 
     # -- eviction ----------------------------------------------------------------------------
     def _drop_hbm(self, block: int) -> None:
@@ -114,8 +126,16 @@ class BlockPool:
         else:
             del self.holders[block]
         self.evictions += 1
-        if self.dram_capacity or self.nvme_capacity or self.on_move is not None:
+        if self._demotes():
             self._demote(block)
+
+    def _demotes(self) -> bool:
+        return bool(
+            self.dram_capacity
+            or self.nvme_capacity
+            or self.shared_capacity
+            or self.on_move is not None
+        )
 
     def _demote(self, block: int) -> None:
         """An HBM eviction moves the block to DRAM, else NVMe, else drops it."""
@@ -132,11 +152,24 @@ class BlockPool:
         if self.nvme_capacity > 0:
             if len(self.nvme) >= self.nvme_capacity:
                 victim, _ = self.nvme.popitem(last=False)
-                self._moved(victim, "DISK", "")
+                self._to_shared(victim, "DISK")
             self.nvme[block] = None
             self._moved(block, medium_from, "DISK")
         else:
+            self._to_shared(block, medium_from)
+
+    def _to_shared(self, block: int, medium_from: str) -> None:
+        shared = self.shared
+        if self.shared_capacity <= 0:
             self._moved(block, medium_from, "")
+            return
+        if block in shared:
+            shared.move_to_end(block)
+        else:
+            if len(shared) >= self.shared_capacity:
+                shared.popitem(last=False)
+            shared[block] = None
+        self._moved(block, medium_from, "REMOTE")
 
     def _moved(self, block: int, medium_from: str, medium_to: str) -> None:
         if self.on_move is not None:
@@ -151,7 +184,7 @@ class BlockPool:
         if deficit > len(cached) + len(spec):
             return False
         holders, mask = self.holders, ~self.bit
-        demote = self.dram_capacity or self.nvme_capacity or self.on_move is not None
+        demote = self._demotes()
         for _ in range(deficit):
             if spec:
                 block, _ = spec.popitem(last=False)
@@ -223,7 +256,8 @@ class BlockPool:
                 cached[b] = None
 
     def take_lower(self, blocks: Sequence[int]) -> None:
-        """Remove blocks from the lower tiers (they are being promoted into HBM)."""
+        """Remove blocks from the node's lower tiers (they are being promoted into HBM); the
+        shared pool keeps its copy."""
         for b in blocks:
             if b in self.dram:
                 del self.dram[b]

@@ -124,6 +124,9 @@ class SimConfig(FrozenConfig):
     node: NodeConfig = NodeConfig()
     network: NetworkConfig = NetworkConfig()
     slo: SLOConfig = SLOConfig()
+    # Optional NVMe-oF pool shared by all nodes (0 = off): what falls out of a node's last
+    # local tier lands here; a hit loads at bandwidth_gbps (GB/s per reading node).
+    shared_pool: TierConfig = TierConfig(capacity_gib=0.0, bandwidth_gbps=5.0)
     routing: RoutingConfig = RoutingConfig()
 
     def kv_capacity_bytes(self) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -41,7 +42,7 @@ from kvcast.simulator.replication import Replicator
 Observer = Callable[[Event], None]
 Progress = Callable[[int, int], None]
 
-_ITER, _DECODE, _PULL, _REPL, _TELEM, _TICK = range(6)
+_ITER, _DECODE, _PULL, _REPL, _PROMOTE, _TELEM, _TICK = range(7)
 
 
 class Simulator:
@@ -78,6 +79,8 @@ class Simulator:
         gib = 1 << 30
         quota = replicator.speculative_quota_bytes // self.block_bytes if replicator else 0
         self.nodes: list[Node] = []
+        shared: OrderedDict[int, None] = OrderedDict()
+        shared_cap = int(cfg.shared_pool.capacity_gib * gib) // self.block_bytes
         for k in range(cfg.nodes):
             pool = BlockPool(
                 k,
@@ -86,10 +89,21 @@ class Simulator:
                 dram_capacity=int(cfg.node.dram.capacity_gib * gib) // self.block_bytes,
                 nvme_capacity=int(cfg.node.nvme.capacity_gib * gib) // self.block_bytes,
                 spec_quota=quota,
+                shared=shared,
+                shared_capacity=shared_cap,
             )
             if self.observers:
                 pool.on_move = self._mover(k)
-            self.nodes.append(Node(k, cfg.node, pool, self.block_tokens, self.block_bytes))
+            self.nodes.append(
+                Node(
+                    k,
+                    cfg.node,
+                    pool,
+                    self.block_tokens,
+                    self.block_bytes,
+                    cfg.shared_pool.bandwidth_gbps,
+                )
+            )
         self.now = 0.0
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
@@ -328,12 +342,34 @@ class Simulator:
             )
 
     def _promote(self, cmd: PromoteCommand) -> None:
+        """Start loading lower-tier blocks into HBM; they land as speculative when loaded."""
+        node = self.nodes[cmd.node]
+        pool = node.pool
+        dram_bw, nvme_bw, shared_bw = node.tier_bytes_per_ms
+        ms = 0.0
+        lower = []
+        for b in cmd.block_hashes:
+            bw = (
+                dram_bw
+                if b in pool.dram
+                else nvme_bw
+                if b in pool.nvme
+                else shared_bw
+                if b in pool.shared
+                else 0.0
+            )
+            if bw:
+                lower.append(b)
+                ms += self.block_bytes / bw
+        if lower:
+            self._push(self.now + ms, _PROMOTE, (cmd, lower))
+
+    def _promote_done(self, payload: tuple[PromoteCommand, list[int]]) -> None:
+        cmd, lower = payload
         pool = self.nodes[cmd.node].pool
-        lower = [b for b in cmd.block_hashes if b in pool.dram or b in pool.nvme]
-        if not lower:
-            return
-        pool.take_lower(lower)
-        placed = pool.add_speculative(lower, self.now, cmd.ttl_ms)
+        still = [b for b in lower if b in pool.dram or b in pool.nvme or b in pool.shared]
+        pool.take_lower(still)
+        placed = pool.add_speculative(still, self.now, cmd.ttl_ms)
         self._placed += placed
         self._note_quota(pool)
 
@@ -389,6 +425,7 @@ class Simulator:
             _DECODE: self._decode_done,  # type: ignore[dict-item]
             _PULL: self._pull_done,  # type: ignore[dict-item]
             _REPL: self._replication_done,  # type: ignore[dict-item]
+            _PROMOTE: self._promote_done,  # type: ignore[dict-item]
             _TELEM: lambda _: self._telemetry(),
             _TICK: lambda _: self._tick(),
         }

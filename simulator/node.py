@@ -89,7 +89,13 @@ class Node:
     )
 
     def __init__(
-        self, node_id: int, cfg: NodeConfig, pool: BlockPool, block_tokens: int, block_bytes: int
+        self,
+        node_id: int,
+        cfg: NodeConfig,
+        pool: BlockPool,
+        block_tokens: int,
+        block_bytes: int,
+        shared_gbps: float = 5.0,
     ) -> None:
         self.node_id = node_id
         self._cfg = cfg
@@ -108,7 +114,11 @@ class Node:
         self.est_ms_sum = 0.0
         self.est_queue_ms = 0.0  # refreshed by the engine before each routing call
         gb = 1e9 / 1e3
-        self.tier_bytes_per_ms = (cfg.dram.bandwidth_gbps * gb, cfg.nvme.bandwidth_gbps * gb)
+        self.tier_bytes_per_ms = (
+            cfg.dram.bandwidth_gbps * gb,
+            cfg.nvme.bandwidth_gbps * gb,
+            shared_gbps * gb,
+        )
 
     # -- NodeLoad ------------------------------------------------------------------------------
     @property
@@ -140,23 +150,26 @@ class Node:
         if not pool.make_room(need, now):
             pool.release(hit)
             return None
-        d, v = pool.lower_prefix(blocks, m)
-        d = min(d, max(nb - 1 - m, 0))
-        v = min(v, max(nb - 1 - m - d, 0))
-        lower = blocks[m : m + d + v]
+        d, v, sh = pool.lower_prefix(blocks, m)
+        room = max(nb - 1 - m, 0)  # the last block is always recomputed
+        d = min(d, room)
+        v = min(v, room - d)
+        sh = min(sh, room - d - v)
+        lower = blocks[m : m + d + v + sh]
         pool.take_lower(lower)
         pool.add_active(lower)
-        pool.reserved += need - d - v
+        pool.reserved += need - len(lower)
         req.hit = m
-        req.lower_blocks = d + v
-        req.new_blocks = need - d - v
-        req.uncached = max(req.input_tokens - (m + d + v) * self.block_tokens, 1)
+        req.lower_blocks = len(lower)
+        req.new_blocks = need - len(lower)
+        req.uncached = max(req.input_tokens - (m + len(lower)) * self.block_tokens, 1)
         self.queued_prefill_tokens += req.uncached - req.est_tokens
         req.est_tokens = req.uncached
         req.started = True
         req.start_ms = now
         bb = self.block_bytes
-        return d * bb / self.tier_bytes_per_ms[0] + v * bb / self.tier_bytes_per_ms[1]
+        dram_bw, nvme_bw, shared_bw = self.tier_bytes_per_ms
+        return bb * (d / dram_bw + v / nvme_bw + sh / shared_bw)
 
     def schedule(self, now: float) -> float | None:
         """Start an iteration if idle and work is ready; returns its end time."""

@@ -12,10 +12,13 @@ def tiny_trace(rows: list[tuple[float, int, int, list[int]]], name: str = "tiny"
     """rows: (arrival_ms, input_tokens, output_tokens, block_hashes) with 512-token blocks."""
     return Trace(
         make_table(
-            arrival_ms=[r[0] for r in rows], input_tokens=[r[1] for r in rows],
-            output_tokens=[r[2] for r in rows], block_hashes=[r[3] for r in rows],
+            arrival_ms=[r[0] for r in rows],
+            input_tokens=[r[1] for r in rows],
+            output_tokens=[r[2] for r in rows],
+            block_hashes=[r[3] for r in rows],
         ),
-        name=name, block_size=512,
+        name=name,
+        block_size=512,
     )
 
 

@@ -99,5 +99,23 @@ def test_lower_prefix_counts_dram_run_then_nvme_run() -> None:
     p = pool(8, dram_capacity=8, nvme_capacity=8)
     p.dram.update({1: None, 2: None})
     p.nvme.update({3: None})
-    assert p.lower_prefix([1, 2, 3, 4], 0) == (2, 1)
-    assert p.lower_prefix([9, 1], 0) == (0, 0)
+    assert p.lower_prefix([1, 2, 3, 4], 0) == (2, 1, 0)
+    assert p.lower_prefix([9, 1], 0) == (0, 0, 0)
+
+
+def test_shared_pool_receives_what_falls_out_of_local_tiers_and_serves_every_node() -> None:
+    from collections import OrderedDict
+
+    holders: dict[int, int] = {}
+    shared: OrderedDict[int, None] = OrderedDict()
+    a = BlockPool(0, 1, holders, shared=shared, shared_capacity=2)
+    b = BlockPool(1, 1, holders, shared=shared, shared_capacity=2)
+    fill_cached(a, [1])
+    fill_cached(a, [2])  # 1 falls out of node 0 (no local tiers) into the shared pool
+    assert 1 in shared
+    assert b.lower_prefix([1, 5], 0) == (0, 0, 1)  # node 1 can load it
+    b.take_lower([1])
+    assert 1 in shared  # the shared pool keeps its copy
+    fill_cached(a, [3])
+    fill_cached(a, [4])  # shared holds at most 2: the oldest goes
+    assert len(shared) == 2 and 1 not in shared

@@ -18,7 +18,8 @@ def test_capacity_finds_the_highest_load_meeting_the_target_within_tolerance(kne
 def test_every_probe_below_the_reported_capacity_passing_is_recorded() -> None:
     res = find_capacity(linear_attainment(2.0), target=0.9)
     assert (res.time_scale, 1.0) in res.probes or any(
-        x == res.time_scale and a >= 0.9 for x, a in res.probes)
+        x == res.time_scale and a >= 0.9 for x, a in res.probes
+    )
 
 
 def test_capacity_is_zero_when_even_the_lowest_load_misses() -> None:

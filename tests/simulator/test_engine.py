@@ -33,8 +33,9 @@ def test_ttft_is_queue_plus_transfer_plus_prefill_and_prefill_matches_the_model(
     res = simulate(tr, cfg, "round_robin").requests
     p = cfg.node.prefill
     first = res.iloc[0]
-    assert first["ttft_ms"] == pytest.approx(p.a_ms + p.b_ms_per_token * 4000
-                                             + p.c_ms_per_token2 * 4000**2)
+    assert first["ttft_ms"] == pytest.approx(
+        p.a_ms + p.b_ms_per_token * 4000 + p.c_ms_per_token2 * 4000**2
+    )
     # the second arrived while the first's iteration ran: it joins at the next step boundary
     second = res.iloc[1]
     assert second["prefill_start_ms"] == pytest.approx(first["first_token_ms"])
@@ -50,7 +51,8 @@ def test_a_long_prompt_is_chunked_and_pays_the_per_iteration_cost() -> None:
     p = cfg.node.prefill
     iterations = -(-n // p.chunk_tokens)
     assert res["ttft_ms"].iloc[0] == pytest.approx(
-        iterations * p.a_ms + p.b_ms_per_token * n + p.c_ms_per_token2 * n * n)
+        iterations * p.a_ms + p.b_ms_per_token * n + p.c_ms_per_token2 * n * n
+    )
 
 
 def test_requests_queue_fifo_behind_a_busy_node() -> None:
@@ -117,10 +119,14 @@ def test_mooncake_pull_moves_bytes_on_the_critical_path(bundled_head: Trace) -> 
 
 def test_lower_tier_hits_pay_load_time_and_save_recompute() -> None:
     blocks_a, blocks_b = list(range(10)), list(range(100, 110))
-    tr = tiny_trace([(0.0, 5000, 1, blocks_a), (10_000.0, 5000, 1, blocks_b),
-                     (20_000.0, 5000, 1, blocks_a)])
-    cfg = config(nodes=1, arrival_spread="off",
-                 node={"kv_capacity_gib": 12 * 0.15625, "dram": {"capacity_gib": 100.0}})
+    tr = tiny_trace(
+        [(0.0, 5000, 1, blocks_a), (10_000.0, 5000, 1, blocks_b), (20_000.0, 5000, 1, blocks_a)]
+    )
+    cfg = config(
+        nodes=1,
+        arrival_spread="off",
+        node={"kv_capacity_gib": 12 * 0.15625, "dram": {"capacity_gib": 100.0}},
+    )
     rq = simulate(tr, cfg, "round_robin").requests
     third = rq.iloc[2]
     assert third["lower_tier_blocks"] > 0
@@ -145,8 +151,12 @@ def test_event_stream_reports_stored_blocks_and_telemetry(bundled_head: Trace) -
 
 def test_telemetry_samples_are_periodic_per_node(bundled_head: Trace) -> None:
     samples: list[TelemetrySample] = []
-    simulate(bundled_head, SimConfig(), "round_robin",
-             observers=[lambda e: samples.append(e) if isinstance(e, TelemetrySample) else None])
+    simulate(
+        bundled_head,
+        SimConfig(),
+        "round_robin",
+        observers=[lambda e: samples.append(e) if isinstance(e, TelemetrySample) else None],
+    )
     t0 = [s.ts_ms for s in samples if s.node == 0]
     assert np.allclose(np.diff(t0), 1000.0)
 
@@ -163,7 +173,8 @@ def test_absolute_slo_uses_the_configured_ttft() -> None:
     rq = simulate(tiny_trace([(0.0, 3000, 1, [1])]), cfg, "round_robin").requests
     assert rq["slo_ms"].iloc[0] == 123.0
     assert simulate(tiny_trace([(0.0, 3000, 1, [1])]), cfg, "round_robin").summary["slo"] == {
-        "ttft_ms": 123.0}
+        "ttft_ms": 123.0
+    }
 
 
 def test_a_request_larger_than_a_node_is_rejected_not_hung() -> None:
