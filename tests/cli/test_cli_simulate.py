@@ -14,11 +14,28 @@ from kvcast.cli.app import app
 runner = CliRunner()
 
 SUMMARY_KEYS = {
-    "policy", "trace", "time_scale", "nodes", "requests", "ttft_ms", "tpot_ms", "queue_ms",
-    "slo", "slo_attainment", "goodput_rps", "prefix_hit_ratio", "recomputed_tokens",
-    "bytes_replicated", "bytes_replicated_used", "bytes_wasted", "replications",
-    "replication_hit_rate", "mean_lead_time_ms", "active_evictions_by_speculative",
-    "peak_speculative_bytes_over_quota", "sim_wall_s",
+    "policy",
+    "trace",
+    "time_scale",
+    "nodes",
+    "requests",
+    "ttft_ms",
+    "tpot_ms",
+    "queue_ms",
+    "slo",
+    "slo_attainment",
+    "goodput_rps",
+    "prefix_hit_ratio",
+    "recomputed_tokens",
+    "bytes_replicated",
+    "bytes_replicated_used",
+    "bytes_wasted",
+    "replications",
+    "replication_hit_rate",
+    "mean_lead_time_ms",
+    "active_evictions_by_speculative",
+    "peak_speculative_bytes_over_quota",
+    "sim_wall_s",
 }
 
 
@@ -31,27 +48,61 @@ def small_trace(tmp_path: Path) -> Path:
 
 def test_simulate_writes_summary_with_contract_keys_and_requests_parquet(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path)), "--policy",
-                            "dynamo_kv", "--out", str(out), "--time-scale", "2"])
+    r = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(small_trace(tmp_path)),
+            "--policy",
+            "dynamo_kv",
+            "--out",
+            str(out),
+            "--time-scale",
+            "2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     s = json.loads((out / "summary.json").read_text())
-    assert SUMMARY_KEYS <= set(s)
+    assert set(s) >= SUMMARY_KEYS
     assert set(s["ttft_ms"]) == {"p50", "p95", "p99", "mean"} and s["time_scale"] == 2.0
     rq = pd.read_parquet(out / "requests.parquet")
-    assert len(rq) == 300 and {"node", "arrival_ms", "queue_ms", "ttft_ms", "cached_blocks",
-                               "transferred_blocks"} <= set(rq.columns)
+    assert len(rq) == 300 and {
+        "node",
+        "arrival_ms",
+        "queue_ms",
+        "ttft_ms",
+        "cached_blocks",
+        "transferred_blocks",
+    } <= set(rq.columns)
     assert (out / "timeline.parquet").is_file()
 
 
 def test_evaluate_writes_a_list_per_policy_and_load_plus_plots(tmp_path: Path) -> None:
     out = tmp_path / "ev"
-    r = runner.invoke(app, ["evaluate", "--trace", str(small_trace(tmp_path)), "--policies",
-                            "round_robin,llmd_precise", "--time-scale", "1,2", "--capacity",
-                            "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--trace",
+            str(small_trace(tmp_path)),
+            "--policies",
+            "round_robin,llmd_precise",
+            "--time-scale",
+            "1,2",
+            "--capacity",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     rows = json.loads((out / "summary.json").read_text())
     assert [(s["policy"], s["time_scale"]) for s in rows] == [
-        ("round_robin", 1.0), ("round_robin", 2.0), ("llmd_precise", 1.0), ("llmd_precise", 2.0)]
+        ("round_robin", 1.0),
+        ("round_robin", 2.0),
+        ("llmd_precise", 1.0),
+        ("llmd_precise", 2.0),
+    ]
     assert all(SUMMARY_KEYS | {"capacity_time_scale"} <= set(s) for s in rows)
     for png in ("ttft_cdf.png", "p99_vs_load.png"):
         assert (out / png).stat().st_size > 1000
@@ -74,39 +125,75 @@ def test_every_command_has_help(cmd: list[str]) -> None:
 def test_bad_input_gives_one_line_reason_and_exit_2(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
-    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path)), *args,
-                            "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app,
+        ["simulate", "--trace", str(small_trace(tmp_path)), *args, "--out", str(tmp_path / "o")],
+    )
     assert r.exit_code == 2
     assert message in r.output and "Traceback" not in r.output
 
 
 def test_missing_trace_file_is_named(tmp_path: Path) -> None:
-    r = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "nope.jsonl"),
-                            "--policy", "round_robin"])
+    r = runner.invoke(
+        app, ["simulate", "--trace", str(tmp_path / "nope.jsonl"), "--policy", "round_robin"]
+    )
     assert r.exit_code == 2 and "nope.jsonl" in r.output
 
 
 def test_bad_config_key_is_named_with_file(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("nodez: 4\n")
-    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path)), "--policy",
-                            "round_robin", "--config", str(cfg)])
+    r = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(small_trace(tmp_path)),
+            "--policy",
+            "round_robin",
+            "--config",
+            str(cfg),
+        ],
+    )
     assert r.exit_code == 2 and "c.yaml: key 'nodez': unknown key" in r.output
 
 
 def test_malformed_trace_line_is_named_and_skip_bad_recovers(tmp_path: Path) -> None:
     p = small_trace(tmp_path)
     p.write_text(p.read_text() + "{not json\n")
-    r = runner.invoke(app, ["simulate", "--trace", str(p), "--policy", "round_robin",
-                            "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app,
+        ["simulate", "--trace", str(p), "--policy", "round_robin", "--out", str(tmp_path / "o")],
+    )
     assert r.exit_code == 2 and "small.jsonl:301" in r.output
-    r = runner.invoke(app, ["simulate", "--trace", str(p), "--policy", "round_robin",
-                            "--skip-bad", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(p),
+            "--policy",
+            "round_robin",
+            "--skip-bad",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 0, r.output
 
 
 def test_evaluate_refuses_unknown_policy_before_running_anything(tmp_path: Path) -> None:
     out = tmp_path / "ev"
-    r = runner.invoke(app, ["evaluate", "--trace", str(small_trace(tmp_path)), "--policies",
-                            "round_robin,bogus", "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--trace",
+            str(small_trace(tmp_path)),
+            "--policies",
+            "round_robin,bogus",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 2 and "bogus" in r.output and not (out / "summary.json").exists()

@@ -67,7 +67,7 @@ def test_wrong_type_error_names_key_expected_and_value(tmp_path: Path) -> None:
 def test_out_of_range_value_is_refused(tmp_path: Path) -> None:
     p = tmp_path / "bad.yaml"
     p.write_text("node:\n  memory_utilization: 1.5\n")
-    with pytest.raises(ConfigError, match="node.memory_utilization"):
+    with pytest.raises(ConfigError, match=r"node\.memory_utilization"):
         load_config(SimConfig, p)
 
 

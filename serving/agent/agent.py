@@ -1,0 +1,101 @@
+"""One KV transfer agent: a block store, the server that lets peers pull from it, and the
+client that pulls from peers into it, all on one asyncio event loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from types import TracebackType
+
+from kvcast.serving.agent.block_store import BlockStore
+from kvcast.serving.agent.blocks import BlockState
+from kvcast.serving.agent.buffers import BufferAllocator
+from kvcast.serving.agent.config import AgentConfig
+from kvcast.serving.agent.host_pool import HostBlockPool
+from kvcast.serving.agent.pull_result import PullResult
+from kvcast.serving.agent.tcp_server import TransferServer
+from kvcast.serving.agent.tcp_transport import TcpTransport
+from kvcast.serving.agent.transfer import TransferClient
+from kvcast.serving.agent.transport import Transport, parse_peer
+from kvcast.serving.messages import BlockHash
+
+
+class Agent:
+    """Owns ``store``, ``server`` and ``client``; ``async with Agent(cfg)`` serves on
+    ``cfg.listen`` until the block exits."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        transport: Transport | None = None,
+        allocator: BufferAllocator | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        token = config.token_value
+        self.store = BlockStore(
+            config.capacity_bytes,
+            config.speculative_quota_bytes,
+            config.speculative_ttl_s,
+            clock=clock,
+        )
+        self.server = TransferServer(self.store, token, config.request_timeout_s)
+        if allocator is None and config.pool_slot_bytes is not None:
+            slots = max(1, config.capacity_bytes // config.pool_slot_bytes)
+            allocator = HostBlockPool(config.pool_slot_bytes, slots)
+        transport = transport or TcpTransport(
+            config.link_bytes_per_s,
+            config.link_burst_bytes,
+            config.max_block_bytes,
+            config.connect_timeout_s,
+        )
+        self.client = TransferClient(
+            self.store,
+            transport,
+            allocator=allocator,
+            token=token or "",
+            max_retries=config.max_retries,
+            backoff_base_s=config.backoff_base_s,
+            backoff_max_s=config.backoff_max_s,
+        )
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    async def start(self) -> str:
+        """Listen on ``config.listen`` (port 0: an ephemeral port); return the bound address."""
+        host, port = parse_peer(self.config.listen, allow_port_zero=True)
+        return await self.server.start(host, port)
+
+    async def stop(self) -> None:
+        await self.server.stop()
+        await self.client.transport.close()
+
+    async def pull(
+        self,
+        peer: str,
+        block_hashes: Iterable[BlockHash],
+        tenant: str,
+        deadline: float,
+        *,
+        command_id: str | None = None,
+        state: BlockState = BlockState.SPECULATIVE,
+        ttl_s: float | None = None,
+    ) -> PullResult:
+        """See :meth:`TransferClient.pull`."""
+        return await self.client.pull(
+            peer, block_hashes, tenant, deadline, command_id=command_id, state=state, ttl_s=ttl_s
+        )
+
+    async def __aenter__(self) -> Agent:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,198 @@
+"""The agent's block store: verified blocks by (tenant, hash), with LRU, quota and TTL.
+
+Kept whatever the caller does: a block is visible only once its bytes matched their checksum;
+an active (pinned) block is never evicted and no stored block is overwritten; speculative
+replicas go first, expire after their TTL, stay within the quota and only displace each other;
+total bytes never exceed the capacity.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kvcast.serving.agent.block_table import BlockTable, Entry
+from kvcast.serving.agent.blocks import (
+    BlockInfo,
+    BlockKey,
+    BlockNotFound,
+    BlockPinned,
+    BlockState,
+    ChecksumMismatch,
+    QuotaExceeded,
+    StoredBlock,
+    StoreError,
+    StoreFull,
+    StoreStats,
+)
+from kvcast.serving.agent.buffers import BlockBuffer
+from kvcast.serving.agent.checksum import checksum as compute_checksum
+from kvcast.serving.agent.eviction import plan_evictions
+from kvcast.serving.messages import BlockHash
+
+ACTIVE, CACHED, SPECULATIVE = BlockState.ACTIVE, BlockState.CACHED, BlockState.SPECULATIVE
+
+
+class BlockStore:
+    """Blocks of one agent. Not thread-safe: use it from one thread (the agent's event loop)."""
+
+    def __init__(
+        self,
+        capacity_bytes: int,
+        speculative_quota_bytes: int,
+        speculative_ttl_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if capacity_bytes <= 0 or not 0 <= speculative_quota_bytes <= capacity_bytes:
+            raise ValueError("need capacity > 0 and 0 <= speculative quota <= capacity")
+        if speculative_ttl_s <= 0:
+            raise ValueError("speculative_ttl_s must be > 0")
+        self.capacity_bytes, self.speculative_quota_bytes = capacity_bytes, speculative_quota_bytes
+        self.speculative_ttl_s, self._clock = speculative_ttl_s, clock
+        self._table = BlockTable()
+        self.stats = StoreStats()
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    @property
+    def used_bytes(self) -> int:
+        return self._table.used_bytes
+
+    @property
+    def speculative_bytes(self) -> int:
+        return self._table.bytes[SPECULATIVE]
+
+    @property
+    def active_bytes(self) -> int:
+        return self._table.bytes[ACTIVE]
+
+    def put(
+        self,
+        tenant: str,
+        block_hash: BlockHash,
+        buffer: BlockBuffer,
+        checksum: int,
+        state: BlockState = CACHED,
+        ttl_s: float | None = None,
+    ) -> BlockInfo:
+        """Verify ``buffer`` against ``checksum``, make room, store it. A block already stored
+        keeps its bytes; its state may only rise (speculative -> cached -> active).
+        Raises :class:`ChecksumMismatch`, :class:`QuotaExceeded` or :class:`StoreFull`."""
+        if compute_checksum(buffer.view()) != checksum:
+            self.stats.rejected_checksum += 1
+            raise ChecksumMismatch(f"block {block_hash!r} of tenant {tenant!r}: bad checksum")
+        key = BlockKey(tenant, block_hash)
+        self.sweep()
+        expires_at = self._clock() + (self.speculative_ttl_s if ttl_s is None else ttl_s)
+        if (entry := self._table.entries.get(key)) is not None:
+            self.stats.duplicate_puts += 1
+            if state is ACTIVE:
+                return self.pin(tenant, block_hash)
+            if state is CACHED and entry.state is SPECULATIVE:
+                self._table.move(key, CACHED)
+            elif state is SPECULATIVE and entry.state is SPECULATIVE:
+                self._table.set_expiry(key, expires_at)
+            self._table.touch(key)
+            return self._info(key, entry)
+        try:
+            victims = plan_evictions(
+                self._table, buffer.nbytes, state, self.capacity_bytes, self.speculative_quota_bytes
+            )
+        except QuotaExceeded:
+            self.stats.rejected_quota += 1
+            raise
+        except StoreFull:
+            self.stats.rejected_capacity += 1
+            raise
+        for victim in victims:
+            self._remove(victim, "evicted_" + self._table.entries[victim].state.value)
+        entry = Entry(buffer, checksum, state, pins=int(state is ACTIVE))
+        entry.expires_at = expires_at if state is SPECULATIVE else None
+        self._table.add(key, entry)
+        self.stats.puts += 1
+        self.stats.note_peaks(self.used_bytes, self.speculative_bytes)
+        return self._info(key, entry)
+
+    def get(self, tenant: str, block_hash: BlockHash) -> StoredBlock | None:
+        """Read a block for use: counts a hit or a miss and refreshes its LRU position."""
+        key = BlockKey(tenant, block_hash)
+        if (entry := self._live(key)) is None:
+            self.stats.misses += 1
+            return None
+        self.stats.hits += 1
+        self._table.touch(key)
+        return StoredBlock(entry.buffer, entry.checksum)
+
+    def peek(self, tenant: str, block_hash: BlockHash) -> StoredBlock | None:
+        """Read a block without counting or touching it (to serve a peer's pull)."""
+        entry = self._live(BlockKey(tenant, block_hash))
+        return None if entry is None else StoredBlock(entry.buffer, entry.checksum)
+
+    def info(self, tenant: str, block_hash: BlockHash) -> BlockInfo | None:
+        key = BlockKey(tenant, block_hash)
+        return None if (entry := self._live(key)) is None else self._info(key, entry)
+
+    def pin(self, tenant: str, block_hash: BlockHash) -> BlockInfo:
+        """Mark a block active (in use); pinning a speculative replica counts it as used."""
+        key, entry = self._require(tenant, block_hash)
+        if entry.state is SPECULATIVE:
+            self.stats.speculative_used += 1
+        if entry.state is not ACTIVE:
+            self._table.move(key, ACTIVE)
+        entry.pins += 1
+        return self._info(key, entry)
+
+    def unpin(self, tenant: str, block_hash: BlockHash) -> BlockInfo:
+        """Release one pin; at zero pins the block becomes cached (most recently used)."""
+        key, entry = self._require(tenant, block_hash)
+        if entry.state is not ACTIVE:
+            raise StoreError(f"block {block_hash!r} of tenant {tenant!r} is not pinned")
+        entry.pins -= 1
+        if entry.pins == 0:
+            self._table.move(key, CACHED)
+        return self._info(key, entry)
+
+    def evict(self, tenant: str, block_hash: BlockHash) -> bool:
+        """Remove a block on request: False if absent, :class:`BlockPinned` if active."""
+        key = BlockKey(tenant, block_hash)
+        if (entry := self._live(key)) is None:
+            return False
+        if entry.state is ACTIVE:
+            raise BlockPinned(f"block {block_hash!r} of tenant {tenant!r} is active")
+        self._remove(key, "removed")
+        return True
+
+    def sweep(self) -> int:
+        """Reclaim every expired speculative replica now; return how many."""
+        expired = self._table.expired(self._clock())
+        for key in expired:
+            self._remove(key, "expired")
+        return len(expired)
+
+    def inventory(self) -> list[BlockInfo]:
+        """Every live block (expired replicas reclaimed first), for the sidecar's recovery."""
+        self.sweep()
+        return [self._info(k, e) for k, e in self._table.entries.items()]
+
+    def _remove(self, key: BlockKey, counter: str) -> None:
+        self._table.move(key, None)
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+
+    def _live(self, key: BlockKey) -> Entry | None:
+        """The entry for ``key`` unless absent or expired (an expired one is reclaimed now)."""
+        entry = self._table.entries.get(key)
+        if entry is not None and entry.expires_at is not None and entry.expires_at <= self._clock():
+            self._remove(key, "expired")
+            return None
+        return entry
+
+    def _require(self, tenant: str, block_hash: BlockHash) -> tuple[BlockKey, Entry]:
+        key = BlockKey(tenant, block_hash)
+        if (entry := self._live(key)) is None:
+            raise BlockNotFound(f"no block {block_hash!r} for tenant {tenant!r}")
+        return key, entry
+
+    @staticmethod
+    def _info(key: BlockKey, e: Entry) -> BlockInfo:
+        return BlockInfo(*key, e.state, e.buffer.nbytes, e.checksum, e.pins, e.expires_at)

@@ -1,0 +1,98 @@
+"""The store's indexes: entries by key, LRU order per evictable state, bytes per state.
+
+Every state change goes through :meth:`BlockTable.move`, so the three never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kvcast.serving.agent.blocks import BlockKey, BlockState
+from kvcast.serving.agent.buffers import BlockBuffer
+
+EVICTABLE = (BlockState.SPECULATIVE, BlockState.CACHED)
+"""Evictable states, lowest priority first; active blocks are in no LRU list."""
+
+
+@dataclass(slots=True)
+class Entry:
+    buffer: BlockBuffer
+    checksum: int
+    state: BlockState
+    pins: int = 0
+    expires_at: float | None = None
+
+
+class BlockTable:
+    def __init__(self) -> None:
+        self.entries: dict[BlockKey, Entry] = {}
+        self._lru: dict[BlockState, OrderedDict[BlockKey, None]] = {
+            s: OrderedDict() for s in EVICTABLE
+        }
+        self.bytes = dict.fromkeys(BlockState, 0)
+        self._next_expiry = math.inf  # a lower bound on every speculative block's expiry
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(self.bytes.values())
+
+    def add(self, key: BlockKey, entry: Entry) -> None:
+        if key in self.entries:
+            raise KeyError(f"{key} already present")
+        self.entries[key] = entry
+        self._link(key, entry)
+        if entry.expires_at is not None:
+            self._next_expiry = min(self._next_expiry, entry.expires_at)
+
+    def set_expiry(self, key: BlockKey, expires_at: float) -> None:
+        self.entries[key].expires_at = expires_at
+        self._next_expiry = min(self._next_expiry, expires_at)
+
+    def expired(self, now: float) -> list[BlockKey]:
+        """Speculative blocks whose expiry is <= ``now`` (O(1) while none is)."""
+        if now < self._next_expiry:
+            return []
+        out, self._next_expiry = [], math.inf
+        for key, entry in self.lru(BlockState.SPECULATIVE):
+            at = math.inf if entry.expires_at is None else entry.expires_at
+            if at <= now:
+                out.append(key)
+            else:
+                self._next_expiry = min(self._next_expiry, at)
+        return out
+
+    def move(self, key: BlockKey, state: BlockState | None) -> None:
+        """Give ``key`` a new state (None removes it); it becomes most recently used."""
+        entry = self.entries[key]
+        self.bytes[entry.state] -= entry.buffer.nbytes
+        if entry.state in self._lru:
+            del self._lru[entry.state][key]
+        if state is None:
+            del self.entries[key]
+            return
+        entry.state = state
+        if state is not BlockState.SPECULATIVE:
+            entry.expires_at = None
+        self._link(key, entry)
+
+    def touch(self, key: BlockKey) -> None:
+        """Mark ``key`` most recently used within its state."""
+        state = self.entries[key].state
+        if state in self._lru:
+            self._lru[state].move_to_end(key)
+
+    def lru(self, state: BlockState) -> Iterator[tuple[BlockKey, Entry]]:
+        """Blocks in ``state``, least recently used first (empty for active)."""
+        for key in self._lru.get(state, ()):
+            yield key, self.entries[key]
+
+    def _link(self, key: BlockKey, entry: Entry) -> None:
+        self.bytes[entry.state] += entry.buffer.nbytes
+        if entry.state in self._lru:
+            self._lru[entry.state][key] = None

@@ -1,0 +1,42 @@
+"""Configuration of one KV transfer agent (``kvcast serve agent``)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+
+from kvcast.config import FrozenConfig
+from kvcast.serving.agent.transport import parse_peer
+
+
+class AgentConfig(FrozenConfig):
+    """Sizes in bytes, times in seconds. ``token``: the shared secret that peers' pulls must
+    carry (None: no authentication; the CLI reads it from ``KVCAST_TOKEN``)."""
+
+    node_id: str = "agent-0"
+    listen: str = "127.0.0.1:0"
+    capacity_bytes: int = Field(gt=0)
+    speculative_quota_bytes: int = Field(ge=0)
+    speculative_ttl_s: float = Field(30.0, gt=0)
+    link_bytes_per_s: float | None = Field(None, gt=0)
+    link_burst_bytes: int = Field(4 << 20, gt=0)
+    max_block_bytes: int = Field(256 << 20, gt=0)
+    max_retries: int = Field(3, ge=0)
+    backoff_base_s: float = Field(0.05, gt=0)
+    backoff_max_s: float = Field(1.0, gt=0)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    request_timeout_s: float = Field(10.0, gt=0)
+    token: SecretStr | None = None
+    # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate
+    # each received block on demand; slower, as fresh memory is faulted in on first touch).
+    pool_slot_bytes: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AgentConfig:
+        if self.speculative_quota_bytes > self.capacity_bytes:
+            raise ValueError("speculative_quota_bytes must not exceed capacity_bytes")
+        parse_peer(self.listen, allow_port_zero=True)
+        return self
+
+    @property
+    def token_value(self) -> str | None:
+        return self.token.get_secret_value() if self.token else None

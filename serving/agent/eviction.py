@@ -1,0 +1,42 @@
+"""Which blocks to evict to admit a new one: a pure plan over the table, applied by the store.
+
+Speculative replicas go first (LRU), then cached blocks (LRU); active blocks never. A new
+speculative replica may only displace other speculative replicas and must fit the quota.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+from kvcast.serving.agent.block_table import BlockTable
+from kvcast.serving.agent.blocks import BlockKey, BlockState, QuotaExceeded, StoreFull
+
+SPECULATIVE, CACHED = BlockState.SPECULATIVE, BlockState.CACHED
+
+
+def plan_evictions(
+    table: BlockTable, nbytes: int, state: BlockState, capacity: int, quota: int
+) -> list[BlockKey]:
+    """The victims, in order, that make room for ``nbytes`` in ``state``.
+
+    Raises :class:`QuotaExceeded` or :class:`StoreFull` when no allowed set of victims makes
+    room; the table is never modified here.
+    """
+    speculative = state is SPECULATIVE
+    if speculative and nbytes > quota:
+        raise QuotaExceeded(f"{nbytes} B exceeds the speculative quota of {quota} B")
+    used, spec = table.used_bytes, table.bytes[SPECULATIVE]
+    pool = (
+        table.lru(SPECULATIVE) if speculative else chain(table.lru(SPECULATIVE), table.lru(CACHED))
+    )
+    victims: list[BlockKey] = []
+    for key, entry in pool:
+        if used + nbytes <= capacity and (not speculative or spec + nbytes <= quota):
+            break
+        used -= entry.buffer.nbytes
+        if entry.state is SPECULATIVE:
+            spec -= entry.buffer.nbytes
+        victims.append(key)
+    if used + nbytes > capacity:
+        raise StoreFull(f"no room for {nbytes} B without evicting protected blocks")
+    return victims

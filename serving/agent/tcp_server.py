@@ -1,0 +1,165 @@
+"""The serving side of pulls: an asyncio-streams TCP server that sends blocks from a store.
+
+One pull per connection: ``PullRequest`` in; ``BlockHeader`` + raw bytes per block held, then
+``Done`` listing the blocks it lacks (or one ``Error``) out. Only blocks of the request's own
+tenant are ever read. With a token configured, a request without it is refused and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from dataclasses import asdict, dataclass
+
+from kvcast.serving.agent.block_store import BlockStore
+from kvcast.serving.agent.blocks import StoredBlock
+from kvcast.serving.messages import (
+    HEADER_SIZE,
+    BlockHash,
+    BlockHeader,
+    Done,
+    Error,
+    ErrorCode,
+    Message,
+    ProtocolError,
+    PullRequest,
+    decode_body,
+    decode_header,
+    encode,
+)
+
+_COALESCE_BYTES = 256 << 10
+log = logging.getLogger(__name__)
+
+
+async def read_frame(reader: asyncio.StreamReader) -> Message:
+    """Read one complete frame; raises ProtocolError or asyncio.IncompleteReadError."""
+    mtype, length = decode_header(await reader.readexactly(HEADER_SIZE))
+    return decode_body(mtype, await reader.readexactly(length))
+
+
+@dataclass(slots=True)
+class ServerStats:
+    pulls_served: int = 0
+    blocks_sent: int = 0
+    bytes_sent: int = 0
+    blocks_missing: int = 0
+    auth_refused: int = 0
+    bad_requests: int = 0
+    aborted: int = 0
+    internal_errors: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class TransferServer:
+    """Serves pulls of ``store``'s blocks to peers."""
+
+    def __init__(
+        self, store: BlockStore, token: str | None = None, request_timeout_s: float = 10.0
+    ) -> None:
+        self.store, self.request_timeout_s = store, request_timeout_s
+        self._token = token.encode() if token else None
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self.stats = ServerStats()
+
+    @property
+    def address(self) -> str:
+        """``host:port`` actually bound (after :meth:`start`)."""
+        if self._server is None:
+            raise RuntimeError("server not started")
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self._server = await asyncio.start_server(self._handle, host, port)
+        return self.address
+
+    async def stop(self) -> None:
+        """Stop listening and abort the pulls being served."""
+        if self._server is None:
+            return
+        self._server.close()
+        for task in self._handlers:
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+    def authorized(self, request: PullRequest) -> bool:
+        """Constant-time token check; always true when no token is configured."""
+        return self._token is None or hmac.compare_digest(request.token.encode(), self._token)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        command_id = ""
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                request = await read_frame(reader)
+            if not isinstance(request, PullRequest):
+                raise ProtocolError(f"expected a PullRequest, got {type(request).__name__}")
+            command_id = request.command_id
+            if not self.authorized(request):
+                self.stats.auth_refused += 1
+                await self._send_error(writer, ErrorCode.UNAUTHORIZED, command_id, "bad token")
+                return
+            await self._serve(request, writer)
+        except (ProtocolError, TimeoutError, asyncio.IncompleteReadError) as err:
+            self.stats.bad_requests += 1
+            with contextlib.suppress(ConnectionError):
+                await self._send_error(writer, ErrorCode.BAD_REQUEST, command_id, str(err))
+        except ConnectionError:
+            self.stats.aborted += 1
+        except Exception as err:  # a bug or a broken buffer: count, log, tell the peer
+            self.stats.internal_errors += 1
+            log.exception("serving pull %r failed", command_id)
+            with contextlib.suppress(Exception):
+                await self._send_error(writer, ErrorCode.INTERNAL, command_id, repr(err))
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _serve(self, request: PullRequest, writer: asyncio.StreamWriter) -> None:
+        missing: list[BlockHash] = []
+        sent = 0
+        for block_hash in request.block_hashes:
+            block = self.store.peek(request.tenant, block_hash)
+            if block is None:
+                missing.append(block_hash)
+                continue
+            await self.send_block(writer, request.tenant, block_hash, block)
+            sent += 1
+            self.stats.blocks_sent += 1
+            self.stats.bytes_sent += block.buffer.nbytes
+        self.stats.blocks_missing += len(missing)
+        writer.write(encode(Done(request.command_id, sent, tuple(missing))))
+        await writer.drain()
+        self.stats.pulls_served += 1
+
+    async def send_block(
+        self, writer: asyncio.StreamWriter, tenant: str, block_hash: BlockHash, block: StoredBlock
+    ) -> None:
+        """Write one block frame and its bytes (tests override this to inject faults)."""
+        view = block.buffer.view()
+        header = encode(BlockHeader(block_hash, tenant, len(view), block.checksum))
+        if len(view) <= _COALESCE_BYTES:
+            writer.write(b"".join((header, view)))  # one send for a small block
+        else:
+            writer.write(header)
+            writer.write(view)
+        await writer.drain()
+
+    @staticmethod
+    async def _send_error(
+        writer: asyncio.StreamWriter, code: ErrorCode, command_id: str, message: str
+    ) -> None:
+        writer.write(encode(Error(code, command_id, message[:500])))
+        await writer.drain()

@@ -1,0 +1,52 @@
+"""The transport interface: how a puller gets raw blocks from a peer.
+
+TCP (:class:`~kvcast.serving.agent.tcp_transport.TcpTransport`) is the default; an RDMA or
+NVLink transport (e.g. NIXL) implements the same :class:`Transport`. A transport delivers
+blocks *unverified*: the caller verifies checksums and commits, whatever the transport.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from kvcast.serving.agent.buffers import BlockBuffer, BufferAllocator
+from kvcast.serving.messages import BlockHeader, Done, PullRequest
+
+BlockSink = Callable[[BlockHeader, BlockBuffer], None]
+"""Called once per fully received block; may raise to abort the attempt."""
+
+
+class TransportError(Exception):
+    """The attempt failed in a way a retry may fix (connection lost, bad frame, ...)."""
+
+
+class PullRefused(Exception):
+    """The peer refused the pull (bad token, bad request): retrying will not help."""
+
+
+class Transport(ABC):
+    """Moves the blocks of one :class:`PullRequest` from a peer to this node."""
+
+    @abstractmethod
+    async def pull(
+        self, peer: str, request: PullRequest, sink: BlockSink, allocator: BufferAllocator
+    ) -> Done:
+        """One attempt: ask ``peer`` for ``request``'s blocks, hand each received block to
+        ``sink`` (in a buffer from ``allocator``) and return the peer's :class:`Done`.
+
+        Raises :class:`TransportError` (retryable) or :class:`PullRefused` (final).
+        Cancellation must abort the attempt promptly and leave nothing half-delivered.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release long-lived resources (connections, registrations)."""
+
+
+def parse_peer(peer: str, allow_port_zero: bool = False) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> (host, port); ValueError when malformed."""
+    host, sep, port = peer.rpartition(":")
+    lowest = 0 if allow_port_zero else 1
+    if not sep or not host or not port.isdigit() or not lowest <= int(port) < 65536:
+        raise ValueError(f"address must be HOST:PORT, got {peer!r}")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,72 @@
+"""Helpers for the agent-core tests: deterministic blocks, bounded asyncio runs, agent pairs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvcast.serving.agent import Agent, AgentConfig, HostBuffer, checksum
+
+MiB = 1 << 20
+
+
+def block_bytes(seed: int, nbytes: int) -> np.ndarray:
+    """Deterministic pseudo-random block contents."""
+    return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+@pytest.fixture
+def make_block() -> Callable[[int, int], tuple[HostBuffer, int]]:
+    """(seed, nbytes) -> a host buffer and its correct checksum."""
+
+    def make(seed: int, nbytes: int = 64 << 10) -> tuple[HostBuffer, int]:
+        buf = HostBuffer(block_bytes(seed, nbytes))
+        return buf, checksum(buf.view())
+
+    return make
+
+
+@pytest.fixture
+def run() -> Callable[..., Any]:
+    """Run a coroutine on a fresh event loop, failing the test if it takes over ``timeout``."""
+
+    def run_bounded(coro: Coroutine[Any, Any, Any], timeout: float = 5.0) -> Any:
+        return asyncio.run(asyncio.wait_for(coro, timeout))
+
+    return run_bounded
+
+
+def agent_config(**overrides: Any) -> AgentConfig:
+    base: dict[str, Any] = {
+        "capacity_bytes": 64 * MiB,
+        "speculative_quota_bytes": 32 * MiB,
+        "backoff_base_s": 0.01,
+        "backoff_max_s": 0.05,
+    }
+    return AgentConfig(**(base | overrides))
+
+
+@pytest.fixture
+def config() -> Callable[..., AgentConfig]:
+    """Agent config for loopback tests (ephemeral port, fast back-off), with overrides."""
+    return agent_config
+
+
+def fill(agent: Agent, tenant: str, blocks: dict[int, int]) -> dict[int, bytes]:
+    """Store ``{hash: nbytes}`` cached blocks of ``tenant`` on ``agent``; return their bytes."""
+    out = {}
+    for h, nbytes in blocks.items():
+        data = block_bytes(h * 7919 + len(tenant), nbytes)
+        buf = HostBuffer(data)
+        agent.store.put(tenant, h, buf, checksum(buf.view()))
+        out[h] = data.tobytes()
+    return out
+
+
+@pytest.fixture
+def fill_agent() -> Callable[[Agent, str, dict[int, int]], dict[int, bytes]]:
+    return fill

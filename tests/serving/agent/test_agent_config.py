@@ -1,0 +1,31 @@
+"""Agent configuration: validated, frozen, secrets hidden."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcast.config import ConfigError, parse_config
+from kvcast.serving.agent import AgentConfig
+
+
+def test_quota_above_capacity_is_refused_naming_the_problem() -> None:
+    with pytest.raises(ConfigError, match="speculative_quota_bytes"):
+        parse_config(AgentConfig, {"capacity_bytes": 10, "speculative_quota_bytes": 11})
+
+
+@pytest.mark.parametrize("listen", ["nohost", "host:", "host:99999", ":80"])
+def test_malformed_listen_address_is_refused(listen: str) -> None:
+    data = {"capacity_bytes": 10, "speculative_quota_bytes": 1, "listen": listen}
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        parse_config(AgentConfig, data)
+
+
+def test_unknown_keys_are_refused() -> None:
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_config(AgentConfig, {"capacity_bytes": 1, "speculative_quota_bytes": 0, "x": 1})
+
+
+def test_token_is_never_printed() -> None:
+    cfg = AgentConfig(capacity_bytes=10, speculative_quota_bytes=1, token="s3cret")
+    assert "s3cret" not in repr(cfg) and cfg.token_value == "s3cret"
+    assert AgentConfig(capacity_bytes=10, speculative_quota_bytes=1).token_value is None
