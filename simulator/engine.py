@@ -219,7 +219,11 @@ class Simulator:
         req = LiveRequest(r, blocks, inp, max(inp - hit * bt, 1), out_tokens, out_blocks)
         if d.pull_from is not None and d.pull_from != d.node and d.pull_blocks > local:
             src = nodes[d.pull_from].pool
-            moved = [b for b in blocks[local : min(d.pull_blocks, nb)] if src.in_hbm(b)]
+            moved = []
+            for b in blocks[local : min(d.pull_blocks, nb)]:  # only a consecutive prefix helps
+                if not src.in_hbm(b):
+                    break
+                moved.append(b)
             if moved:
                 src.pin(moved, now)
                 nbytes = len(moved) * self.block_bytes
