@@ -7,8 +7,9 @@ feature names, units and order are declared once (:func:`build_spec`).
 
 from kvcast.features.config import FeatureConfig, load_feature_config
 from kvcast.features.dataset import read_feature_dataset, summarise, write_feature_dataset
+from kvcast.features.offline.ingest import event_table
 from kvcast.features.offline.pipeline import build_feature_dataset
-from kvcast.features.offline.table import EventTable, event_table
+from kvcast.features.offline.table import EventTable
 from kvcast.features.online.state import FeatureState
 from kvcast.features.spec import FeatureSpec, SpecMismatch, build_spec
 

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from kvcast.config import FrozenConfig, load_config
 from kvcast.llm import LLMSpec, get_llm
+from kvcast.prefill import PrefillModel
 from kvcast.simulator.policies.config import RoutingConfig
 
 GIB = 1 << 30
@@ -33,19 +34,6 @@ class ModelConfig(FrozenConfig):
     @property
     def spec(self) -> LLMSpec:
         return get_llm(self.preset)
-
-
-class PrefillModel(FrozenConfig):
-    """Prefill time ``a + b*n + c*n^2`` ms for n uncached tokens (DistServe form)."""
-
-    a_ms: float = Field(20.0, ge=0)  # fixed per-iteration cost
-    b_ms_per_token: float = Field(0.07, ge=0)  # linear (MLP / projection) cost
-    c_ms_per_token2: float = Field(7e-7, ge=0)  # quadratic (attention) cost: c/b ~ 1/(100k tokens)
-    chunk_tokens: int = Field(8192, gt=0)  # chunked-prefill token budget per iteration
-
-    def isolated_ms(self, n: int) -> float:
-        """Time one request of n uncached tokens takes alone, in one pass."""
-        return self.a_ms + self.b_ms_per_token * n + self.c_ms_per_token2 * n * n
 
 
 class DecodeModel(FrozenConfig):

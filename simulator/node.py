@@ -127,7 +127,8 @@ class Node:
 
     def est_queue_ms_at(self, now: float) -> float:
         rest = self.busy_until - now if self.batch else 0.0
-        return max(rest, 0.0) + self.est_ms_sum
+        # floating sums of added and removed estimates can leave -1e-13: clamp at zero
+        return max(rest, 0.0) + max(self.est_ms_sum, 0.0)
 
     # -- queue -------------------------------------------------------------------------------
     def enqueue(self, req: LiveRequest, est_ms: float) -> None:

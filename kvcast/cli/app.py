@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from kvcast import __version__
+from kvcast.cli.features import features_cmd
 from kvcast.cli.quickstart import quickstart_cmd
 from kvcast.cli.simulate import evaluate_cmd, simulate_cmd
 
@@ -20,6 +21,7 @@ app = typer.Typer(
 app.command("simulate")(simulate_cmd)
 app.command("evaluate")(evaluate_cmd)
 app.command("quickstart")(quickstart_cmd)
+app.command("features")(features_cmd)
 
 
 @app.command("policies")

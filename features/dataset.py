@@ -1,0 +1,97 @@
+"""The training table on disk: Parquet with the feature spec and provenance in its metadata,
+and the summary the CLI prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kvcast.features.spec import FeatureSpec
+
+DATASET_FILE = "features.parquet"
+META_SPEC = b"kvcast.feature_spec"
+META_SPEC_DIGEST = b"kvcast.feature_spec_digest"
+META_TRACE = b"kvcast.trace_hash"
+META_CONFIG = b"kvcast.config_hash"
+META_BAD = b"kvcast.bad_input"
+
+
+def file_hash(path: str | Path) -> str:
+    """sha256 of a file's bytes (the ``trace_hash`` of a dataset), first 16 hex digits."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def write_feature_dataset(
+    df: pd.DataFrame, out_dir: str | Path, spec: FeatureSpec, trace_hash: str, config_hash: str
+) -> Path:
+    """Write ``out_dir/features.parquet``; refuses a frame whose columns miss spec features."""
+    missing = [n for n in spec.names if n not in df.columns]
+    if missing:
+        raise ValueError(f"dataset lacks spec features: {', '.join(missing)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta |= {
+        META_SPEC: spec.to_json().encode(),
+        META_SPEC_DIGEST: spec.digest.encode(),
+        META_TRACE: trace_hash.encode(),
+        META_CONFIG: config_hash.encode(),
+        META_BAD: json.dumps(df.attrs.get("bad_input", {})).encode(),
+    }
+    path = out / DATASET_FILE
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    return path
+
+
+def read_feature_dataset(path: str | Path) -> tuple[pd.DataFrame, FeatureSpec, dict[str, str]]:
+    """The frame, its spec, and its provenance (``trace_hash``, ``config_hash``)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / DATASET_FILE
+    table = pq.read_table(p)
+    meta = table.schema.metadata or {}
+    if META_SPEC not in meta:
+        raise ValueError(f"{p}: not a kvcast feature dataset (no feature spec in its metadata)")
+    spec = FeatureSpec.from_json(meta[META_SPEC].decode())
+    info = {"trace_hash": meta[META_TRACE].decode(), "config_hash": meta[META_CONFIG].decode()}
+    return table.to_pandas(), spec, info
+
+
+def summarise(df: pd.DataFrame, spec: FeatureSpec | None = None) -> dict[str, Any]:
+    """Rows, positives (raw and weighted rate), per-feature null rate, bad-input counters."""
+    names = (
+        list(spec.names)
+        if spec is not None
+        else [
+            c
+            for c in df.columns
+            if c not in ("tick_ms", "block", "home_node", "weight") and not c.startswith("label_")
+        ]
+    )
+    n = len(df)
+    pos = df["label_burst"].to_numpy() > 0
+    positives = int(np.count_nonzero(pos))
+    weight = df["weight"].to_numpy() if "weight" in df else None
+    weighted = float((weight * pos).sum() / weight.sum()) if n and weight is not None else None
+    nulls = df[names].isna().mean() if n else pd.Series(0.0, index=names)
+    return {
+        "rows": n,
+        "positives": positives,
+        "positives_rate": positives / n if n else 0.0,
+        "positives_rate_weighted": weighted,
+        "null_rate": {k: float(v) for k, v in nulls.items()},
+        "bad_input": dict(df.attrs.get("bad_input", {})),
+    }

@@ -1,0 +1,1 @@
+"""The vectorised path: a whole event stream -> the training table (features + labels)."""

@@ -1,0 +1,1 @@
+"""The incremental, event-at-a-time path: :class:`FeatureState` and its parts."""

@@ -1,0 +1,150 @@
+"""``FeatureState``: the one incremental feature state used by the simulator and the sidecar.
+
+Feed it every event with :meth:`FeatureState.update` (any order within
+``reorder_tolerance_ms``); at a decision tick ask :meth:`FeatureState.rows` for the feature
+matrix of some blocks, in the order of :func:`kvcast.features.spec.build_spec`. Call ``rows(now)``
+before feeding events later than ``now``: the rows see exactly the events with ``ts <= now``.
+
+Cost: a request costs a few Python steps per *run* it touches (blocks so far always requested
+together share one state, see :mod:`kvcast.features.online.blocks`) plus C-level work per block;
+residency events are set operations; telemetry is O(1). A sweep every
+``min(horizon, 500 x shortest half-life)`` ms of stream time adds amortised O(1). Memory is
+bounded by the blocks and sessions seen within ``horizon_ms`` (plus at most about twice the
+keys each run saw within ``distinct_window_ms``), the telemetry within the longest window, and
+what is resident.
+Bad input is counted in :attr:`bad` (see :mod:`kvcast.features.counters`) and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from kvcast.features.block_meta import tenant_code
+from kvcast.features.config import FeatureConfig
+from kvcast.features.counters import BadInputCounters
+from kvcast.features.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Event,
+    ReplicationDone,
+    RequestArrived,
+    TelemetrySample,
+)
+from kvcast.features.online.blocks import HASHES, LAST, BlockTable
+from kvcast.features.online.reorder import ReorderBuffer
+from kvcast.features.online.residency import Residency
+from kvcast.features.online.rows import assemble_rows
+from kvcast.features.online.sessions import SessionTable, infer_session
+from kvcast.features.online.telemetry import NodeTelemetry
+from kvcast.features.spec import FeatureSpec, build_spec
+from kvcast.features.validate import check, unique_blocks
+
+
+class FeatureState:
+    def __init__(self, cfg: FeatureConfig | None = None) -> None:
+        self.cfg = cfg = cfg if cfg is not None else FeatureConfig()
+        self.spec: FeatureSpec = build_spec(cfg)
+        self.bad = BadInputCounters()
+        self.blocks = BlockTable(cfg.heat_half_lives_ms, cfg.distinct_window_ms, cfg.horizon_ms)
+        self.sessions = SessionTable(cfg.session.ewma_alpha, cfg.horizon_ms)
+        self.residency = Residency(cfg.nodes)
+        self.nodes = [
+            NodeTelemetry(cfg.queue_windows_ms, cfg.eviction_window_ms) for _ in range(cfg.nodes)
+        ]
+        self._tenants: dict[str, float] = {}
+        self._buffer = ReorderBuffer(self._apply, cfg.reorder_tolerance_ms, self.bad)
+        self._handlers = {
+            RequestArrived: self._on_request,
+            BlockStored: self._on_stored,
+            BlockRemoved: self._on_removed,
+            AllBlocksCleared: self._on_cleared,
+            TelemetrySample: self._on_telemetry,
+            ReplicationDone: self._on_replication,
+        }
+
+    # -- events ---------------------------------------------------------------------------
+    def update(self, ev: Event) -> None:
+        """Consume one event; bad input is counted, never raised."""
+        reason = check(ev, self.cfg.nodes)
+        if reason is not None:
+            self.bad.counts[reason] += 1
+            return
+        self._buffer.push(ev.ts_ms, ev)
+
+    def update_many(self, events: Iterable[Event]) -> None:
+        for ev in events:
+            self.update(ev)
+
+    def flush(self) -> None:
+        """Apply every event still held for reordering (end of stream)."""
+        self._buffer.flush()
+
+    def _apply(self, ev: Event) -> None:
+        self._handlers[type(ev)](ev)
+
+    def _on_request(self, ev: RequestArrived) -> None:
+        ts = ev.ts_ms
+        blocks = self.blocks
+        if ts >= blocks.next_sweep:
+            blocks.sweep(ts)
+            self.sessions.sweep(ts)
+        hashes, repeats = unique_blocks(ev.block_hashes)
+        if repeats:
+            self.bad.counts["duplicate_block_in_request"] += repeats
+        cover = blocks.cover(ts, hashes)
+        explicit = ev.session is not None
+        key = ev.session if explicit else infer_session(blocks, ts, cover, hashes)
+        if key is not None:
+            self.sessions.observe(key, ts)
+        code = self._tenants.get(ev.tenant)
+        if code is None:
+            code = self._tenants[ev.tenant] = tenant_code(ev.tenant)
+        rec = (ts, ev.node, key, ev.input_tokens, ev.public_blocks, code, float(explicit))
+        blocks.touch(ts, cover, hashes, rec, key, code)
+
+    def _on_stored(self, ev: BlockStored) -> None:
+        self.residency.store(ev.medium, ev.node, ev.block_hashes)
+
+    def _on_removed(self, ev: BlockRemoved) -> None:
+        self.residency.remove(ev.medium, ev.node, ev.block_hashes, self.bad)
+
+    def _on_cleared(self, ev: AllBlocksCleared) -> None:
+        self.residency.clear(ev.node)
+
+    def _on_telemetry(self, ev: TelemetrySample) -> None:
+        self.nodes[ev.node].add(ev, self.bad)
+
+    def _on_replication(self, ev: ReplicationDone) -> None:
+        if ev.ok:
+            self.residency.store("GPU", ev.target, ev.block_hashes)
+
+    # -- queries --------------------------------------------------------------------------
+    def candidates(self, now_ms: float) -> list[int]:
+        """Blocks requested within ``ticks.lookback_ms`` before ``now_ms`` (the offline rule)."""
+        self._buffer.commit(now_ms)
+        last, lookback = self.blocks.k + LAST, self.cfg.ticks.lookback_ms
+        hashes = self.blocks.k + HASHES
+        runs = [r for r in self.blocks.runs.values() if r[last] + lookback > now_ms]
+        return [h for r in runs for h in r[hashes] if self.blocks.run_of.get(h) is r]
+
+    def rows(self, now_ms: float, candidate_blocks: Iterable[int]) -> np.ndarray:
+        """Feature matrix ``[n, len(spec)]`` for ``candidate_blocks`` at ``now_ms``."""
+        self._buffer.commit(now_ms)
+        return assemble_rows(self, now_ms, list(candidate_blocks))
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return self.bad.as_dict()
+
+    def memory(self) -> dict[str, int]:
+        """Sizes of everything that grows with the stream (the bounded-memory check)."""
+        return {
+            "blocks": len(self.blocks),
+            "runs": len(self.blocks.runs),
+            "sessions": len(self.sessions),
+            "held_for_reorder": len(self._buffer),
+            "resident": len(self.residency),
+        }
