@@ -9,6 +9,7 @@ import typer
 from kvcast import __version__
 from kvcast.cli.features import features_cmd
 from kvcast.cli.quickstart import quickstart_cmd
+from kvcast.cli.serve import serve_app
 from kvcast.cli.simulate import evaluate_cmd, simulate_cmd
 
 app = typer.Typer(
@@ -22,6 +23,7 @@ app.command("simulate")(simulate_cmd)
 app.command("evaluate")(evaluate_cmd)
 app.command("quickstart")(quickstart_cmd)
 app.command("features")(features_cmd)
+app.add_typer(serve_app, name="serve")
 
 
 @app.command("policies")

@@ -6,6 +6,11 @@ Walk of one replication: the sidecar asks agent B to pull blocks of tenant T fro
 ``BlockHeader`` + raw bytes; B lands the bytes in a fresh buffer, and its :class:`BlockStore`
 stores the block only if the xxh3 checksum matches (as a speculative replica with a TTL, within
 the quota, evicting only other replicas), retrying the rest until the deadline.
+
+The control plane (``kvcast serve agent``): :mod:`.service` runs an agent and its HTTP API for
+the sidecar on one event loop: routes in :mod:`.api`, bodies in :mod:`.api_models`, operations
+in :mod:`.control`, Prometheus metrics in :mod:`.agent_metrics`. Those need FastAPI and uvicorn
+(the ``serve`` extra) and are not imported here.
 """
 
 from kvcast.serving.agent.agent import Agent

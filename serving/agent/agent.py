@@ -22,7 +22,7 @@ from kvcast.serving.messages import BlockHash
 
 class Agent:
     """Owns ``store``, ``server`` and ``client``; ``async with Agent(cfg)`` serves on
-    ``cfg.listen`` until the block exits."""
+    ``cfg.transfer_listen`` until the block exits."""
 
     def __init__(
         self,
@@ -64,8 +64,8 @@ class Agent:
         return self.server.address
 
     async def start(self) -> str:
-        """Listen on ``config.listen`` (port 0: an ephemeral port); return the bound address."""
-        host, port = parse_peer(self.config.listen, allow_port_zero=True)
+        """Listen on ``config.transfer_listen`` (port 0: ephemeral); return the bound address."""
+        host, port = parse_peer(self.config.transfer_listen, allow_port_zero=True)
         return await self.server.start(host, port)
 
     async def stop(self) -> None:

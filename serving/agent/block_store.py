@@ -19,7 +19,6 @@ from kvcast.serving.agent.blocks import (
     BlockPinned,
     BlockState,
     ChecksumMismatch,
-    QuotaExceeded,
     StoredBlock,
     StoreError,
     StoreFull,
@@ -67,6 +66,11 @@ class BlockStore:
     def active_bytes(self) -> int:
         return self._table.bytes[ACTIVE]
 
+    def totals(self) -> dict[BlockState, tuple[int, int]]:
+        """(blocks, bytes) in each state, expired replicas reclaimed first; O(1) otherwise."""
+        self.sweep()
+        return {s: (self._table.counts[s], self._table.bytes[s]) for s in BlockState}
+
     def put(
         self,
         tenant: str,
@@ -99,11 +103,8 @@ class BlockStore:
             victims = plan_evictions(
                 self._table, buffer.nbytes, state, self.capacity_bytes, self.speculative_quota_bytes
             )
-        except QuotaExceeded:
-            self.stats.rejected_quota += 1
-            raise
-        except StoreFull:
-            self.stats.rejected_capacity += 1
+        except StoreFull as err:  # QuotaExceeded is a StoreFull
+            self.stats.note_rejection(err)
             raise
         for victim in victims:
             self._remove(victim, "evicted_" + self._table.entries[victim].state.value)

@@ -27,12 +27,15 @@ class Entry:
 
 
 class BlockTable:
+    """``bytes`` and ``counts``: the bytes and the number of blocks in each state."""
+
     def __init__(self) -> None:
         self.entries: dict[BlockKey, Entry] = {}
         self._lru: dict[BlockState, OrderedDict[BlockKey, None]] = {
             s: OrderedDict() for s in EVICTABLE
         }
         self.bytes = dict.fromkeys(BlockState, 0)
+        self.counts = dict.fromkeys(BlockState, 0)
         self._next_expiry = math.inf  # a lower bound on every speculative block's expiry
 
     def __len__(self) -> int:
@@ -71,6 +74,7 @@ class BlockTable:
         """Give ``key`` a new state (None removes it); it becomes most recently used."""
         entry = self.entries[key]
         self.bytes[entry.state] -= entry.buffer.nbytes
+        self.counts[entry.state] -= 1
         if entry.state in self._lru:
             del self._lru[entry.state][key]
         if state is None:
@@ -94,5 +98,6 @@ class BlockTable:
 
     def _link(self, key: BlockKey, entry: Entry) -> None:
         self.bytes[entry.state] += entry.buffer.nbytes
+        self.counts[entry.state] += 1
         if entry.state in self._lru:
             self._lru[entry.state][key] = None

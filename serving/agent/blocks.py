@@ -71,6 +71,12 @@ class StoreStats:
         self.peak_used_bytes = max(self.peak_used_bytes, used_bytes)
         self.peak_speculative_bytes = max(self.peak_speculative_bytes, speculative_bytes)
 
+    def note_rejection(self, err: StoreFull) -> None:
+        if isinstance(err, QuotaExceeded):
+            self.rejected_quota += 1
+        else:
+            self.rejected_capacity += 1
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, model_validator
 
 from kvcast.config import FrozenConfig
+from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.transport import parse_peer
 
 
@@ -12,29 +13,32 @@ class AgentConfig(FrozenConfig):
     """Sizes in bytes, times in seconds. ``token``: the shared secret that peers' pulls must
     carry (None: no authentication; the CLI reads it from ``KVCAST_TOKEN``)."""
 
-    node_id: str = "agent-0"
-    listen: str = "127.0.0.1:0"
-    capacity_bytes: int = Field(gt=0)
-    speculative_quota_bytes: int = Field(ge=0)
+    node_id: str = Field("agent-0", min_length=1, max_length=128)
+    listen: str = "127.0.0.1:0"  # the HTTP control API (port 0: ephemeral, logged)
+    transfer_listen: str = "127.0.0.1:0"  # the TCP server that peers pull blocks from
+    capacity_bytes: ByteSize = Field(gt=0)
+    speculative_quota_bytes: ByteSize = Field(ge=0)
     speculative_ttl_s: float = Field(30.0, gt=0)
     link_bytes_per_s: float | None = Field(None, gt=0)
-    link_burst_bytes: int = Field(4 << 20, gt=0)
-    max_block_bytes: int = Field(256 << 20, gt=0)
+    link_burst_bytes: ByteSize = Field(4 << 20, gt=0)
+    max_block_bytes: ByteSize = Field(256 << 20, gt=0)
     max_retries: int = Field(3, ge=0)
     backoff_base_s: float = Field(0.05, gt=0)
     backoff_max_s: float = Field(1.0, gt=0)
     connect_timeout_s: float = Field(5.0, gt=0)
     request_timeout_s: float = Field(10.0, gt=0)
+    shutdown_grace_s: float = Field(5.0, gt=0)  # time given to HTTP requests in flight
     token: SecretStr | None = None
     # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate
     # each received block on demand; slower, as fresh memory is faulted in on first touch).
-    pool_slot_bytes: int | None = Field(None, gt=0)
+    pool_slot_bytes: ByteSize | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentConfig:
         if self.speculative_quota_bytes > self.capacity_bytes:
             raise ValueError("speculative_quota_bytes must not exceed capacity_bytes")
         parse_peer(self.listen, allow_port_zero=True)
+        parse_peer(self.transfer_listen, allow_port_zero=True)
         return self
 
     @property

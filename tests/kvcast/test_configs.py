@@ -13,15 +13,24 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def config_classes() -> dict[str, type[FrozenConfig]]:
-    """configs/<dir>/ -> the class its files load into (extended as parts land)."""
-    classes: dict[str, type[FrozenConfig]] = {"simulator": SimConfig}
-    try:
-        from kvcast.features.config import FeatureConfig
-    except ImportError:  # the feature pipeline is optional until it lands
-        pass
-    else:
-        classes["features"] = FeatureConfig
-    return classes
+    """configs/<dir>/ or configs/<dir>/<stem> -> the class its files load into."""
+    from kvcast.features.config import FeatureConfig
+    from kvcast.serving.agent.config import AgentConfig
+
+    return {
+        "simulator": SimConfig,
+        "features": FeatureConfig,
+        "serving/agent": AgentConfig,
+    }
+
+
+def config_class_for(path: Path) -> type[FrozenConfig]:
+    rel = path.relative_to(CONFIGS)
+    classes = config_classes()
+    for key in (f"{rel.parent.as_posix()}/{rel.stem}", rel.parent.as_posix()):
+        if key in classes:
+            return classes[key]
+    raise AssertionError(f"{path}: no config class registered for configs/{rel}")
 
 
 ALL_FILES = sorted(CONFIGS.rglob("*.yaml"))
@@ -33,11 +42,8 @@ def test_configs_directory_has_files() -> None:
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_config_file_loads_into_its_class(path: Path) -> None:
-    classes = config_classes()
-    kind = path.relative_to(CONFIGS).parts[0]
-    assert kind in classes, f"{path}: no config class registered for configs/{kind}/"
-    cfg = load_config(classes[kind], path)
-    assert isinstance(cfg, classes[kind])
+    cls = config_class_for(path)
+    assert isinstance(load_config(cls, path), cls)
 
 
 def test_default_simulator_yaml_equals_the_embedded_defaults() -> None:

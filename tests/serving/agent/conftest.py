@@ -70,3 +70,42 @@ def fill(agent: Agent, tenant: str, blocks: dict[int, int]) -> dict[int, bytes]:
 @pytest.fixture
 def fill_agent() -> Callable[[Agent, str, dict[int, int]], dict[int, bytes]]:
     return fill
+
+
+@pytest.fixture
+def control_api() -> Callable[..., Any]:
+    """``async with control_api(token=None, **config) as (client, control)``: an agent whose
+    transfer server listens on loopback, and an httpx client on its ASGI control app; ``token``
+    guards both the HTTP routes and the agent's pulls, as in ``kvcast serve agent``."""
+    import contextlib
+
+    import httpx
+
+    from kvcast.serving.agent.api import build_app
+    from kvcast.serving.agent.control import AgentControl
+
+    @contextlib.asynccontextmanager
+    async def open_api(token: str | None = None, **overrides: Any) -> Any:
+        async with Agent(agent_config(token=token, **overrides)) as agent:
+            control = AgentControl(agent)
+            transport = httpx.ASGITransport(app=build_app(control, agent.config.token_value))
+            async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+                yield client, control
+
+    return open_api
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    raise KeyError(f"{name} {labels} not in the metrics")
+
+
+@pytest.fixture
+def metric() -> Callable[..., float]:
+    """(Prometheus text, sample name, **labels) -> the sample's value (KeyError if absent)."""
+    return metric_value

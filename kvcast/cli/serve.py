@@ -1,0 +1,120 @@
+"""``kvcast serve``: kvcast's long-running processes (``agent`` now; ``sidecar`` next)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvcast.cli.common import user_errors
+
+serve_app = typer.Typer(
+    help="Run kvcast's long-running services.", no_args_is_help=True, add_completion=False
+)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def flag_size(flag: str, text: str) -> int:
+    from kvcast.serving.agent.sizes import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise ValueError(f"{flag}: {err}") from None
+
+
+def agent_settings(
+    config: Path | None,
+    flags: dict[str, Any],
+    sizes: dict[str, tuple[str, str | None]],
+    token_env: str,
+) -> Any:
+    """The :class:`AgentConfig` from ``config`` (YAML), overridden by ``flags`` and ``sizes``
+    (``--capacity 64GiB``) when given, the token from the environment variable ``token_env``."""
+    from kvcast.config import parse_config, read_yaml
+    from kvcast.serving.agent.config import AgentConfig
+    from kvcast.serving.http.auth import token_from_env
+
+    data = read_yaml(config) if config is not None else {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{config}: expected a mapping at the top level")
+    data |= {k: v for k, v in flags.items() if v is not None}
+    for key, (flag, text) in sizes.items():
+        if text is not None:
+            data[key] = flag_size(flag, text)
+        elif key not in data:
+            raise ValueError(f"{flag} is required (or {key} in --config)")
+    if (token := token_from_env(os.environ.get(token_env), token_env)) is not None:
+        data["token"] = token
+    return parse_config(AgentConfig, data, source=str(config) if config else "flags")
+
+
+@serve_app.command("agent")
+@user_errors
+def agent_cmd(
+    node_id: Annotated[str | None, typer.Option("--node-id", help="This node's id.")] = None,
+    listen: Annotated[
+        str | None, typer.Option("--listen", help="HTTP control API, HOST:PORT (0: any port).")
+    ] = None,
+    transfer_listen: Annotated[
+        str | None,
+        typer.Option("--transfer-listen", help="TCP server peers pull from, HOST:PORT."),
+    ] = None,
+    capacity: Annotated[
+        str | None, typer.Option("--capacity", help="Block store bytes: 68719476736 or 64GiB.")
+    ] = None,
+    speculative_quota: Annotated[
+        str | None, typer.Option("--speculative-quota", help="Bytes for speculative replicas.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Agent YAML (configs/serving/agent.yaml).")
+    ] = None,
+    token_env: Annotated[
+        str, typer.Option("--token-env", help="Environment variable holding the shared token.")
+    ] = "KVCAST_TOKEN",
+    seed_blocks: Annotated[
+        int, typer.Option("--seed-blocks", min=0, help="Debug: store N random blocks at start.")
+    ] = 0,
+    seed_tenant: Annotated[
+        str, typer.Option("--seed-tenant", help="Debug: tenant of the seeded blocks.")
+    ] = "seed",
+    seed_block_bytes: Annotated[
+        str, typer.Option("--seed-block-bytes", help="Debug: size of each seeded block.")
+    ] = "64KiB",
+    log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error.")] = (
+        "info"
+    ),
+) -> None:
+    """Run a KV transfer agent: block store, peer transfers (TCP) and HTTP control API.
+
+    Stops cleanly on SIGINT or SIGTERM.
+
+    With the token variable set, data commands need "Authorization: Bearer TOKEN".
+    """
+    from kvcast.serving.agent.service import SeedSpec, run_agent
+
+    if log_level not in LOG_LEVELS:
+        raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    flags = {"node_id": node_id, "listen": listen, "transfer_listen": transfer_listen}
+    sizes = {
+        "capacity_bytes": ("--capacity", capacity),
+        "speculative_quota_bytes": ("--speculative-quota", speculative_quota),
+    }
+    cfg = agent_settings(config, flags, sizes, token_env)
+    seed = None
+    if seed_blocks:
+        if not seed_tenant:
+            raise ValueError("--seed-tenant must not be empty")
+        seed = SeedSpec(seed_blocks, seed_tenant, flag_size("--seed-block-bytes", seed_block_bytes))
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn_level = "debug" if log_level == "debug" else "warning"
+    try:
+        asyncio.run(run_agent(cfg, seed, uvicorn_level))
+    except KeyboardInterrupt:  # a signal before the handlers were installed
+        raise typer.Exit(130) from None

@@ -1,0 +1,115 @@
+"""The agent's Prometheus metrics, read at scrape time from the counters its parts keep.
+
+Names start with ``kvcast_agent_``. Command counts come from the HTTP layer (received,
+refused by reason), pull outcomes from the transfer client, served bytes from the transfer
+server and state totals from the block store, so ``/metrics`` never disagrees with them.
+"""
+
+from __future__ import annotations
+
+from kvcast.serving.agent.blocks import BlockState
+from kvcast.serving.agent.control import AgentControl
+from kvcast.serving.http.metrics import Family, refusal_reason
+
+COMMAND_PATHS = {
+    "/v1/replicate": "replicate",
+    "/v1/evict": "evict",
+    "/v1/pin": "pin",
+    "/v1/unpin": "unpin",
+    "/v1/engine-stats": "engine_stats",
+}
+P = "kvcast_agent_"
+
+
+def _counter(name: str, doc: str, value: float) -> Family:
+    return Family("counter", P + name, doc).add(value)
+
+
+def _gauge(name: str, doc: str, value: float) -> Family:
+    return Family("gauge", P + name, doc).add(value)
+
+
+def command_families(control: AgentControl) -> list[Family]:
+    received = Family("counter", P + "commands_received_total", "Commands received", ("command",))
+    refused = Family(
+        "counter", P + "commands_refused_total", "Commands refused", ("command", "reason")
+    )
+    failed = Family(
+        "counter", P + "commands_failed_total", "Commands run that failed", ("command", "outcome")
+    )
+    per_command: dict[str, int] = dict.fromkeys(COMMAND_PATHS.values(), 0)
+    reasons: dict[tuple[str, str], int] = {}
+    for (path, status), n in control.requests.items():
+        command = COMMAND_PATHS[path]
+        per_command[command] += n
+        if (reason := refusal_reason(status)) is not None:
+            reasons[(command, reason)] = reasons.get((command, reason), 0) + n
+    for command, n in per_command.items():
+        received.add(n, command)
+    for (command, reason), n in sorted(reasons.items()):
+        refused.add(n, command, reason)
+    for (command, outcome), n in sorted(control.failed.items()):
+        failed.add(n, command, outcome)
+    return [received, refused, failed]
+
+
+def agent_families(control: AgentControl) -> list[Family]:
+    """Every metric of the agent behind ``control``, as of now."""
+    agent = control.agent
+    client, server, store = agent.client.stats, agent.server.stats, agent.store
+    auth = Family("counter", P + "auth_failures_total", "Requests refused for a bad token",
+                  ("surface",))  # fmt: skip
+    auth.add(control.http_auth_failures, "http").add(server.auth_refused, "transfer")
+    totals = store.totals()
+    by_bytes = Family("gauge", P + "store_bytes", "Bytes held, by block state", ("state",))
+    by_count = Family("gauge", P + "store_blocks", "Blocks held, by block state", ("state",))
+    for state in BlockState:
+        by_count.add(totals[state][0], state.value)
+        by_bytes.add(totals[state][1], state.value)
+    removals = Family("counter", P + "store_removals_total", "Blocks removed", ("reason",))
+    for reason in ("evicted_cached", "evicted_speculative", "expired", "removed"):
+        removals.add(getattr(store.stats, reason), reason)
+    rejections = Family(
+        "counter", P + "store_rejections_total", "Blocks refused by the store", ("reason",)
+    )
+    rejections.add(store.stats.rejected_checksum, "checksum")
+    rejections.add(store.stats.rejected_quota, "quota").add(store.stats.rejected_capacity, "full")
+    info = Family("gauge", P + "info", "This agent", ("node_id",)).add(1, control.node_id)
+    engines = control.engines()
+    return [
+        info,
+        *command_families(control),
+        _counter("replicate_duplicates_total", "Repeated command ids (nothing moved)",
+                 agent.client.commands.duplicates),
+        auth,
+        _counter("pulls_total", "Pull commands run", client.pulls),
+        _counter("pull_attempts_total", "Pull attempts (retries included)", client.attempts),
+        _counter("pull_retries_total", "Pull retries", client.retries),
+        _counter("blocks_pulled_total", "Blocks pulled, verified and stored",
+                 client.blocks_committed),
+        _counter("bytes_pulled_total", "Bytes pulled, verified and stored",
+                 client.bytes_committed),
+        _counter("checksum_failures_total", "Pulled blocks that failed their checksum",
+                 client.checksum_failures),
+        _counter("deadline_cancellations_total", "Pulls cancelled at their deadline",
+                 client.deadline_exceeded),
+        _counter("pulls_refused_total", "Pulls refused by the source", client.refused),
+        _counter("blocks_served_total", "Blocks sent to pulling peers", server.blocks_sent),
+        _counter("bytes_served_total", "Bytes sent to pulling peers", server.bytes_sent),
+        _counter("transfer_bad_requests_total", "Malformed transfer requests",
+                 server.bad_requests),
+        by_bytes,
+        by_count,
+        removals,
+        rejections,
+        _gauge("capacity_bytes", "Block store capacity", store.capacity_bytes),
+        _gauge("speculative_quota_bytes", "Speculative replica quota",
+               store.speculative_quota_bytes),
+        _gauge("peak_used_bytes", "Highest bytes held", store.stats.peak_used_bytes),
+        _gauge("peak_speculative_bytes", "Highest speculative bytes held",
+               store.stats.peak_speculative_bytes),
+        _gauge("replications_in_flight", "Replicate commands running",
+               control.replications_in_flight),
+        *([_gauge("engine_queue_depth", "Queue depth the engines last reported",
+                  sum(e.queue_depth for e in engines))] if engines else []),
+    ]  # fmt: skip

@@ -1,0 +1,139 @@
+"""The agent's HTTP control API (FastAPI) for the router sidecar.
+
+Routes that move, delete or pin data, or list what is held (replicate, evict, pin, unpin,
+inventory, engine-stats), require the shared token when one is configured; health, readiness,
+telemetry and metrics stay open for probes and scrapers. No route returns block contents.
+Handlers are ``async``: they run on the event loop that owns the block store. Middleware, outer
+first: command counting by status, the token guard (401 before the body is read), body size.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, Query, Request, Security
+from fastapi.responses import JSONResponse
+from starlette.responses import Response
+
+from kvcast import __version__
+from kvcast.serving.agent.agent_metrics import COMMAND_PATHS, agent_families
+from kvcast.serving.agent.api_models import (
+    BlockRefs,
+    EngineStats,
+    EvictResult,
+    Health,
+    Inventory,
+    PinResult,
+    Readiness,
+    ReplicateRequest,
+    ReplicateResult,
+    Telemetry,
+    Tenant,
+)
+from kvcast.serving.agent.control import AgentControl, CommandConflict
+from kvcast.serving.http.auth import BearerTokenGuard, bearer_scheme
+from kvcast.serving.http.errors import error_responses, install_error_handlers
+from kvcast.serving.http.limits import BodySizeLimit
+from kvcast.serving.http.metrics import StatusCounter, live_registry, metrics_response
+
+MAX_BODY_BYTES = 4 << 20  # a replicate of 8192 hex hashes of 64 bytes is about 1.1 MB
+BODY_REFUSALS = (411, 413)  # no Content-Length; body over MAX_BODY_BYTES
+
+
+def _guarded_routes(control: AgentControl) -> APIRouter:
+    router = APIRouter(
+        prefix="/v1", dependencies=[Security(bearer_scheme)], responses=error_responses(401, 422)
+    )
+
+    @router.post("/replicate", responses=error_responses(409, *BODY_REFUSALS))
+    async def replicate(body: ReplicateRequest) -> ReplicateResult:
+        """Pull blocks from a peer agent (verified, then stored); idempotent by command id
+        (409 when the id was used for a different command).
+        Answers when the pull is over: read ``status`` (ok, partial, failed, refused,
+        deadline_exceeded) and the per-block lists."""
+        return await control.replicate(body)
+
+    @router.post("/evict", responses=error_responses(409, *BODY_REFUSALS))
+    async def evict(body: BlockRefs) -> EvictResult:
+        """Remove blocks of one tenant; active (pinned) blocks are refused and listed.
+        A ``command_id`` (optional) makes a retry a no-op, as for pin and unpin."""
+        return await control.evict(body)
+
+    @router.post("/pin", responses=error_responses(409, *BODY_REFUSALS))
+    async def pin(body: BlockRefs) -> PinResult:
+        """Mark blocks of one tenant active: never evicted until unpinned."""
+        return await control.pin(body, pin=True)
+
+    @router.post("/unpin", responses=error_responses(409, *BODY_REFUSALS))
+    async def unpin(body: BlockRefs) -> PinResult:
+        """Release one pin per block; at zero pins a block becomes cached."""
+        return await control.pin(body, pin=False)
+
+    @router.get("/inventory")
+    async def inventory(tenant: Annotated[Tenant | None, Query()] = None) -> Inventory:
+        """Every block held (tenant, hash, state, size, checksum; never contents), for the
+        sidecar's recovery; ``tenant`` filters."""
+        return control.inventory(tenant)
+
+    @router.post("/engine-stats", status_code=204, responses=error_responses(*BODY_REFUSALS))
+    async def engine_stats(body: EngineStats) -> Response:
+        """An engine on this node reports its queue depth (shown in telemetry)."""
+        control.report_engine(body)
+        return Response(status_code=204)
+
+    return router
+
+
+def _open_routes(control: AgentControl) -> APIRouter:
+    router = APIRouter()
+    registry = live_registry(lambda: agent_families(control))
+
+    @router.get("/v1/telemetry")
+    async def telemetry() -> Telemetry:
+        """Memory watermark: bytes and blocks by state, quota, engine queue depth."""
+        return control.telemetry()
+
+    @router.get("/healthz")
+    async def healthz() -> Health:
+        return Health(status="ok", node_id=control.node_id)
+
+    @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
+    async def readyz() -> JSONResponse:
+        """200 while the transfer server listens and the agent accepts commands, else 503."""
+        address = control.transfer_address
+        ready = control.accepting and address is not None
+        body = Readiness(ready=ready, transfer_address=address or "")
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+    @router.get("/metrics", response_class=Response)
+    async def metrics() -> Response:
+        """Prometheus text exposition."""
+        return metrics_response(registry)
+
+    return router
+
+
+async def _conflict(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=409)
+
+
+def build_app(control: AgentControl, token: str | None = None) -> FastAPI:
+    """The ASGI app for ``control``'s agent; ``token`` (None: open) guards the data routes."""
+    app = FastAPI(
+        title="kvcast transfer agent",
+        version=__version__,
+        description="Control API of a KV transfer agent. Block bytes never cross HTTP.",
+    )
+    install_error_handlers(app)
+    app.add_exception_handler(CommandConflict, _conflict)
+    guarded = _guarded_routes(control)
+    app.include_router(guarded)
+    app.include_router(_open_routes(control))
+    protected = {route.path for route in guarded.routes}  # type: ignore[attr-defined]
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(
+        BearerTokenGuard, token=token, protected=protected, on_refused=control.note_auth_failure
+    )
+    app.add_middleware(StatusCounter, paths=set(COMMAND_PATHS), counts=control.requests)
+    app.state.control = control
+    return app

@@ -1,0 +1,149 @@
+"""Bodies of the agent's HTTP control API (requests validated strictly, unknown keys refused).
+
+Block contents never appear here: blocks are described by tenant, hash, state, size and
+checksum only. Bytes move agent-to-agent over the framed TCP protocol (serving/messages.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kvcast.serving.agent.blocks import BlockState
+from kvcast.serving.agent.pull_result import PullStatus
+from kvcast.serving.agent.transfer import MAX_HASHES_PER_PULL
+from kvcast.serving.agent.transport import parse_peer
+from kvcast.serving.http.block_hash import JsonBlockHash
+
+Tenant = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+CommandId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+Hashes = Annotated[list[JsonBlockHash], Field(min_length=1, max_length=MAX_HASHES_PER_PULL)]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ReplicateRequest(Request):
+    """Pull ``block_hashes`` of ``tenant`` from the agent at ``source`` before ``deadline_s``
+    seconds from now. A repeated ``command_id`` moves nothing and returns the first outcome."""
+
+    command_id: CommandId
+    source: str = Field(description="the source agent's transfer address, HOST:PORT")
+    tenant: Tenant
+    block_hashes: Hashes
+    deadline_s: float = Field(gt=0, le=3600)
+    ttl_s: float | None = Field(None, gt=0, le=86400, description="replica TTL (None: default)")
+    state: Literal["speculative", "cached"] = "speculative"
+
+    @field_validator("source")
+    @classmethod
+    def _peer(cls, value: str) -> str:
+        parse_peer(value)
+        return value
+
+
+class BlockRefs(Request):
+    """Blocks of one tenant; ``command_id`` (optional) makes a retried command a no-op."""
+
+    command_id: CommandId | None = None
+    tenant: Tenant
+    block_hashes: Hashes
+
+
+class EngineStats(Request):
+    """What an engine on this node reports about its load."""
+
+    engine_id: str = Field("engine-0", min_length=1, max_length=128)
+    queue_depth: int = Field(ge=0, le=10**9, description="requests waiting to be scheduled")
+    running: int | None = Field(None, ge=0, le=10**9)
+    kv_usage: float | None = Field(None, ge=0, le=1, description="fraction of KV cache in use")
+
+
+class BlockEntry(BaseModel):
+    tenant: str
+    block_hash: JsonBlockHash
+    state: BlockState
+    nbytes: int
+    checksum: int = Field(description="xxh3-64 of the block's bytes")
+    pins: int
+    ttl_remaining_s: float | None = None
+
+
+class ReplicateResult(BaseModel):
+    node_id: str
+    command_id: str
+    duplicate: bool = Field(description="this command id was seen before: nothing moved now")
+    source: str
+    tenant: str
+    status: PullStatus
+    committed: list[JsonBlockHash]
+    already_present: list[JsonBlockHash]
+    missing: list[JsonBlockHash]
+    incomplete: list[JsonBlockHash]
+    corrupt: list[JsonBlockHash]
+    rejected: list[JsonBlockHash]
+    bytes_committed: int
+    attempts: int
+    elapsed_s: float
+    error: str
+
+
+class EvictResult(BaseModel):
+    evicted: list[JsonBlockHash]
+    absent: list[JsonBlockHash]
+    pinned: list[JsonBlockHash] = Field(description="active blocks, refused")
+
+
+class PinResult(BaseModel):
+    blocks: list[BlockEntry] = Field(description="the blocks pinned or unpinned, after it")
+    absent: list[JsonBlockHash]
+    not_pinned: list[JsonBlockHash] = Field(default_factory=list, description="unpin only")
+
+
+class Inventory(BaseModel):
+    node_id: str
+    transfer_address: str
+    checksum_algorithm: str
+    blocks: list[BlockEntry]
+
+
+class StateTotals(BaseModel):
+    active: int
+    cached: int
+    speculative: int
+
+
+class EngineReport(BaseModel):
+    engine_id: str
+    queue_depth: int
+    running: int | None
+    kv_usage: float | None
+    age_s: float
+
+
+class Telemetry(BaseModel):
+    node_id: str
+    capacity_bytes: int
+    used_bytes: int
+    free_bytes: int
+    speculative_quota_bytes: int
+    speculative_free_bytes: int
+    bytes: StateTotals
+    blocks: StateTotals
+    peak_used_bytes: int
+    peak_speculative_bytes: int
+    replications_in_flight: int
+    queue_depth: int | None = Field(description="sum over engines' reports (None: none yet)")
+    engines: list[EngineReport]
+
+
+class Health(BaseModel):
+    status: str
+    node_id: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    transfer_address: str

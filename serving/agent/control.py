@@ -1,0 +1,194 @@
+"""The agent's control operations, as the HTTP API invokes them (no HTTP in here).
+
+Every operation names its tenant and touches only that tenant's blocks: the store is keyed by
+(tenant, hash), so a hash of tenant A is simply absent for tenant B.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from kvcast.serving.agent.agent import Agent
+from kvcast.serving.agent.api_models import (
+    BlockEntry,
+    BlockRefs,
+    EngineReport,
+    EngineStats,
+    EvictResult,
+    Inventory,
+    PinResult,
+    ReplicateRequest,
+    ReplicateResult,
+    StateTotals,
+    Telemetry,
+)
+from kvcast.serving.agent.blocks import (
+    BlockInfo,
+    BlockNotFound,
+    BlockPinned,
+    BlockState,
+    StoreError,
+)
+from kvcast.serving.agent.checksum import ALGORITHM
+from kvcast.serving.agent.command_log import CommandLog
+from kvcast.serving.messages import BlockHash
+
+R = TypeVar("R")
+MAX_ENGINES = 64  # engine reports kept (most recent); more engines on one node is a mistake
+
+
+class CommandConflict(ValueError):
+    """A command id reused for a different command."""
+
+
+class AgentControl:
+    """Control operations on ``agent`` and the counters of the control plane."""
+
+    def __init__(self, agent: Agent, clock: Callable[[], float] = time.monotonic) -> None:
+        self.agent, self.node_id, self._clock = agent, agent.config.node_id, clock
+        self.requests: Counter[tuple[str, int]] = Counter()  # (path, HTTP status)
+        self.failed: Counter[tuple[str, str]] = Counter()  # (command, outcome)
+        self.http_auth_failures = 0
+        self.replications_in_flight = 0
+        self.accepting = True  # False once shutting down: /readyz answers 503
+        self._engines: OrderedDict[str, tuple[EngineStats, float]] = OrderedDict()
+        self._commands: CommandLog[Any] = CommandLog()  # evict/pin/unpin outcomes
+        self._fingerprints: OrderedDict[str, bytes] = OrderedDict()  # id -> digest of command
+
+    def note_auth_failure(self, path: str) -> None:
+        self.http_auth_failures += 1
+
+    @property
+    def transfer_address(self) -> str | None:
+        try:
+            return self.agent.address
+        except RuntimeError:  # not listening
+            return None
+
+    async def replicate(self, req: ReplicateRequest) -> ReplicateResult:
+        """Pull the blocks from ``req.source``; idempotent by command id (a retry may carry a
+        new deadline; anything else changed is a :class:`CommandConflict`)."""
+        self._claim("replicate", req.command_id, req.model_dump_json(exclude={"deadline_s"}))
+        duplicate = req.command_id in self.agent.client.commands
+        deadline = time.monotonic() + req.deadline_s
+        self.replications_in_flight += 1
+        try:
+            r = await self.agent.pull(
+                req.source, req.block_hashes, req.tenant, deadline,
+                command_id=req.command_id, state=BlockState(req.state), ttl_s=req.ttl_s,
+            )  # fmt: skip
+        finally:
+            self.replications_in_flight -= 1
+        if not r.ok and not duplicate:
+            self.failed[("replicate", r.status.value)] += 1
+        return ReplicateResult(
+            node_id=self.node_id, command_id=r.command_id, duplicate=duplicate, source=r.peer,
+            tenant=r.tenant, status=r.status, committed=list(r.committed),
+            already_present=list(r.already_present), missing=list(r.missing),
+            incomplete=list(r.incomplete), corrupt=list(r.corrupt), rejected=list(r.rejected),
+            bytes_committed=r.bytes_committed, attempts=r.attempts, elapsed_s=r.elapsed_s,
+            error=r.error,
+        )  # fmt: skip
+
+    async def evict(self, req: BlockRefs) -> EvictResult:
+        """Remove the tenant's blocks; active (pinned) ones are refused and listed."""
+
+        async def run() -> EvictResult:
+            out = EvictResult(evicted=[], absent=[], pinned=[])
+            for h in _unique(req.block_hashes):
+                try:
+                    (out.evicted if self.agent.store.evict(req.tenant, h) else out.absent).append(h)
+                except BlockPinned:
+                    out.pinned.append(h)
+            return out
+
+        return await self._once("evict", req, run)
+
+    async def pin(self, req: BlockRefs, pin: bool = True) -> PinResult:
+        """Pin (mark active) or unpin the tenant's blocks, one pin per block per command."""
+
+        async def run() -> PinResult:
+            out, store = PinResult(blocks=[], absent=[]), self.agent.store
+            for h in _unique(req.block_hashes):
+                try:
+                    info = store.pin(req.tenant, h) if pin else store.unpin(req.tenant, h)
+                except BlockNotFound:
+                    out.absent.append(h)
+                except StoreError:  # unpin of a block that is not pinned
+                    out.not_pinned.append(h)
+                else:
+                    out.blocks.append(self.entry(info))
+            return out
+
+        return await self._once("pin" if pin else "unpin", req, run)
+
+    def inventory(self, tenant: str | None = None) -> Inventory:
+        blocks = [
+            self.entry(i)
+            for i in self.agent.store.inventory()
+            if tenant is None or i.tenant == tenant
+        ]
+        return Inventory(
+            node_id=self.node_id, transfer_address=self.transfer_address or "",
+            checksum_algorithm=ALGORITHM, blocks=blocks,
+        )  # fmt: skip
+
+    def report_engine(self, stats: EngineStats) -> None:
+        self._engines[stats.engine_id] = (stats, self._clock())
+        self._engines.move_to_end(stats.engine_id)
+        while len(self._engines) > MAX_ENGINES:
+            self._engines.popitem(last=False)
+
+    def engines(self) -> list[EngineReport]:
+        now = self._clock()
+        return [
+            EngineReport(**s.model_dump(), age_s=max(0.0, now - at))
+            for s, at in self._engines.values()
+        ]
+
+    def telemetry(self) -> Telemetry:
+        store, totals = self.agent.store, self.agent.store.totals()
+        used, engines = store.used_bytes, self.engines()
+        return Telemetry(
+            node_id=self.node_id, capacity_bytes=store.capacity_bytes, used_bytes=used,
+            free_bytes=store.capacity_bytes - used,
+            speculative_quota_bytes=store.speculative_quota_bytes,
+            speculative_free_bytes=store.speculative_quota_bytes - store.speculative_bytes,
+            bytes=StateTotals(**{s.value: totals[s][1] for s in BlockState}),
+            blocks=StateTotals(**{s.value: totals[s][0] for s in BlockState}),
+            peak_used_bytes=store.stats.peak_used_bytes,
+            peak_speculative_bytes=store.stats.peak_speculative_bytes,
+            replications_in_flight=self.replications_in_flight,
+            queue_depth=sum(e.queue_depth for e in engines) if engines else None,
+            engines=engines,
+        )  # fmt: skip
+
+    def entry(self, info: BlockInfo) -> BlockEntry:
+        ttl = None if info.expires_at is None else max(0.0, info.expires_at - self._clock())
+        return BlockEntry(
+            tenant=info.tenant, block_hash=info.block_hash, state=info.state, nbytes=info.nbytes,
+            checksum=info.checksum, pins=info.pins, ttl_remaining_s=ttl,
+        )  # fmt: skip
+
+    def _claim(self, kind: str, command_id: str, fingerprint: str) -> None:
+        """Remember what ``command_id`` means; :class:`CommandConflict` if it meant another."""
+        key, digest = f"{kind}:{command_id}", hashlib.blake2b(fingerprint.encode()).digest()
+        if self._fingerprints.setdefault(key, digest) != digest:
+            raise CommandConflict(f"command_id {command_id!r} was used for another command")
+        self._fingerprints.move_to_end(key)
+        while len(self._fingerprints) > 2 * self._commands.capacity:
+            self._fingerprints.popitem(last=False)
+
+    async def _once(self, kind: str, req: BlockRefs, run: Callable[[], Awaitable[R]]) -> R:
+        if req.command_id is None:
+            return await run()
+        self._claim(kind, req.command_id, req.model_dump_json())
+        return await self._commands.run_once(f"{kind}:{req.command_id}", run)
+
+
+def _unique(hashes: Iterable[BlockHash]) -> list[BlockHash]:
+    return list(dict.fromkeys(hashes))

@@ -1,0 +1,99 @@
+"""One agent process: the TCP transfer server and the HTTP control API on one event loop.
+
+``kvcast serve agent`` runs :func:`run_agent`: it starts both servers, logs their addresses,
+and on SIGINT or SIGTERM stops accepting, lets HTTP requests in flight finish (up to
+``shutdown_grace_s``), aborts pulls being served and returns, so the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+
+from kvcast.serving.agent.agent import Agent
+from kvcast.serving.agent.api import build_app
+from kvcast.serving.agent.config import AgentConfig
+from kvcast.serving.agent.control import AgentControl
+from kvcast.serving.agent.seed import seed_blocks
+from kvcast.serving.agent.transport import parse_peer
+from kvcast.serving.http.server import HttpServer
+
+log = logging.getLogger("kvcast.serving.agent")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(frozen=True, slots=True)
+class SeedSpec:
+    """Random verified blocks to store at startup (a debug and test aid)."""
+
+    blocks: int
+    tenant: str
+    block_bytes: int
+
+
+class AgentService:
+    """An :class:`Agent` and its control API; ``start()`` / ``stop()``."""
+
+    def __init__(
+        self, config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning"
+    ) -> None:
+        self.config, self.seed = config, seed
+        self.agent = Agent(config)
+        self.control = AgentControl(self.agent)
+        self.app = build_app(self.control, config.token_value)
+        host, port = parse_peer(config.listen, allow_port_zero=True)
+        self.http = HttpServer(self.app, host, port, config.shutdown_grace_s, log_level)
+
+    async def start(self) -> tuple[str, str]:
+        """Start serving; return (HTTP address, transfer address)."""
+        transfer = await self.agent.start()
+        try:
+            if self.seed is not None and self.seed.blocks > 0:
+                s = self.seed
+                seed_blocks(self.agent.store, s.blocks, s.tenant, s.block_bytes)
+            http = await self.http.start()
+        except BaseException:
+            await self.agent.stop()
+            raise
+        return http, transfer
+
+    async def stop(self) -> None:
+        self.control.accepting = False
+        await self.http.stop()
+        await self.agent.stop()
+
+
+async def run_agent(
+    config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning"
+) -> None:
+    """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    service = AgentService(config, seed, log_level)
+    try:
+        http, transfer = await service.start()
+        held = len(service.agent.store)
+        log.info(
+            "agent %s ready: http=http://%s transfer=%s blocks=%d auth=%s",
+            config.node_id, http, transfer, held, "token" if config.token else "off",
+        )  # fmt: skip
+        stopped = asyncio.create_task(stop.wait())
+        serving = asyncio.create_task(service.http.wait())
+        await asyncio.wait({stopped, serving}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if serving.done():
+            serving.result()  # the HTTP server failed: raise why
+        serving.cancel()
+        log.info("agent %s stopping", config.node_id)
+    finally:
+        await service.stop()
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+    log.info("agent %s stopped", config.node_id)

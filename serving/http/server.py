@@ -1,0 +1,93 @@
+"""Serve an ASGI app with uvicorn on the caller's event loop, beside the service's other
+servers, and stop it on request (the caller owns SIGINT/SIGTERM: uvicorn must not re-raise
+them after shutdown, which would turn a clean stop into death by signal)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from starlette.types import ASGIApp
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # signals are the caller's
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port), IPv6 when ``host`` is an IPv6 literal; OSError when
+    the address is taken or not local."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def socket_address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class HttpServer:
+    """``await start()`` binds and serves ``app``; ``await stop()`` lets requests in flight
+    finish for up to ``grace_s`` seconds, then closes."""
+
+    def __init__(
+        self, app: ASGIApp, host: str, port: int, grace_s: float = 5.0, log_level: str = "warning"
+    ) -> None:
+        self.app, self.host, self.port, self.grace_s = app, host, port, grace_s
+        self.log_level = log_level
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.address = ""
+
+    async def start(self, timeout_s: float = 10.0) -> str:
+        sock = bind_socket(self.host, self.port)
+        self.address = socket_address(sock)
+        config = uvicorn.Config(
+            self.app,
+            log_config=None,
+            log_level=self.log_level.lower(),
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=math.ceil(self.grace_s),
+        )
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        async with asyncio.timeout(timeout_s):
+            while not self._server.started:
+                if self._task.done():
+                    sock.close()
+                    self._task.result()  # raises what went wrong
+                    raise RuntimeError("HTTP server stopped while starting")
+                await asyncio.sleep(0.005)
+        return self.address
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def wait(self) -> None:
+        """Until the server stops (by :meth:`stop` or a failure, which is raised)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        # a failure of the server is raised by wait(); stopping only has to finish
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._server, self._task = None, None

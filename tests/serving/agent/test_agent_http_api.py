@@ -1,0 +1,153 @@
+"""The agent's HTTP control API in process (httpx on the ASGI app): evict, pin/unpin,
+inventory, telemetry, health, OpenAPI, body limits; and no route ever returns block bytes."""
+
+from __future__ import annotations
+
+import base64
+
+from kvcast.serving.agent import BlockState, HostBuffer, checksum
+
+
+def _block(data: bytes) -> tuple[HostBuffer, int]:
+    buf = HostBuffer.from_bytes(data)
+    return buf, checksum(buf.view())
+
+
+def test_no_get_route_ever_returns_block_bytes(run, control_api) -> None:
+    async def scenario() -> None:
+        async with control_api() as (api, control):
+            secret = b"TOP-SECRET-KV-CONTENT-0123456789" * 4
+            control.agent.store.put("t", 1, *_block(secret))
+            control.agent.store.pin("t", 1)
+            schema = (await api.get("/openapi.json")).json()
+            paths = [p for p, ops in schema["paths"].items() if "get" in ops]
+            assert {"/v1/inventory", "/v1/telemetry", "/metrics"} <= set(paths)
+            paths += ["/openapi.json", "/docs"]
+            window = secret[:24]
+            encodings = [window, window.hex().encode(), base64.b64encode(window)]
+            for path in paths:
+                if "{" in path:
+                    continue
+                body = (await api.get(path)).content
+                assert not any(e in body for e in encodings), path
+            inventory = (await api.get("/v1/inventory")).json()
+            assert set(inventory["blocks"][0]) == {
+                "tenant", "block_hash", "state", "nbytes", "checksum", "pins", "ttl_remaining_s"
+            }  # fmt: skip
+
+    run(scenario())
+
+
+def test_evict_and_pin_touch_only_the_named_tenants_blocks(run, control_api) -> None:
+    async def scenario() -> None:
+        async with control_api() as (api, control):
+            store = control.agent.store
+            store.put("alice", 7, *_block(b"a" * 64))
+            store.put("bob", 7, *_block(b"b" * 64))
+            r = (await api.post("/v1/pin", json={"tenant": "alice", "block_hashes": [7]})).json()
+            assert [b["tenant"] for b in r["blocks"]] == ["alice"] and r["blocks"][0]["pins"] == 1
+            assert store.info("bob", 7).state is BlockState.CACHED
+            r = (await api.post("/v1/evict", json={"tenant": "bob", "block_hashes": [7]})).json()
+            assert r == {"evicted": [7], "absent": [], "pinned": []}
+            assert store.info("alice", 7) is not None and store.info("bob", 7) is None
+            r = (await api.post("/v1/evict", json={"tenant": "alice", "block_hashes": [7]})).json()
+            assert r["pinned"] == [7] and store.info("alice", 7).state is BlockState.ACTIVE
+            r = (await api.post("/v1/pin", json={"tenant": "bob", "block_hashes": [7]})).json()
+            assert r["absent"] == [7] and r["blocks"] == []
+            body = {"tenant": "alice", "block_hashes": [7]}
+            r = (await api.post("/v1/unpin", json=body)).json()
+            assert r["blocks"][0]["state"] == "cached"
+            assert (await api.post("/v1/unpin", json=body)).json()["not_pinned"] == [7]
+            bob = (await api.get("/v1/inventory", params={"tenant": "bob"})).json()
+            assert bob["blocks"] == []
+
+    run(scenario())
+
+
+def test_retried_pin_with_the_same_command_id_pins_once_and_a_reused_id_is_409(
+    run, control_api
+) -> None:
+    async def scenario() -> None:
+        async with control_api() as (api, control):
+            control.agent.store.put("t", 1, *_block(b"x" * 10))
+            body = {"command_id": "pin-1", "tenant": "t", "block_hashes": [1, 1]}
+            for _ in range(3):
+                assert (await api.post("/v1/pin", json=body)).status_code == 200
+            assert control.agent.store.info("t", 1).pins == 1
+            other = body | {"block_hashes": [2]}
+            r = await api.post("/v1/pin", json=other)
+            assert r.status_code == 409 and "pin-1" in r.json()["detail"]
+            # the same id for another kind of command is another command
+            assert (await api.post("/v1/unpin", json=body)).status_code == 200
+            assert control.agent.store.info("t", 1).pins == 0
+
+    run(scenario())
+
+
+def test_telemetry_sums_engine_queue_depths_and_metrics_agree(run, metric, control_api) -> None:
+    async def scenario() -> None:
+        async with control_api() as (api, _):
+            assert (await api.get("/v1/telemetry")).json()["queue_depth"] is None
+            for engine, depth in (("e1", 5), ("e2", 3), ("e1", 4)):
+                body = {"engine_id": engine, "queue_depth": depth, "kv_usage": 0.5}
+                assert (await api.post("/v1/engine-stats", json=body)).status_code == 204
+            telemetry = (await api.get("/v1/telemetry")).json()
+            assert telemetry["queue_depth"] == 7 and len(telemetry["engines"]) == 2
+            text = (await api.get("/metrics")).text
+            assert metric(text, "kvcast_agent_engine_queue_depth") == 7
+            bad = await api.post("/v1/engine-stats", json={"queue_depth": -1})
+            assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "body.queue_depth"
+
+    run(scenario())
+
+
+def test_health_is_ok_and_readiness_drops_when_shutting_down(run, control_api) -> None:
+    async def scenario() -> None:
+        async with control_api() as (api, control):
+            assert (await api.get("/healthz")).json()["status"] == "ok"
+            ready = await api.get("/readyz")
+            assert ready.status_code == 200 and ready.json()["transfer_address"]
+            control.accepting = False
+            assert (await api.get("/readyz")).status_code == 503
+
+    run(scenario())
+
+
+def test_openapi_schema_documents_every_route_and_bearer_auth(run, control_api) -> None:
+    async def scenario() -> None:
+        async with control_api() as (api, _):
+            schema = (await api.get("/openapi.json")).json()
+            assert {
+                "/v1/replicate", "/v1/evict", "/v1/pin", "/v1/unpin", "/v1/inventory",
+                "/v1/telemetry", "/v1/engine-stats", "/healthz", "/readyz", "/metrics",
+            } <= set(schema["paths"])  # fmt: skip
+            replicate = schema["paths"]["/v1/replicate"]["post"]
+            assert replicate["security"] == [{"HTTPBearer": []}]
+            assert {"401", "409", "422"} <= set(replicate["responses"])
+            assert "security" not in schema["paths"]["/healthz"]["get"]
+
+    run(scenario())
+
+
+def test_oversized_or_undeclared_bodies_are_refused_before_reading(
+    run, metric, control_api
+) -> None:
+    from kvcast.serving.agent.api import MAX_BODY_BYTES
+
+    async def chunks():
+        yield b'{"tenant": "t", '
+        yield b'"block_hashes": [1]}'
+
+    async def scenario() -> None:
+        async with control_api() as (api, _):
+            headers = {"content-type": "application/json"}
+            big = b" " * (MAX_BODY_BYTES + 1)
+            r = await api.post("/v1/evict", content=big, headers=headers)
+            assert r.status_code == 413
+            r = await api.post("/v1/evict", content=chunks(), headers=headers)
+            assert r.status_code == 411
+            text = (await api.get("/metrics")).text
+            reason = {"command": "evict", "reason": "too_large"}
+            assert metric(text, "kvcast_agent_commands_refused_total", **reason) == 1
+
+    run(scenario())

@@ -1,0 +1,67 @@
+"""``kvcast serve agent`` refuses bad input with one line and exit status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvcast.cli.app import app
+
+runner = CliRunner()
+BASE = ["serve", "agent", "--listen", "127.0.0.1:0", "--transfer-listen", "127.0.0.1:0"]
+SIZES = ["--capacity", "64MiB", "--speculative-quota", "8MiB"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--speculative-quota", "1MiB"], "--capacity is required"),
+        (["--capacity", "1MiB"], "--speculative-quota is required"),
+        (["--capacity", "64XB", "--speculative-quota", "1"], "--capacity: '64XB': unknown unit"),
+        (["--capacity", "1MiB", "--speculative-quota", "2MiB"], "must not exceed capacity"),
+        ([*SIZES, "--listen", "localhost"], "HOST:PORT"),
+        ([*SIZES, "--log-level", "loud"], "--log-level must be one of"),
+        ([*SIZES, "--seed-blocks", "2", "--seed-block-bytes", "2x"], "--seed-block-bytes"),
+        ([*SIZES, "--config", "/nonexistent/agent.yaml"], "no such config file"),
+        ([*SIZES, "--seed-blocks", "100", "--seed-block-bytes", "1MiB"], "exceed the capacity"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    r = runner.invoke(app, [*BASE, *args], env={"KVCAST_TOKEN": None})
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output
+
+
+def test_unknown_config_key_is_named_with_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("capacity_bytes: 1GiB\nspeculative_quota_bytes: 1MiB\ncapacty: 3\n")
+    r = runner.invoke(app, [*BASE, "--config", str(cfg)], env={"KVCAST_TOKEN": None})
+    assert r.exit_code == 2 and "agent.yaml: key 'capacty': unknown key" in r.output
+
+
+def test_empty_token_variable_is_refused() -> None:
+    r = runner.invoke(app, [*BASE, *SIZES, "--token-env", "MY_TOKEN"], env={"MY_TOKEN": ""})
+    assert r.exit_code == 2 and "MY_TOKEN is set but empty" in r.output
+
+
+def test_address_in_use_is_one_line_and_exit_2() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = [*SIZES, "--listen", f"127.0.0.1:{port}"]
+        r = runner.invoke(app, [*BASE, *args], env={"KVCAST_TOKEN": None})
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "in use" in r.output.lower()
+
+
+def test_serve_agent_help_lists_the_flags() -> None:
+    r = runner.invoke(app, ["serve", "agent", "--help"])
+    assert r.exit_code == 0
+    for flag in ("--node-id", "--listen", "--transfer-listen", "--capacity",
+                 "--speculative-quota", "--config", "--token-env", "--seed-blocks"):  # fmt: skip
+        assert flag in r.output
