@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,13 +16,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kvcast.config import ConfigError
 from kvcast.data import BUNDLED_TRACES, bundled_trace_path
-from kvcast.features.traces import Trace, TraceError, load_trace
+
+if TYPE_CHECKING:
+    from kvcast.features.traces import Trace
 
 console = Console(stderr=True)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-USER_ERRORS = (TraceError, ConfigError, ValueError, OSError)
+USER_ERRORS = (ConfigError, ValueError, OSError)  # TraceError is a ValueError
 
 
 def fail(message: str) -> typer.Exit:
@@ -64,6 +66,8 @@ def parse_names(text: str) -> list[str]:
 
 def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace:
     """Load ``PATH`` or ``bundled:NAME`` (a trace sample shipped with kvcast)."""
+    from kvcast.features.traces import load_trace  # pandas: only when a command needs it
+
     if spec.startswith("bundled:"):
         name = spec.removeprefix("bundled:")
         if name not in BUNDLED_TRACES:

@@ -18,14 +18,13 @@ from kvcast.cli.simulate import (
     out_console,
     sim_config,
 )
-from kvcast.features import build_feature_dataset, build_spec, summarise
-from kvcast.features.config import load_feature_config
-from kvcast.features.dataset import file_hash, write_feature_dataset
 from kvcast.simulator.policies import policy_names
 from kvcast.simulator.recording import feature_config_for, record_events
 
 
 def _trace_hash(spec: str) -> str:
+    from kvcast.features.dataset import file_hash
+
     if spec.startswith("bundled:"):
         from kvcast.data import bundled_trace_path
 
@@ -53,6 +52,10 @@ def features_cmd(
     skip_bad: SkipBadOpt = False,
 ) -> None:
     """Replay a trace through the simulator and write features.parquet with its spec."""
+    from kvcast.features import build_feature_dataset, build_spec, summarise
+    from kvcast.features.config import load_feature_config
+    from kvcast.features.dataset import write_feature_dataset
+
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
     if not time_scale > 0:

@@ -23,7 +23,6 @@ from kvcast.features.traces import TRACE_FORMATS
 from kvcast.simulator.config import SimConfig, load_sim_config
 from kvcast.simulator.engine import simulate as run_simulation
 from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate
-from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf
 from kvcast.simulator.policies import policy_names
 
 # wide enough for the comparison table when stdout is a file or a pipe
@@ -98,6 +97,8 @@ def run_evaluation(
 
         ev = evaluate(tr, cfg, policies, scales, capacity=capacity, on_step=step)
     write_json(out / "summary.json", ev.summaries)
+    from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf  # matplotlib: lazily
+
     plot_ttft_cdf(ev, out / "ttft_cdf.png")
     plot_p99_vs_load(ev, out / "p99_vs_load.png")
     out_console.print(
