@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+
+import numpy as np
 
 from kvcast.features.events import (
     AllBlocksCleared,
@@ -92,3 +94,62 @@ def unique_blocks(hashes: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     seen: set[int] = set()
     out = tuple(h for h in hashes if not (h in seen or seen.add(h)))
     return out, len(hashes) - len(out)
+
+
+# The same rules over whole columns (the offline pipeline checks one event type at a time):
+# node fields must lie in 0..nodes-1 (else unknown_node), then each value field its rule.
+TIME, NONNEG, POSITIVE = "0 <= x < inf", "x >= 0", "x > 0"
+NODE_FIELDS: dict[type, tuple[str, ...]] = {
+    RequestArrived: ("node",),
+    BlockStored: ("node",),
+    BlockRemoved: ("node",),
+    AllBlocksCleared: ("node",),
+    TelemetrySample: ("node",),
+    ReplicationDone: ("source", "target"),
+}
+_COUNTS = ("queue_len", "queued_prefill_tokens", "running_decodes", "active_tokens")
+_BYTES = ("used_bytes", "cached_bytes", "speculative_bytes", "evictions_total")
+VALUE_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
+    RequestArrived: (
+        ("ts_ms", TIME),
+        ("input_tokens", NONNEG),
+        ("output_tokens", NONNEG),
+        ("public_blocks", NONNEG),
+    ),
+    BlockStored: (("ts_ms", TIME), ("block_size", NONNEG)),
+    BlockRemoved: (("ts_ms", TIME),),
+    AllBlocksCleared: (("ts_ms", TIME),),
+    TelemetrySample: (
+        ("ts_ms", TIME),
+        *((f, NONNEG) for f in _COUNTS),
+        ("capacity_bytes", POSITIVE),
+        *((f, NONNEG) for f in _BYTES),
+        ("est_queue_ms", TIME),
+        ("transfers_in_flight", NONNEG),
+        ("pending_replication_bytes", NONNEG),
+    ),
+    ReplicationDone: (("ts_ms", TIME),),
+}
+REASONS: tuple[str | None, ...] = (None, "unknown_node", "bad_value")  # codes 0, 1, 2
+
+
+def numeric(values: list) -> np.ndarray | None:
+    """``values`` as a 1-D array of plain numbers (bool, int or float), else None."""
+    try:
+        arr = np.array(values)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return arr if arr.ndim == 1 and arr.dtype.kind in "biuf" else None
+
+
+def check_columns(kind: type, cols: Mapping[str, np.ndarray], nodes: int) -> np.ndarray:
+    """:func:`check` over the events of one type at once, given their fields as numeric
+    arrays (see :func:`numeric`): per event the index of its reason in :data:`REASONS`."""
+    node_ok = np.ones(len(cols["ts_ms"]), dtype=bool)
+    for f in NODE_FIELDS[kind]:
+        node_ok &= (cols[f] >= 0) & (cols[f] < nodes)
+    ok = np.ones(len(node_ok), dtype=bool)
+    for f, rule in VALUE_FIELDS[kind]:
+        a = cols[f]
+        ok &= (a > 0) if rule == POSITIVE else (a >= 0) if rule == NONNEG else (a >= 0) & (a < INF)
+    return np.where(node_ok, np.where(ok, 0, 2), 1).astype(np.int8)

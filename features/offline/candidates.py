@@ -8,6 +8,7 @@ satisfies ``a + lookback > t`` (the online rule). Each candidate row points at t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -24,32 +25,43 @@ def tick_times(table: EventTable, cfg: FeatureConfig) -> np.ndarray:
     return start + cfg.ticks.period_ms * np.arange(int((end - start) // cfg.ticks.period_ms) + 1)
 
 
-def first_tick_at_or_after(ticks: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Index of the first tick ``>= t``: an event at ``t`` is seen by ticks ``j >= rank``."""
-    return np.searchsorted(ticks, t, side="left")
-
-
 @dataclass(frozen=True)
 class Rows:
     access: np.ndarray  # sorted-access index of the block's last access <= tick
     tick: np.ndarray  # tick index
-    t: np.ndarray  # tick time
+    ticks: np.ndarray  # all tick times
 
     def __len__(self) -> int:
-        return len(self.t)
+        return len(self.access)
+
+    @cached_property
+    def t(self) -> np.ndarray:
+        """Tick time per row."""
+        return self.ticks[self.tick]
 
     def take(self, keep: np.ndarray) -> Rows:
-        return Rows(self.access[keep], self.tick[keep], self.t[keep])
+        return Rows(self.access[keep], self.tick[keep], self.ticks)
+
+
+def candidate_ranges(acc: Accesses, lookback_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per access: the first tick of its rows and how many rows it has."""
+    n = len(acc)
+    lo = acc.rank  # first tick that sees the access
+    hi = np.full(n, len(acc.ticks))
+    hi[:-1] = np.where(acc.has_next[:-1], lo[1:], len(acc.ticks))  # rank(min(a, b)): min
+    np.minimum(hi, acc.rank_of(acc.r_ts + lookback_ms), out=hi)
+    return lo, np.maximum(hi - lo, 0)
+
+
+def expand(lo: np.ndarray, counts: np.ndarray, start: int, stop: int) -> list[np.ndarray]:
+    """(access, tick) of the rows of accesses ``start..stop-1``."""
+    c = counts[start:stop]
+    access = np.repeat(np.arange(start, stop), c)
+    tick = np.repeat(lo[start:stop] - (np.cumsum(c) - c), c)
+    tick += np.arange(len(tick))
+    return [access, tick]
 
 
 def candidate_rows(acc: Accesses, ticks: np.ndarray, lookback_ms: float) -> Rows:
-    n = len(acc)
-    nxt = np.full(n, np.inf)
-    nxt[:-1] = np.where(acc.has_next[:-1], acc.ts[1:], np.inf)
-    lo = first_tick_at_or_after(ticks, acc.ts)
-    hi = first_tick_at_or_after(ticks, np.minimum(nxt, acc.ts + lookback_ms))
-    counts = np.maximum(hi - lo, 0)
-    access = np.repeat(np.arange(n), counts)
-    offsets = np.cumsum(counts) - counts
-    tick = lo[access] + (np.arange(len(access)) - offsets[access])
-    return Rows(access, tick, ticks[tick])
+    lo, counts = candidate_ranges(acc, lookback_ms)
+    return Rows(*expand(lo, counts, 0, len(acc)), ticks)

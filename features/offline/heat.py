@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kvcast.features.offline.accesses import Accesses, group_starts
+from kvcast.features.offline.accesses import Accesses
 
 CHUNK_HALF_LIVES = 64.0
 
@@ -23,14 +23,20 @@ def decayed_counts(acc: Accesses, half_life_ms: float) -> np.ndarray:
     if n == 0:
         return np.zeros(0)
     span = CHUNK_HALF_LIVES * half_life_ms
-    chunk = np.floor(acc.ts / span)
-    offset = (acc.ts - chunk * span) / half_life_ms
+    r_chunk = np.floor(acc.r_ts / span)  # per request, then per access
+    r_offset = (acc.r_ts - r_chunk * span) / half_life_ms
+    chunk = r_chunk[acc.req]
     new = np.ones(n, dtype=bool)
     new[1:] = (acc.epoch_start[1:] != acc.epoch_start[:-1]) | (chunk[1:] != chunk[:-1])
-    seg = np.cumsum(new)
-    cum = pd.Series(np.exp2(offset)).groupby(seg).cumsum().to_numpy()
-    first = group_starts(seg)
-    prev = first - 1
-    carry_ok = (prev >= acc.epoch_start) & (chunk[np.maximum(prev, 0)] == chunk - 1)
-    carry = np.where(carry_ok, cum[np.maximum(prev, 0)] * 2.0**-CHUNK_HALF_LIVES, 0.0)
-    return (cum + carry) * np.exp2(-offset)
+    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    cum = np.exp2(r_offset)[acc.req]
+    grouped = ~new  # accesses in segments of two or more: a cumulative sum per segment
+    grouped[:-1] |= ~new[1:]
+    at = np.flatnonzero(grouped)
+    if len(at):
+        by_segment = pd.Series(cum[at]).groupby(first[at], sort=False)
+        cum[at] = by_segment.cumsum().to_numpy()
+    prev = np.maximum(first - 1, 0)
+    carry_ok = (first > acc.epoch_start) & (chunk[prev] == chunk - 1)
+    carry = np.where(carry_ok, cum[prev] * 2.0**-CHUNK_HALF_LIVES, 0.0)
+    return (cum + carry) * np.exp2(-r_offset)[acc.req]

@@ -12,22 +12,44 @@ weigh ``1 / negative_keep``.
 
 from __future__ import annotations
 
+import math
+from itertools import pairwise
+
 import numpy as np
 
 from kvcast.features.config import FeatureConfig
-from kvcast.features.offline.accesses import Accesses
-from kvcast.features.offline.candidates import Rows
+from kvcast.features.offline.accesses import Accesses, first_tick_at_or_after
+from kvcast.features.offline.candidates import Rows, expand
 from kvcast.features.offline.table import EventTable
 
+CHUNK_ROWS = 1 << 16  # candidate rows hashed at a time
 
-def burst_counts(acc: Accesses, rows: Rows, ticks: np.ndarray, horizon_ms: float) -> np.ndarray:
-    """Requests containing each row's block that arrive in ``(t, t + H]``."""
-    uniq = np.unique(acc.ts)
-    m = len(uniq) + 1
-    keys = acc.code * m + np.searchsorted(uniq, acc.ts)
-    until = np.searchsorted(uniq, ticks + horizon_ms, "right")[rows.tick]
-    upto = np.searchsorted(keys, acc.code[rows.access] * m + until, "left")
-    return upto - (rows.access + 1)
+
+def due_ticks(acc: Accesses, horizon_ms: float) -> np.ndarray:
+    """Per access: the first tick ``t`` with ``ts <= t + H`` (from there its window holds it)."""
+    return first_tick_at_or_after(acc.ticks + horizon_ms, acc.r_ts)[acc.req]
+
+
+def burst_due(acc: Accesses, due: np.ndarray, k: int) -> np.ndarray:
+    """Per access: the first tick at which its row has ``count >= k``: when the k-th next
+    access of the block is due (later ones are due no earlier); past the ticks when none."""
+    out = np.full(len(acc), len(acc.ticks))
+    if k < len(acc):
+        same = acc.code[k:] == acc.code[:-k]
+        out[:-k] = np.where(same, due[k:], len(acc.ticks))
+    return out
+
+
+def burst_counts(acc: Accesses, rows: Rows, due: np.ndarray) -> np.ndarray:
+    """Requests containing each row's block that arrive in ``(t, t + H]`` (searched for only
+    where the next access is due by the row's tick: elsewhere 0)."""
+    m = len(acc.ticks) + 1
+    some = np.flatnonzero(burst_due(acc, due, 1)[rows.access] <= rows.tick)
+    keys = acc.code * m + due  # ascending: blocks, then due ticks
+    i = rows.access[some]
+    count = np.zeros(len(rows), dtype=np.int64)
+    count[some] = np.searchsorted(keys, acc.code[i] * m + rows.tick[some], "right") - (i + 1)
+    return count
 
 
 def label_columns(
@@ -49,11 +71,19 @@ def label_columns(
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser on uint64 (wrapping arithmetic)."""
+    """splitmix64 finaliser on uint64 (wrapping arithmetic); a new array."""
     with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+        x = x ^ (x >> np.uint64(30))
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+def _weights(u: np.ndarray, positive: np.ndarray, keep: float) -> np.ndarray:
+    draw = (u >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return np.where(positive, 1.0, np.where(draw < keep, 1.0 / keep, 0.0))
 
 
 def sample_weights(
@@ -65,5 +95,31 @@ def sample_weights(
         return np.ones(len(t))
     seed = np.uint64(cfg.sampling.seed & 0xFFFFFFFFFFFFFFFF)
     u = _mix(_mix(block_hash ^ seed) ^ np.ascontiguousarray(t, dtype=np.float64).view(np.uint64))
-    draw = (u >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    return np.where(positive, 1.0, np.where(draw < keep, 1.0 / keep, 0.0))
+    return _weights(u, positive, keep)
+
+
+def sampled_rows(
+    acc: Accesses, lo: np.ndarray, counts: np.ndarray, due_k: np.ndarray, cfg: FeatureConfig
+) -> tuple[Rows, np.ndarray]:
+    """The candidate rows (see :func:`candidate_ranges`) :func:`sample_weights` keeps, and
+    their weights; ``due_k``: :func:`burst_due` for ``labels.k``. Built a slice of accesses at
+    a time (the arrays stay in cache), mixing each block hash and tick time once."""
+    keep = cfg.sampling.negative_keep
+    if keep >= 1.0:
+        rows = Rows(*expand(lo, counts, 0, len(acc)), acc.ticks)
+        return rows, np.ones(len(rows))
+    seed = np.uint64(cfg.sampling.seed & 0xFFFFFFFFFFFFFFFF)
+    per_tick = np.ascontiguousarray(acc.ticks, dtype=np.float64).view(np.uint64)
+    per_access = _mix(acc.hashes ^ seed)[acc.code]
+    below = np.uint64(math.ceil(keep * 2**53))  # draw < keep: (u >> 11) / 2^53 < keep
+    ends = np.searchsorted(np.cumsum(counts), np.arange(CHUNK_ROWS, counts.sum(), CHUNK_ROWS))
+    parts = []
+    for start, stop in pairwise([0, *ends.tolist(), len(acc)]):
+        access, tick = expand(lo, counts, start, stop)
+        positive = due_k[access] <= tick
+        u = per_access[access]
+        u ^= per_tick[tick]
+        kept = np.flatnonzero(positive | ((_mix(u) >> np.uint64(11)) < below))
+        parts.append((access[kept], tick[kept], positive[kept]))
+    access, tick, positive = (np.concatenate(p) for p in zip(*parts, strict=True))
+    return Rows(access, tick, acc.ticks), np.where(positive, 1.0, 1.0 / keep)

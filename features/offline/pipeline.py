@@ -21,11 +21,17 @@ from kvcast.features.counters import BadInputCounters
 from kvcast.features.derive import meta_columns, session_columns
 from kvcast.features.events import Event
 from kvcast.features.offline.accesses import Accesses, accesses
-from kvcast.features.offline.candidates import Rows, candidate_rows, tick_times
-from kvcast.features.offline.distinct import window_counts
+from kvcast.features.offline.candidates import Rows, candidate_ranges, tick_times
+from kvcast.features.offline.distinct import row_keys, window_counts
 from kvcast.features.offline.heat import decayed_counts
 from kvcast.features.offline.ingest import event_table
-from kvcast.features.offline.labels import burst_counts, label_columns, sample_weights
+from kvcast.features.offline.labels import (
+    burst_counts,
+    burst_due,
+    due_ticks,
+    label_columns,
+    sampled_rows,
+)
 from kvcast.features.offline.residency import residency_rows
 from kvcast.features.offline.sessions import (
     first_branch,
@@ -67,28 +73,29 @@ def _feature_columns(
         state, keys, req, rows, ticks, n_explicit, cfg.horizon_ms
     )
     cols = session_columns(t, last, turns, ewma, var, explicit, cfg.session.think_factor)
+    since = t - acc.ts[i]
     for h in cfg.heat_half_lives_ms:
-        cols.append(decayed_counts(acc, h)[i] * np.exp2(-(t - acc.ts[i]) / h))
-    w = cfg.distinct_window_ms
-    has_child = child >= 0
-    has_sess = keys[acc.req] >= 0
+        cols.append(decayed_counts(acc, h)[i] * np.exp2(-since / h))
+    rk = row_keys(acc, rows, cfg.distinct_window_ms)
+    has_child = np.flatnonzero(child >= 0)
+    acc_keys = keys[acc.req]
+    has_sess = np.flatnonzero(acc_keys >= 0)
+    tenant = np.unique(table.r_tenant, return_inverse=True)[1].reshape(-1)[acc.req]
+    pos = acc.pos[i].astype(float)
     cols += [
-        acc.pos[i].astype(float),
-        window_counts(
-            acc.code[has_child], child[has_child], acc.ts[has_child], w, ticks, code, rows.tick
-        ),
-        window_counts(
-            acc.code[has_sess], keys[acc.req][has_sess], acc.ts[has_sess], w, ticks, code, rows.tick
-        ),
-        window_counts(acc.code, table.r_tenant[acc.req], acc.ts, w, ticks, code, rows.tick),
+        pos,
+        window_counts(has_child, child[has_child], acc, rk),
+        window_counts(has_sess, acc_keys[has_sess], acc, rk),
+        window_counts(np.arange(len(acc)), tenant, acc, rk),
         t - acc.ts[acc.epoch_start[i]],
-        t - acc.ts[i],
+        since,
     ]
     home = table.r_node[req]
     nodes = node_table(table.telemetry, ticks, cfg, bad)
-    cols += list(nodes[home, rows.tick].T)
-    cols += meta_columns(table.r_input[req].astype(float), acc.pos[i].astype(float), cfg)
-    cols += residency_rows(table, acc.hashes, ticks, cfg.nodes, code, rows.tick, home, bad)
+    at = home * len(ticks) + rows.tick  # gather each column from a contiguous copy
+    cols += [col.take(at) for col in nodes.reshape(-1, nodes.shape[-1]).T.copy()]
+    cols += meta_columns(table.r_input[req].astype(float), pos, cfg)
+    cols += residency_rows(table, acc, rk, cfg.nodes, code, home, bad)
     cols += [table.r_tenant[req], (acc.pos[i] < table.r_public[req]).astype(float)]
     return cols
 
@@ -106,13 +113,12 @@ def build_feature_dataset(
         ticks = None
     table = events if isinstance(events, EventTable) else event_table(events, cfg)
     ticks = tick_times(table, cfg) if ticks is None else np.unique(np.asarray(ticks, dtype=float))
-    acc = accesses(table, cfg.horizon_ms)
-    rows = candidate_rows(acc, ticks, cfg.ticks.lookback_ms)
-    count = burst_counts(acc, rows, ticks, cfg.labels.horizon_ms)
+    acc = accesses(table, cfg.horizon_ms, ticks)
+    lo, counts = candidate_ranges(acc, cfg.ticks.lookback_ms)
+    due = due_ticks(acc, cfg.labels.horizon_ms)
+    rows, weight = sampled_rows(acc, lo, counts, burst_due(acc, due, cfg.labels.k), cfg)
+    count = burst_counts(acc, rows, due)
     block = acc.hashes[acc.code[rows.access]]
-    weight = sample_weights(block, rows.t, count >= cfg.labels.k, cfg)
-    keep = np.flatnonzero(weight > 0)
-    rows, block, weight, count = rows.take(keep), block[keep], weight[keep], count[keep]
     spec = build_spec(cfg)
     bad = BadInputCounters()
     bad.counts.update(table.bad.counts)

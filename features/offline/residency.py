@@ -14,7 +14,14 @@ import numpy as np
 
 from kvcast.features.counters import BadInputCounters
 from kvcast.features.derive import MASK_NODES
-from kvcast.features.offline.candidates import first_tick_at_or_after
+from kvcast.features.offline.accesses import (
+    Accesses,
+    first_tick_at_or_after,
+    group_starts,
+    sort_ids,
+    stable_order,
+)
+from kvcast.features.offline.distinct import RowKeys
 from kvcast.features.offline.table import EventTable
 
 
@@ -33,10 +40,12 @@ class Changes:
         return Changes(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
 
 
-def changes(table: EventTable, hashes: np.ndarray) -> Changes:
-    """Every residency change in event order, clears expanded; ``hashes``: the requested
-    blocks' hashes (others get code -1)."""
-    uniq, ident = np.unique(table.s_hash, return_inverse=True)
+def changes(table: EventTable, hashes: np.ndarray) -> tuple[Changes, np.ndarray]:
+    """Every residency change in event order, clears expanded, and their stable order by
+    block; ``hashes``: the requested blocks' hashes (others get code -1)."""
+    uniq, by_block, ids = sort_ids(table.s_hash)
+    ident = np.empty(len(ids), dtype=np.int64)
+    ident[by_block] = ids
     at = np.searchsorted(hashes, uniq)
     known = at < len(hashes)
     known[known] = hashes[at[known]] == uniq[known]
@@ -70,24 +79,23 @@ def changes(table: EventTable, hashes: np.ndarray) -> Changes:
             )
         )
     if len(parts) == 1:
-        return base
+        return base, by_block
     fields = Changes.__dataclass_fields__
     merged = Changes(*(np.concatenate([getattr(p, f) for p in parts]) for f in fields))
-    return merged.take(np.argsort(merged.seq, kind="stable"))
+    merged = merged.take(stable_order(merged.seq))
+    return merged, stable_order(merged.ident)
 
 
 def flag_deltas(ch: Changes, nodes: int, bad: BadInputCounters) -> np.ndarray:
     """Change of each event's (block, node, tier) flag; counts removals of absent blocks."""
     pair = (ch.ident * nodes + ch.node) * 2 + ch.tier
-    order = np.argsort(pair, kind="stable")  # changes are in event order
+    order = stable_order(pair)  # changes are in event order
+    pair, flag = pair[order], ch.flag[order]
     prev = np.zeros(len(order), dtype=np.int64)
-    same = pair[order][1:] == pair[order][:-1]
-    prev[1:] = np.where(same, ch.flag[order][:-1], 0)
+    prev[1:] = np.where(pair[1:] == pair[:-1], flag[:-1], 0)
     delta = np.empty(len(order), dtype=np.int64)
-    delta[order] = ch.flag[order] - prev
-    absent = np.zeros(len(order), dtype=bool)
-    absent[order] = prev == 0
-    bad.inc("removed_not_resident", int((absent & ch.removal).sum()))
+    delta[order] = flag - prev
+    bad.inc("removed_not_resident", int(((prev == 0) & ch.removal[order]).sum()))
     return delta
 
 
@@ -104,7 +112,7 @@ def _state_at(
     Events must come in event order."""
     if len(key) == 0:
         return np.zeros(len(query_key), dtype=np.int64)
-    order = np.argsort(key, kind="stable")
+    order = stable_order(key)
     k, v = key[order], value[order]
     if cumulative:
         total = np.cumsum(v)
@@ -118,37 +126,52 @@ def _state_at(
 
 def residency_rows(
     table: EventTable,
-    hashes: np.ndarray,
-    ticks: np.ndarray,
+    acc: Accesses,
+    rk: RowKeys,
     nodes: int,
     row_code: np.ndarray,
-    row_tick: np.ndarray,
     row_home: np.ndarray,
     bad: BadInputCounters,
 ) -> list[np.ndarray]:
-    """replicas_gpu, replicas_lower, replica_mask, home_holds per row."""
-    ch = changes(table, hashes)
+    """replicas_gpu, replicas_lower, replica_mask, home_holds per row (rows as in ``rk``)."""
+    ch, by_block = changes(table, acc.hashes)
     delta = flag_deltas(ch, nodes, bad)
-    ch_rank = first_tick_at_or_after(ticks, ch.ts)
-    m = len(ticks) + 1
-    keep = (ch.code >= 0) & (delta != 0)  # no-op stores and removes change nothing
-    out = []
-    for tier in (0, 1):
-        sel = keep & (ch.tier == tier)
-        args = (ch.code[sel], ch_rank[sel])
-        out.append(_state_at(*args, delta[sel], m, row_code, row_tick, cumulative=True))
-    gpu = keep & (ch.tier == 0)
+    live = (ch.code >= 0) & (delta != 0)  # no-op stores and removes change nothing
+    sel = by_block[live[by_block]]  # by block (codes ascend with hashes), then event order
+    if len(sel) == 0:
+        return [np.zeros(len(rk.key)) for _ in range(4)]
+    gpu = ch.tier == 0
+    on_gpu = np.where(gpu, delta, 0)
     bit = np.where(ch.node < MASK_NODES, np.left_shift(1, np.minimum(ch.node, 62)), 0)
-    args = (ch.code[gpu], ch_rank[gpu])
-    mask = _state_at(*args, delta[gpu] * bit[gpu], m, row_code, row_tick, cumulative=True)
-    pair = ch.code[gpu] * nodes + ch.node[gpu]
-    home = _state_at(
-        pair,
-        ch_rank[gpu],
-        ch.flag[gpu],
-        m,
-        row_code * nodes + np.maximum(row_home, 0),
-        row_tick,
-        cumulative=False,
-    )
-    return [out[0].astype(float), out[1].astype(float), mask.astype(float), home.astype(float)]
+    code, rank = ch.code[sel], first_tick_at_or_after(acc.ticks, ch.ts)[sel]
+    at = np.searchsorted(code * rk.m + rank, rk.key, "right") - 1  # last change at or before
+    ok = at >= 0
+    at[~ok] = 0
+    ok &= code[at] == row_code
+    first = group_starts(code)[at]
+
+    def running(v: np.ndarray) -> np.ndarray:  # sum of v over the block's changes up to at
+        total = np.zeros(len(v) + 1, dtype=np.int64)
+        np.cumsum(v, out=total[1:])  # wraps past 2^63 as the differences need
+        return np.where(ok, total[at + 1] - total[first], 0)
+
+    lower = running((delta - on_gpu)[sel]) if not gpu.all() else np.zeros(len(at), np.int64)
+    mask = running((on_gpu * bit)[sel])
+    if nodes <= MASK_NODES:  # the home node's bit of the GPU mask
+        home = (mask >> np.clip(row_home, 0, MASK_NODES - 1)) & 1
+    else:
+        home = _state_at(
+            code[gpu[sel]] * nodes + ch.node[sel][gpu[sel]],
+            rank[gpu[sel]],
+            ch.flag[sel][gpu[sel]],
+            rk.m,
+            row_code * nodes + np.maximum(row_home, 0),
+            rk.key - row_code * rk.m,
+            cumulative=False,
+        )
+    return [
+        running(on_gpu[sel]).astype(float),
+        lower.astype(float),
+        mask.astype(float),
+        home.astype(float),
+    ]

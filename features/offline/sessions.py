@@ -10,8 +10,13 @@ import numpy as np
 import pandas as pd
 
 from kvcast.features.config import FeatureConfig
-from kvcast.features.offline.accesses import Accesses, group_starts
-from kvcast.features.offline.candidates import Rows, first_tick_at_or_after
+from kvcast.features.offline.accesses import (
+    Accesses,
+    first_tick_at_or_after,
+    group_starts,
+    stable_order,
+)
+from kvcast.features.offline.candidates import Rows
 from kvcast.features.offline.table import EventTable
 
 
@@ -72,7 +77,7 @@ class SessionState:
 def session_state(table: EventTable, keys: np.ndarray, cfg: FeatureConfig) -> SessionState:
     alpha, horizon = cfg.session.ewma_alpha, cfg.horizon_ms
     idx = np.flatnonzero(keys >= 0)
-    order = idx[np.argsort(keys[idx], kind="stable")]
+    order = idx[stable_order(keys[idx])]
     key, ts = keys[order], table.r_ts[order]
     n = len(order)
     fresh = np.ones(n, dtype=bool)
@@ -81,7 +86,7 @@ def session_state(table: EventTable, keys: np.ndarray, cfg: FeatureConfig) -> Se
     gap = np.zeros(n)
     gap[1:] = ts[1:] - ts[:-1]
     ewma, var = np.full(n, np.nan), np.full(n, np.nan)
-    by_turn = np.argsort(turn, kind="stable")
+    by_turn = stable_order(turn)
     bounds = np.searchsorted(turn[by_turn], np.arange(1, turn.max(initial=0) + 2))
     for k in range(1, len(bounds)):
         at = by_turn[bounds[k - 1] : bounds[k]]
