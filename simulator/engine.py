@@ -72,6 +72,9 @@ class Simulator:
             else policy
         )
         self.observers = list(observers)
+        # a policy that acts ahead of arrivals (oracle, predictive_*) carries its replicator
+        if replicator is None:
+            replicator = getattr(self.policy, "replicator", None)
         self.replicator = replicator
         self.holders: dict[int, int] = {}
         self.network = Network(cfg.network, cfg.nodes)

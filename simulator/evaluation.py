@@ -9,10 +9,11 @@ from typing import Any
 import pandas as pd
 
 from kvcast.features.traces.table import Trace
+from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.simulator.capacity import CapacityResult, find_capacity
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.engine import simulate
-from kvcast.simulator.policies import create_policy
+from kvcast.simulator.replication_policies import make_policy
 
 Step = Callable[[str], None]
 """Called with a short label each time one simulation finishes."""
@@ -35,23 +36,27 @@ def evaluate(
     *,
     capacity: bool = False,
     on_step: Step | None = None,
+    decider: DeciderConfig | None = None,
 ) -> Evaluation:
-    """Run every policy at every time-scale (and its capacity search when asked)."""
+    """Run every policy at every time-scale (and its capacity search when asked).
+
+    Replicating policies (``oracle``, ``predictive_*``) use ``decider`` (default: the
+    embedded decider config); each simulation gets a fresh policy."""
     for name in policies:  # fail fast on a bad name, before any work
-        create_policy(name, cfg.routing, num_nodes=cfg.nodes, seed=cfg.seed)
+        make_policy(name, cfg, decider)
     out = Evaluation()
     for name in policies:
         if capacity:
 
             def attainment(x: float, name: str = name) -> float:
-                res = simulate(trace, cfg, name, time_scale=x)
+                res = simulate(trace, cfg, make_policy(name, cfg, decider), time_scale=x)
                 if on_step is not None:
                     on_step(f"{name} capacity probe x{x:.3g}")
                 return float(res.summary["slo_attainment"])
 
             out.capacity[name] = find_capacity(attainment, target=cfg.slo.target_attainment)
         for x in time_scales:
-            res = simulate(trace, cfg, name, time_scale=x)
+            res = simulate(trace, cfg, make_policy(name, cfg, decider), time_scale=x)
             s = res.summary
             if capacity:
                 s["capacity_time_scale"] = out.capacity[name].time_scale

@@ -11,17 +11,21 @@ Decayed counts are scaled sums ``S_k = sum_i 2^((t_i - T0)/h_k)``; a read is
 grow large and drops runs unseen for ``horizon``. A run last requested ``horizon`` or more
 before a new request is treated as new (the offline rule: a gap >= horizon starts afresh).
 Distinct children/sessions/tenants are kept as in :mod:`kvcast.features.online.keys`.
+``off_of`` gives a block's offset in the request that created its run's lineage; runs only
+split, so a block's index in its run is ``off_of[h] - run[BASE]`` (read without a scan).
 """
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import count, repeat
 from typing import Any
 
 from kvcast.features.online.keys import EMPTY, KEY, KEY2, OLDER, T2, T, switch
 
 FIRST, LAST, REQ, POS0, HASHES, CHILD, SESS, TENANT = 0, 1, 2, 3, 4, 5, 10, 15  # after sums
+BASE = 20  # offset of the run's first block within the request that created its lineage
 Run = list[Any]
+NO_REQUEST = (float("nan"), -1, None, 0, 0, 0.0, 0.0)
 
 
 class BlockTable:
@@ -31,12 +35,16 @@ class BlockTable:
         self.window = window_ms
         self.horizon = horizon_ms
         self.run_of: dict[int, Run] = {}  # block hash -> its run
+        self.off_of: dict[int, int] = {}  # block hash -> its index in run[HASHES] plus run[BASE]
         self.runs: dict[int, Run] = {}  # id -> run
         self.t0 = 0.0
         self.sweep_every = min(horizon_ms, 500.0 * min(half_lives_ms))
         self.next_sweep = self.sweep_every
         self._last, self._hashes, self._pos0 = k + LAST, k + HASHES, k + POS0
-        self._fresh: Run = [0.0] * k + [0.0, 0.0, None, 0, (), *EMPTY, *EMPTY, *EMPTY]
+        self._fresh: Run = [0.0] * k + [0.0, 0.0, None, 0, (), *EMPTY, *EMPTY, *EMPTY, 0]
+        self.dead: Run = self._fresh.copy()  # stands in for a block without state
+        self.dead[k + FIRST] = self.dead[k + LAST] = float("-inf")
+        self.dead[k + REQ] = NO_REQUEST
 
     def live(self, run: Run | None, now: float) -> bool:
         return run is not None and run[self._last] + self.horizon > now
@@ -48,6 +56,7 @@ class BlockTable:
         run[k + HASHES] = hashes
         self.runs[id(run)] = run
         self.run_of.update(zip(hashes, repeat(run)))
+        self.off_of.update(zip(hashes, count()))
         return run
 
     def _split(self, run: Run, at: int) -> Run:
@@ -56,6 +65,7 @@ class BlockTable:
         hs = run[self._hashes]
         tail = run.copy()
         tail[self._hashes], tail[self._pos0] = hs[at:], run[self._pos0] + at
+        tail[k + BASE] = run[k + BASE] + at
         for older in (k + SESS + OLDER, k + TENANT + OLDER):
             if tail[older]:
                 tail[older] = tail[older].copy()
@@ -166,6 +176,7 @@ class BlockTable:
             for h in run[self._hashes]:
                 if self.run_of.get(h) is run:
                     del self.run_of[h]
+                    del self.off_of[h]
         self.t0 = now
         self.next_sweep = now + self.sweep_every
 

@@ -4,12 +4,18 @@ A key counts while ``last_seen + window > now``. Five slots per kind: the newest
 time, the newest *other* key and its time (enough to answer "is there an active key other than
 x?" in O(1)), and once a second key appears a dict of the older keys' exact last times. The
 dict is pruned of stale keys whenever its size reaches a power of two (amortised O(1)), so it
-holds at most about twice the keys active in the window.
+holds at most about twice the keys active in the window. :func:`count_many` counts for many
+state lists at once in C-level passes (a root block shared by many sessions can hold thousands
+of keys).
 """
 
 from __future__ import annotations
 
+from itertools import chain, compress, repeat
+from operator import itemgetter, ne
 from typing import Any
+
+import numpy as np
 
 KEY, T, KEY2, T2, OLDER = range(5)
 EMPTY: tuple[Any, ...] = (None, float("-inf"), None, float("-inf"), None)
@@ -39,3 +45,23 @@ def count_keys(st: list[Any], at: int, now: float, window: float) -> int:
     if older:
         n += sum(1 for x, t in older.items() if t + window > now and x != newest)
     return n
+
+
+def count_many(runs: list[list[Any]], at: int, now: float, window: float) -> np.ndarray:
+    """:func:`count_keys` of many state lists at once, with C-level passes only."""
+    r = len(runs)
+    counts = np.fromiter(map(itemgetter(at + T), runs), float, r) + window > now  # the newest
+    olders = list(map(itemgetter(at + OLDER), runs))
+    has = list(map(bool, olders))
+    if not any(has):
+        return counts.astype(float)
+    dicts = list(compress(olders, has))
+    sizes = list(map(len, dicts))
+    newest = chain.from_iterable(map(repeat, compress(map(itemgetter(at + KEY), runs), has), sizes))
+    total = sum(sizes)
+    times = np.fromiter(chain.from_iterable(map(dict.values, dicts)), float, total)
+    other = np.fromiter(map(ne, chain.from_iterable(dicts), newest), bool, total)
+    live = ((times + window > now) & other).astype(float)
+    out = counts.astype(float)
+    out[np.flatnonzero(has)] += np.add.reduceat(live, np.cumsum([0, *sizes[:-1]]))
+    return out

@@ -11,7 +11,9 @@ residency events are set operations; telemetry is O(1). A sweep every
 ``min(horizon, 500 x shortest half-life)`` ms of stream time adds amortised O(1). Memory is
 bounded by the blocks and sessions seen within ``horizon_ms`` (plus at most about twice the
 keys each run saw within ``distinct_window_ms``), the telemetry within the longest window, and
-what is resident.
+what is resident. :meth:`FeatureState.rows` runs no Python step per row: C-level lookups, a
+few numpy passes, and per home node a cached telemetry row (see
+:mod:`kvcast.features.online.rows`).
 Bad input is counted in :attr:`bad` (see :mod:`kvcast.features.counters`) and dropped.
 """
 

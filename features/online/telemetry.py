@@ -3,10 +3,15 @@
 Samples are kept while ``ts + max_window > newest``. The eviction counter is read like a
 Prometheus counter: a decrease is a reset (counted as ``telemetry_counter_reset``) and the new
 value is the increase since it.
+
+A row is cached: the slopes and the eviction rate depend only on which samples each window
+holds (a suffix of the time-ordered samples, found by bisection), so until a sample arrives or
+enters or leaves a window a row costs two comparisons and the telemetry age.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 
 import numpy as np
@@ -34,6 +39,13 @@ class NodeTelemetry:
         self.last: TelemetrySample | None = None
         self.evictions = 0.0  # reset-adjusted cumulative evictions
         self.samples: deque[tuple[float, float, float, float]] = deque()  # ts, q, tokens, evict
+        self.width = 10 + 2 * len(windows_ms)  # the length of a row
+        self._version = 0  # samples added so far
+        self._ordered = True  # samples in time order (always, fed through FeatureState)
+        self._cols: tuple[int, np.ndarray] | None = None  # (version, samples as 4 rows)
+        self._key = -1  # the version ``_vals`` was computed at, valid for lo <= now < hi
+        self._lo, self._hi = 0.0, 0.0
+        self._vals: list[float] = []  # the row less the telemetry age
 
     def add(self, s: TelemetrySample, bad: BadInputCounters) -> None:
         if self.last is not None:
@@ -46,6 +58,9 @@ class NodeTelemetry:
         self.last = s
         ts = s.ts_ms
         q = self.samples
+        if q and ts < q[-1][0]:
+            self._ordered = False
+        self._version += 1
         q.append((ts, float(s.queue_len), float(s.queued_prefill_tokens), self.evictions))
         while q[0][0] + self.keep <= ts:
             q.popleft()
@@ -53,23 +68,54 @@ class NodeTelemetry:
     def row(self, now: float) -> list[float]:
         """Queue family then memory family values (spec order), NaN without samples."""
         s = self.last
-        n = 5 + 2 * len(self.windows) + 5
         if s is None:
-            return [NAN] * n
-        arr = np.array(self.samples)
-        t = arr[:, 0]
+            return [NAN] * self.width
+        if not self._ordered:
+            return self._row(now, None)
+        if self._key != self._version or not self._lo <= now < self._hi:
+            self._refresh(now)
+        vals = self._vals
+        at = 4 + 2 * len(self.windows)
+        return [*vals[:at], now - s.ts_ms, *vals[at:]]
+
+    def _refresh(self, now: float) -> None:
+        """Recompute the cached row; it holds while no window gains or loses a sample."""
+        q = self.samples
+        starts, lo, hi = [], float("-inf"), float("inf")
+        for w in (*self.windows, self.ev_window):
+            i = bisect_right(q, now, key=lambda x, w=w: x[0] + w)  # first x[0] + w > now
+            starts.append(i)
+            if i:
+                lo = max(lo, q[i - 1][0] + w)
+            if i < len(q):
+                hi = min(hi, q[i][0] + w)
+        self._vals, self._key, self._lo, self._hi = self._row(now, starts), self._version, lo, hi
+
+    def _row(self, now: float, starts: list[int] | None) -> list[float]:
+        """The row without the telemetry age, or with it where ``starts`` is None (a window
+        holds the samples from its start on; None: select them by time, in any order)."""
+        s = self.last
+        assert s is not None
+        if self._cols is None or self._cols[0] != self._version:
+            self._cols = (self._version, np.array(self.samples).T.copy())
+        arr = self._cols[1]
+        t = arr[0]
+        if starts is None:
+            cuts: list[slice | np.ndarray] = [t + w > now for w in (*self.windows, self.ev_window)]
+        else:
+            cuts = [slice(i, None) for i in starts]
         slopes_q, slopes_p = [], []
-        for w in self.windows:
-            m = t + w > now
-            slopes_q.append(lsq_slope_per_s(t[m], arr[m, 1]))
-            slopes_p.append(lsq_slope_per_s(t[m], arr[m, 2]))
-        m = t + self.ev_window > now
+        for m in cuts[:-1]:
+            slopes_q.append(lsq_slope_per_s(t[m], arr[1, m]))
+            slopes_p.append(lsq_slope_per_s(t[m], arr[2, m]))
+        tm = t[cuts[-1]]
         rate = NAN
-        if m.sum() >= 2 and t[m][-1] > t[m][0]:
-            ev = arr[m, 3]
-            rate = (ev[-1] - ev[0]) / (t[m][-1] - t[m][0]) * 1000.0
+        if len(tm) >= 2 and tm[-1] > tm[0]:
+            ev = arr[3, cuts[-1]]
+            rate = (ev[-1] - ev[0]) / (tm[-1] - tm[0]) * 1000.0
         cap = float(s.capacity_bytes)
         free = (cap - s.used_bytes - s.pending_replication_bytes) / cap
+        age = [now - s.ts_ms] if starts is None else []
         return [
             float(s.queue_len),
             float(s.queued_prefill_tokens),
@@ -77,7 +123,7 @@ class NodeTelemetry:
             float(s.transfers_in_flight),
             *slopes_q,
             *slopes_p,
-            now - s.ts_ms,
+            *age,
             s.used_bytes / cap,
             s.cached_bytes / cap,
             s.speculative_bytes / cap,

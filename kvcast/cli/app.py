@@ -7,10 +7,12 @@ from typing import Annotated
 import typer
 
 from kvcast import __version__
+from kvcast.cli.cluster import cluster_app
 from kvcast.cli.features import features_cmd
 from kvcast.cli.quickstart import quickstart_cmd
 from kvcast.cli.serve import serve_app
 from kvcast.cli.simulate import evaluate_cmd, simulate_cmd
+from kvcast.cli.train import score_cmd, train_cmd
 
 app = typer.Typer(
     name="kvcast",
@@ -23,7 +25,10 @@ app.command("simulate")(simulate_cmd)
 app.command("evaluate")(evaluate_cmd)
 app.command("quickstart")(quickstart_cmd)
 app.command("features")(features_cmd)
+app.command("train")(train_cmd)
+app.command("score")(score_cmd)
 app.add_typer(serve_app, name="serve")
+app.add_typer(cluster_app, name="cluster")
 
 
 @app.command("policies")

@@ -1,4 +1,4 @@
-"""``kvcast serve``: kvcast's long-running processes (``agent`` now; ``sidecar`` next)."""
+"""``kvcast serve``: kvcast's long-running processes (``agent``, ``sidecar``)."""
 
 from __future__ import annotations
 
@@ -117,4 +117,55 @@ def agent_cmd(
     try:
         asyncio.run(run_agent(cfg, seed, uvicorn_level))
     except KeyboardInterrupt:  # a signal before the handlers were installed
+        raise typer.Exit(130) from None
+
+
+@serve_app.command("sidecar")
+@user_errors
+def sidecar_cmd(
+    config: Annotated[
+        Path, typer.Option("--config", help="Sidecar YAML (configs/serving/sidecar.yaml).")
+    ],
+    listen: Annotated[
+        str | None, typer.Option("--listen", help="HTTP API, HOST:PORT (0: any port).")
+    ] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="shadow|active.")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="ONNX path or models:/name@alias.")
+    ] = None,
+    token_env: Annotated[
+        str, typer.Option("--token-env", help="Environment variable holding the shared token.")
+    ] = "KVCAST_TOKEN",
+    log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error.")] = (
+        "info"
+    ),
+) -> None:
+    """Run the router sidecar: ingest arrivals and KV events, score, decide, command agents.
+
+    Stops cleanly on SIGINT or SIGTERM. With the token variable set, every POST needs
+    "Authorization: Bearer TOKEN", and the sidecar sends it to the agents.
+    """
+    from kvcast.config import parse_config, read_yaml
+    from kvcast.serving.http.auth import token_from_env
+    from kvcast.serving.sidecar.config import SidecarConfig
+    from kvcast.serving.sidecar.service import run_sidecar
+
+    if log_level not in LOG_LEVELS:
+        raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    data = read_yaml(config)
+    if not isinstance(data, dict):
+        raise ValueError(f"{config}: expected a mapping at the top level")
+    data |= {k: v for k, v in {"listen": listen, "mode": mode, "model": model}.items() if v}
+    if (token := token_from_env(os.environ.get(token_env), token_env)) is not None:
+        data["token"] = token
+    cfg = parse_config(SidecarConfig, data, source=str(config))
+    cfg.feature_config  # noqa: B018 - load the feature and decider files now: errors exit 2
+    cfg.decider_config  # noqa: B018
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn_level = "debug" if log_level == "debug" else "warning"
+    try:
+        asyncio.run(run_sidecar(cfg, uvicorn_level))
+    except KeyboardInterrupt:
         raise typer.Exit(130) from None

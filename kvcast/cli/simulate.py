@@ -20,10 +20,12 @@ from kvcast.cli.common import (
 from kvcast.cli.summary_table import summary_table
 from kvcast.config import with_overrides
 from kvcast.features.traces import TRACE_FORMATS
+from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
 from kvcast.simulator.config import SimConfig, load_sim_config
 from kvcast.simulator.engine import simulate as run_simulation
 from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate
 from kvcast.simulator.policies import policy_names
+from kvcast.simulator.replication_policies import make_policy
 
 # wide enough for the comparison table when stdout is a file or a pipe
 out_console = Console(width=None if sys.stdout.isatty() else 160)
@@ -38,6 +40,12 @@ ConfigOpt = Annotated[
 NodesOpt = Annotated[int | None, typer.Option("--nodes", help="Override the node count.")]
 SkipBadOpt = Annotated[
     bool, typer.Option("--skip-bad", help="Count and skip malformed trace lines.")
+]
+DeciderOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--decider-config", help="Decider YAML for oracle / predictive_* (default: embedded)."
+    ),
 ]
 
 
@@ -58,15 +66,18 @@ def simulate_cmd(
     ] = 1.0,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("kvcast-out"),
     skip_bad: SkipBadOpt = False,
+    decider_config: DeciderOpt = None,
 ) -> None:
     """Replay a trace under one routing policy; write summary.json and requests.parquet."""
     parse_floats(str(time_scale), "--time-scale")
     cfg = sim_config(config, nodes)
+    decider = load_decider_config(decider_config)
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
     with progress_bar(len(tr), f"simulate {policy}") as update:
-        res = run_simulation(tr, cfg, policy, time_scale=time_scale, progress=update)
+        pol = make_policy(policy, cfg, decider)
+        res = run_simulation(tr, cfg, pol, time_scale=time_scale, progress=update)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "summary.json", res.summary)
     res.requests.to_parquet(out / "requests.parquet", index=False)
@@ -84,6 +95,7 @@ def run_evaluation(
     capacity: bool,
     out: Path,
     skip_bad: bool = False,
+    decider: DeciderConfig | None = None,
 ) -> Evaluation:
     tr = open_trace(tr_spec, fmt, skip_bad=skip_bad)
     total = count_steps(policies, scales)
@@ -95,7 +107,7 @@ def run_evaluation(
             done += 1
             update(done, max(done, total))
 
-        ev = evaluate(tr, cfg, policies, scales, capacity=capacity, on_step=step)
+        ev = evaluate(tr, cfg, policies, scales, capacity=capacity, on_step=step, decider=decider)
     write_json(out / "summary.json", ev.summaries)
     from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf  # matplotlib: lazily
 
@@ -125,9 +137,11 @@ def evaluate_cmd(
     ] = False,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("kvcast-out"),
     skip_bad: SkipBadOpt = False,
+    decider_config: DeciderOpt = None,
 ) -> None:
     """Compare policies across loads; write summary.json (a list) and plots."""
     scales = parse_floats(time_scale, "--time-scale")
     names = policy_names() if policies == "all" else parse_names(policies)
     cfg = sim_config(config, nodes)
-    run_evaluation(trace, format, cfg, names, scales, capacity, out, skip_bad)
+    decider = load_decider_config(decider_config)
+    run_evaluation(trace, format, cfg, names, scales, capacity, out, skip_bad, decider)

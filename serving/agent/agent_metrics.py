@@ -17,6 +17,7 @@ COMMAND_PATHS = {
     "/v1/pin": "pin",
     "/v1/unpin": "unpin",
     "/v1/engine-stats": "engine_stats",
+    "/v1/blocks": "put_block",
 }
 P = "kvcast_agent_"
 

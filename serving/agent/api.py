@@ -1,8 +1,8 @@
 """The agent's HTTP control API (FastAPI) for the router sidecar.
 
-Routes that move, delete or pin data, or list what is held (replicate, evict, pin, unpin,
-inventory, engine-stats), require the shared token when one is configured; health, readiness,
-telemetry and metrics stay open for probes and scrapers. No route returns block contents.
+Routes that move, store, delete or pin data, or list what is held (replicate, PUT blocks,
+evict, pin, unpin, inventory, engine-stats), require the shared token when one is configured;
+health, readiness, telemetry and metrics stay open. No route returns block contents.
 Handlers are ``async``: they run on the event loop that owns the block store. Middleware, outer
 first: command counting by status, the token guard (401 before the body is read), body size.
 """
@@ -18,6 +18,7 @@ from starlette.responses import Response
 from kvcast import __version__
 from kvcast.serving.agent.agent_metrics import COMMAND_PATHS, agent_families
 from kvcast.serving.agent.api_models import (
+    BlockEntry,
     BlockRefs,
     EngineStats,
     EvictResult,
@@ -30,6 +31,7 @@ from kvcast.serving.agent.api_models import (
     Telemetry,
     Tenant,
 )
+from kvcast.serving.agent.block_upload import OPENAPI, put_block, upload_limit
 from kvcast.serving.agent.control import AgentControl, CommandConflict
 from kvcast.serving.http.auth import BearerTokenGuard, bearer_scheme
 from kvcast.serving.http.errors import error_responses, install_error_handlers
@@ -74,6 +76,12 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
         """Every block held (tenant, hash, state, size, checksum; never contents), for the
         sidecar's recovery; ``tenant`` filters."""
         return control.inventory(tenant)
+
+    @router.put("/blocks", responses=error_responses(409, *BODY_REFUSALS), openapi_extra=OPENAPI)
+    async def put_block_route(request: Request) -> BlockEntry:
+        """The local engine stores one block's bytes (JSON with base64, or octet-stream with
+        X-Kvcast-* headers); the checksum is verified first. Writes only, never reads."""
+        return await put_block(control, request)
 
     @router.post("/engine-stats", status_code=204, responses=error_responses(*BODY_REFUSALS))
     async def engine_stats(body: EngineStats) -> Response:
@@ -130,7 +138,8 @@ def build_app(control: AgentControl, token: str | None = None) -> FastAPI:
     app.include_router(guarded)
     app.include_router(_open_routes(control))
     protected = {route.path for route in guarded.routes}  # type: ignore[attr-defined]
-    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    uploads = {"/v1/blocks": upload_limit(control.agent.config.max_block_bytes)}
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, per_path=uploads)
     app.add_middleware(
         BearerTokenGuard, token=token, protected=protected, on_refused=control.note_auth_failure
     )

@@ -39,7 +39,8 @@ def token_from_env(value: str | None, name: str) -> str | None:
 
 class BearerTokenGuard:
     """Refuses requests to ``protected`` paths that lack the token; ``on_refused(path)`` is
-    called once per refusal (to count it)."""
+    called once per refusal (to count it). With ``methods``, only requests with one of those
+    methods are guarded (e.g. ``POST /v1/mode`` guarded, ``GET /v1/mode`` open)."""
 
     def __init__(
         self,
@@ -47,8 +48,10 @@ class BearerTokenGuard:
         token: str | None,
         protected: Collection[str],
         on_refused: Callable[[str], None] = lambda path: None,
+        methods: Collection[str] | None = None,
     ) -> None:
         self.app, self.protected, self.on_refused = app, frozenset(protected), on_refused
+        self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self._token = token.encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -56,6 +59,7 @@ class BearerTokenGuard:
             self._token is None
             or scope["type"] != "http"
             or scope["path"] not in self.protected
+            or (self.methods is not None and scope["method"] not in self.methods)
             or token_matches(_header(scope, b"authorization"), self._token)
         ):
             await self.app(scope, receive, send)

@@ -1,10 +1,12 @@
 """A bound on request bodies, checked before a byte of the body is read: a POST must declare
 its ``Content-Length`` (411 otherwise) and stay within ``max_bytes`` (413 otherwise); the
-server (h11) refuses a body longer than it declared, so memory per request stays bounded."""
+server (h11) refuses a body longer than it declared, so memory per request stays bounded.
+``per_path`` gives some paths a bound of their own (e.g. an upload of block bytes)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -12,8 +14,10 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 class BodySizeLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, per_path: Mapping[str, int] | None = None
+    ) -> None:
+        self.app, self.max_bytes, self.per_path = app, max_bytes, dict(per_path or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in BODY_METHODS:
@@ -21,8 +25,9 @@ class BodySizeLimit:
             if declared is None or not declared.isdigit():
                 await _refuse(send, 411, "a body needs a Content-Length")
                 return
-            if int(declared) > self.max_bytes:
-                await _refuse(send, 413, f"body over {self.max_bytes} bytes")
+            limit = self.per_path.get(scope["path"], self.max_bytes)
+            if int(declared) > limit:
+                await _refuse(send, 413, f"body over {limit} bytes")
                 return
         await self.app(scope, receive, send)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvcast.config import ConfigError, FrozenConfig, load_config
+from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.simulator.config import SimConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -16,11 +17,16 @@ def config_classes() -> dict[str, type[FrozenConfig]]:
     """configs/<dir>/ or configs/<dir>/<stem> -> the class its files load into."""
     from kvcast.features.config import FeatureConfig
     from kvcast.serving.agent.config import AgentConfig
+    from kvcast.serving.sidecar.config import SidecarConfig
+    from kvcast.training.config import TrainConfig
 
     return {
         "simulator": SimConfig,
+        "decider": DeciderConfig,
         "features": FeatureConfig,
         "serving/agent": AgentConfig,
+        "serving/sidecar": SidecarConfig,
+        "train": TrainConfig,
     }
 
 

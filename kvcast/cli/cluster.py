@@ -1,0 +1,230 @@
+"""``kvcast cluster``: a sidecar and N agents on loopback (``up``), and a trace played against
+them as the router and the engines (``replay``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvcast.cli.common import console, fail, open_trace, parse_names, progress_bar, user_errors
+from kvcast.cli.common import write_json as write_json_file
+
+cluster_app = typer.Typer(
+    help="A local cluster on loopback: sidecar + agents, and trace replay against it.",
+    no_args_is_help=True, add_completion=False,
+)  # fmt: skip
+out = Console(highlight=False, width=140)
+MODEL_HELP = "ONNX path or models:/name@alias (default: the trained recency model)."
+ENGINES_HELP = "Engine PUB endpoints to bind, node order (default: KV events over HTTP)."
+TokenEnv = Annotated[
+    str, typer.Option("--token-env", help="Environment variable holding the shared token.")
+]
+
+
+def _size(flag: str, text: str) -> int:
+    from kvcast.cli.serve import flag_size
+
+    return flag_size(flag, text)
+
+
+def _layout_table(layout: Any) -> Table:
+    table = Table(title=f"kvcast local cluster ({layout.mode}, model {layout.model})")
+    for col in ("service", "HTTP", "transfer / engine KV events", "pid"):
+        table.add_column(col)
+    table.add_row("sidecar", layout.sidecar, "", str(layout.pids.get("sidecar", "")))
+    for n in layout.nodes:
+        table.add_row(f"agent {n.name}", n.agent, f"{n.transfer}  {n.engine or ''}",
+                      str(layout.pids.get(n.name, "")))  # fmt: skip
+    return table
+
+
+@cluster_app.command("up")
+@user_errors
+def up_cmd(
+    agents: Annotated[int, typer.Option("--agents", min=1, max=64, help="Agents (nodes).")] = 3,
+    token_env: TokenEnv = "KVCAST_TOKEN",
+    mode: Annotated[str, typer.Option("--mode", help="shadow|active.")] = "shadow",
+    model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
+    workdir: Annotated[
+        Path, typer.Option("--workdir", help="Configs, logs, decision log, cluster.json.")
+    ] = Path("kvcast-out/cluster"),
+    capacity: Annotated[str, typer.Option("--capacity", help="Bytes per agent.")] = "512MiB",
+    speculative_quota: Annotated[
+        str, typer.Option("--speculative-quota", help="Speculative bytes per agent.")
+    ] = "128MiB",
+    block_bytes: Annotated[
+        str, typer.Option("--block-bytes", help="KV bytes of a block, as the sidecar prices it.")
+    ] = "64KiB",
+    tick_ms: Annotated[float, typer.Option("--tick-ms", min=1.0, help="Decision tick.")] = 250.0,
+) -> None:
+    """Start a sidecar and N agents on 127.0.0.1 as separate processes; Ctrl-C stops them."""
+    from kvcast.serving.cluster.model_choice import choose_model
+    from kvcast.serving.cluster.supervisor import ClusterSpec, LocalCluster, ServiceFailed
+
+    spec = ClusterSpec(
+        model=choose_model(model), agents=agents, workdir=workdir, mode=mode,
+        token_env=token_env, capacity_bytes=_size("--capacity", capacity),
+        speculative_quota_bytes=_size("--speculative-quota", speculative_quota),
+        block_bytes=_size("--block-bytes", block_bytes), tick_ms=tick_ms,
+    )  # fmt: skip
+    cluster = LocalCluster(spec)
+    stop = threading.Event()
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # while starting: unwind start(), which stops what it started
+
+    previous = {s: signal.signal(s, interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            console.print(f"starting {agents} agents and a sidecar in {cluster.workdir} ...")
+            layout = cluster.start()
+        except ServiceFailed as err:
+            raise fail(str(err)) from None
+        except KeyboardInterrupt:
+            console.print("interrupted while starting; stopped")
+            raise typer.Exit(0) from None
+        for s in previous:
+            signal.signal(s, lambda signum, frame: stop.set())
+        out.print(_layout_table(layout))
+        print(f"cluster ready: sidecar={layout.sidecar} agents={agents} "
+              f"workdir={cluster.workdir} (Ctrl-C stops it)", flush=True)  # fmt: skip
+        while not stop.wait(0.5):
+            if (dead := cluster.exited()) is not None:
+                cluster.stop()
+                raise fail(str(dead.failure(f"exited with status {dead.returncode()}")))
+        console.print("stopping ...")
+        codes = cluster.stop()
+    finally:
+        cluster.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    bad = {name: code for name, code in codes.items() if code != 0}
+    if bad:
+        raise fail(f"unclean stop (exit statuses): {bad}; logs in {cluster.workdir / 'logs'}")
+    print(f"cluster stopped: {len(codes)} processes exited 0", flush=True)
+
+
+def _summary_table(summary: dict[str, Any]) -> Table:
+    r, s = summary["replay"], summary["sidecar"]
+    table = Table(title="replay summary")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("requests routed / posted", f"{r['requests']} / {r['arrivals_posted']}"),
+        ("blocks stored (PUT) / evicted", f"{r['blocks_put']} / {r['blocks_evicted']}"),
+        ("bytes stored", f"{r['bytes_put']:,}"),
+        ("KV events published", f"{r['events_published']} in {r['event_batches']} batches"),
+        ("sidecar events in", ", ".join(f"{k} {v}" for k, v in s["events_in"].items())),
+        ("sidecar decisions", ", ".join(f"{k} {v}" for k, v in s["decisions"].items()) or "0"),
+        ("replications issued / done / failed",
+         f"{s['replications_issued']} / {s['replications_done']} / {s['replications_failed']}"),
+        ("bytes replicated (sidecar / agents pulled)",
+         f"{s['replicated_bytes']:,} / {summary['agents_bytes_pulled']:,}"),
+        ("replica hit rate", f"{s['replica_hit_rate']:.2f}"),
+    ]  # fmt: skip
+    for a in summary["agents"]:
+        rows.append((f"{a['node']}: pulled / peak speculative / quota",
+                     f"{a['bytes_pulled']:,} / {a['peak_speculative_bytes']:,} / "
+                     f"{a['speculative_quota_bytes']:,}"))  # fmt: skip
+    for what, value in rows:
+        table.add_row(what, value)
+    return table
+
+
+@cluster_app.command("replay")
+@user_errors
+def replay_cmd(
+    trace: Annotated[str, typer.Option("--trace", help="Trace file, or bundled:NAME.")] = (
+        "bundled:conversation"
+    ),
+    cluster: Annotated[
+        Path | None, typer.Option("--cluster", help="Workdir of `kvcast cluster up`.")
+    ] = None,
+    sidecar: Annotated[str | None, typer.Option("--sidecar", help="Sidecar URL.")] = None,
+    agents: Annotated[str | None, typer.Option("--agents", help="Agent URLs, node order.")] = None,
+    engines: Annotated[str | None, typer.Option("--engines", help=ENGINES_HELP)] = None,
+    token_env: TokenEnv = "KVCAST_TOKEN",
+    start_s: Annotated[float, typer.Option("--start-s", min=0.0, help="Window start.")] = 0.0,
+    window_s: Annotated[float, typer.Option("--window-s", min=0.001, help="Window length.")] = (
+        120.0
+    ),
+    time_scale: Annotated[float, typer.Option("--time-scale", min=1e-6, help="Load x.")] = 1.0,
+    speed: Annotated[float, typer.Option("--speed", min=1e-6, help="Playback x wall.")] = 1.0,
+    router: Annotated[str, typer.Option("--router", help="Baseline routing rule.")] = (
+        "prefix_sticky"
+    ),
+    block_bytes: Annotated[
+        str | None, typer.Option("--block-bytes", help="Bytes per stored block.")
+    ] = None,
+    node_blocks: Annotated[
+        int | None, typer.Option("--node-blocks", min=1, help="Engine cache per node, blocks.")
+    ] = None,
+    max_requests: Annotated[int | None, typer.Option("--max-requests", min=1)] = None,
+    max_wall_s: Annotated[float, typer.Option("--max-wall-s", min=1.0)] = 900.0,
+    settle_s: Annotated[
+        float, typer.Option("--settle-s", min=0.0, help="Wait before the final scrape.")
+    ] = 2.0,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the summary JSON.")] = None,
+) -> None:
+    """Play a trace window against a running cluster: route and post each arrival to the
+    sidecar, store each node's new blocks into its agent and publish their vLLM KV events."""
+    from kvcast.serving.cluster.layout import ReplayTargets, read_layout
+    from kvcast.serving.cluster.replay import ReplaySpec, run_replay, trace_requests
+    from kvcast.serving.http.auth import token_from_env
+
+    layout = read_layout(cluster) if cluster is not None else None
+    if layout is not None and layout.token_env:
+        token_env = layout.token_env
+    token = token_from_env(os.environ.get(token_env), token_env)
+    if layout is not None:
+        targets = ReplayTargets.from_layout(layout, token)
+    elif sidecar and agents:
+        urls = tuple(parse_names(agents))
+        pubs = None if not engines else tuple((p, None) for p in parse_names(engines))
+        names = tuple(f"node-{i}" for i in range(len(urls)))
+        targets = ReplayTargets(sidecar, urls, names, pubs, token)
+    else:
+        raise ValueError("give --cluster DIR, or --sidecar URL and --agents URL,URL,...")
+    default_bytes = str(layout.block_bytes) if layout is not None else "64KiB"
+    spec = ReplaySpec(
+        start_s=start_s, window_s=window_s, time_scale=time_scale, speed=speed, router=router,
+        block_bytes=_size("--block-bytes", block_bytes or default_bytes), node_blocks=node_blocks,
+        max_requests=max_requests, max_wall_s=max_wall_s,
+    )  # fmt: skip
+    loaded = open_trace(trace)
+    if not loaded.has_blocks:
+        raise ValueError(f"{trace}: the trace has no block hashes to replay")
+    requests = trace_requests(loaded, spec)
+    if not requests:
+        raise ValueError(f"{trace}: no request in [{start_s:g}, {start_s + window_s:g}) s")
+    console.print(f"replaying {len(requests)} requests of {trace} against {targets.sidecar}")
+    import httpx
+
+    try:
+        with progress_bar(len(requests), "replay") as update:
+            stats = asyncio.run(run_replay(requests, targets, spec, loaded.block_size, update))
+        summary = asyncio.run(_final(stats, targets, settle_s))
+    except httpx.HTTPError as err:
+        raise fail(f"the cluster did not answer: {type(err).__name__}: {err}") from None
+    out.print(_summary_table(summary))
+    if out_file is not None:
+        write_json_file(out_file, summary)
+
+
+async def _final(stats: dict[str, Any], targets: Any, settle_s: float) -> dict[str, Any]:
+    import httpx
+
+    from kvcast.serving.cluster.summary import collect, summarize
+
+    await asyncio.sleep(settle_s)
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        side, agents, telemetry = await collect(http, targets.sidecar, targets.agents)
+    return summarize(stats, side, agents, telemetry, targets.names)

@@ -1,0 +1,140 @@
+"""``kvcast train`` (= ``python training/train.py``) and ``kvcast score``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvcast.cli.common import console, progress_bar, user_errors, write_json
+
+out_console = Console()
+METRICS = (
+    "pr_auc",
+    "roc_auc",
+    "brier",
+    "ece",
+    "precision_at_budget",
+    "recall_at_budget",
+    "mean_lead_time_ms",
+    "rows",
+    "positives",
+)
+
+
+def metrics_table(title: str, columns: dict[str, dict[str, Any]]) -> Table:
+    table = Table("metric", *columns, title=title, title_justify="left")
+    for name in METRICS:
+        cells = []
+        for m in columns.values():
+            v = m.get(name)
+            cells.append(f"{v:.4g}" if isinstance(v, float) else str(v))
+        table.add_row(name, *cells)
+    return table
+
+
+def train_config(
+    config: Path, trace: str | None, features: Path | None, out: Path | None, track: bool
+) -> Any:
+    from kvcast.config import parse_config, read_yaml
+    from kvcast.training.config import TrainConfig
+
+    data = read_yaml(config)
+    section = dict(data.get("data") or {})
+    if trace is not None:
+        section |= {"trace": trace, "features": None}
+    if features is not None:
+        section["features"] = str(features)
+    data = {**data, "data": section}
+    if out is not None:
+        data["out_dir"] = str(out)
+    if not track:
+        data["tracking"] = {**(data.get("tracking") or {}), "enabled": False}
+    return parse_config(TrainConfig, data, source=str(config))
+
+
+@user_errors
+def train_cmd(
+    config: Annotated[Path, typer.Option("--config", help="Train YAML (configs/train/*.yaml).")],
+    trace: Annotated[
+        str | None, typer.Option("--trace", help="Override data.trace (path or bundled:NAME).")
+    ] = None,
+    features: Annotated[
+        Path | None, typer.Option("--features", help="Use this features.parquet (no replay).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Override out_dir.")] = None,
+    track: Annotated[bool, typer.Option("--track/--no-track", help="MLflow tracking.")] = True,
+) -> None:
+    """Train one model kind, export it to ONNX, evaluate on the test window, track in MLflow."""
+    from kvcast.training.pipeline import run_training
+
+    cfg = train_config(config, trace, features, out, track)
+    with console.status(f"train {cfg.kind}") as status:
+        result = run_training(cfg, stage=lambda s: status.update(f"train {cfg.kind}: {s}"))
+    m = result.metrics
+    out_console.print(
+        metrics_table(
+            f"{cfg.kind}: test window", {cfg.kind: m["test"], "recency": m["test_recency"]}
+        )
+    )
+    out_console.print(
+        f"model: {result.model_path} (ONNX parity {m['onnx_parity_max_abs']:.2g}, "
+        f"fit {m['fit_seconds']:.1f} s, total {m['train_seconds']:.1f} s)"
+    )
+    if result.registered:
+        reason = m.get("champion", {}).get("champion.reason", "")
+        out_console.print(f"registered {result.registered}: champion {result.champion} ({reason})")
+
+
+@user_errors
+def score_cmd(
+    trace: Annotated[str, typer.Option("--trace", help="Trace file, or bundled:NAME.")],
+    model: Annotated[
+        str, typer.Option("--model", help="ONNX file, or models:/name@alias (MLflow).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
+        "kvcast-out/score"
+    ),
+    format: Annotated[str, typer.Option("--format", help="auto, mooncake, azure, parquet.")] = (
+        "auto"
+    ),
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Simulator YAML for the replay.")
+    ] = None,
+    policy: Annotated[str, typer.Option("--policy", help="Router of the replay.")] = "dynamo_kv",
+    time_scale: Annotated[float, typer.Option("--time-scale", help="Load multiplier.")] = 1.0,
+    budget_k: Annotated[int, typer.Option("--budget-k", help="Blocks per tick.")] = 64,
+    threads: Annotated[int, typer.Option("--threads", help="onnxruntime threads.")] = 1,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad trace lines.")] = False,
+) -> None:
+    """Score a trace with an exported model; write metrics.json beside the recency baseline."""
+    from kvcast.predictor.scorer import OnnxScorer
+    from kvcast.training.scoring import score_trace
+
+    if not time_scale > 0:
+        raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
+    if budget_k < 1:
+        raise ValueError(f"--budget-k must be >= 1, got {budget_k}")
+    scorer = OnnxScorer.load(model, threads=threads)
+    with progress_bar(None, f"replay and score ({scorer.kind})") as update:
+        result = score_trace(
+            scorer,
+            trace,
+            fmt=format,
+            skip_bad=skip_bad,
+            simulator_config=config,
+            policy=policy,
+            time_scale=time_scale,
+            budget_k=budget_k,
+            progress=update,
+        )
+    result["model_uri"] = model
+    path = write_json(out / "metrics.json", result)
+    cols = {scorer.kind: result["model"]} | (
+        {"recency": result["recency"]} if "recency" in result else {}
+    )
+    out_console.print(metrics_table(f"{trace}", cols))
+    out_console.print(f"wrote {path}")

@@ -1,0 +1,122 @@
+"""The decider's ledger of what it has set in motion, and the hard budgets checked against it.
+
+Budgets (all from :class:`~kvcast.predictor.decider_config.BudgetConfig`): a per-node
+speculative quota (resident replicas + replicas in flight to the node), a bandwidth budget per
+NIC direction and for the whole cluster, and a cap on transfers in flight. Bandwidth budgets
+are token buckets: they refill at the budgeted rate up to one ``budget_window_ms`` worth of
+bytes; a transfer may start while its buckets are positive and takes its bytes from them (a
+chain larger than a window may go, and then nothing more until they refill), so that the
+long-run rate of speculative bytes never exceeds the budget. The ledger also remembers every
+replica it placed and its expiry, so that the decider can order expired replicas evicted, and
+which blocks are on their way to which node, so that a chain is not sent twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from kvcast.predictor.decider_config import BudgetConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    start_ms: float
+    done_ms: float
+    source: int  # == target for a promotion (no network)
+    target: int
+    nbytes: int
+    blocks: tuple[int, ...]
+
+
+class BudgetLedger:
+    def __init__(self, cfg: BudgetConfig) -> None:
+        self.cfg = cfg
+        self.in_flight: list[Transfer] = []
+        self.buckets: dict[tuple[str, int], float] = {}  # ("out"|"in"|"all", node) -> bytes
+        self._refilled = 0.0
+        self.replicas: dict[tuple[int, int], float] = {}  # (node, block) -> expiry
+        self.pending: dict[int, int] = {}  # block -> bitmask of nodes it is on its way to
+        self._copies: dict[int, int] = {}  # block -> live replicas of it the ledger placed
+
+    # -- time ----------------------------------------------------------------------------------
+    def settle(self, now: float) -> None:
+        """Forget transfers that have landed and bandwidth use older than the window."""
+        if any(t.done_ms <= now for t in self.in_flight):
+            self.in_flight = [t for t in self.in_flight if t.done_ms > now]
+            self.pending = {}
+            for t in self.in_flight:
+                bit = 1 << t.target
+                for b in t.blocks:
+                    self.pending[b] = self.pending.get(b, 0) | bit
+        dt = max(now - self._refilled, 0.0)
+        self._refilled = now
+        if dt and self.buckets:
+            link, total = self.cfg.link_bytes(), self.cfg.global_bytes()
+            w = self.cfg.budget_window_ms
+            for key, level in self.buckets.items():
+                cap = total if key[0] == "all" else link
+                self.buckets[key] = min(cap, level + cap * dt / w)
+
+    def expired(self, now: float) -> dict[int, list[int]]:
+        """Per node, the replicas whose TTL has passed (forgotten once returned)."""
+        out: dict[int, list[int]] = defaultdict(list)
+        for key, exp in self.replicas.items():
+            if exp <= now:
+                out[key[0]].append(key[1])
+        for node, blocks in out.items():
+            for b in blocks:
+                del self.replicas[(node, b)]
+                left = self._copies[b] - 1
+                if left:
+                    self._copies[b] = left
+                else:
+                    del self._copies[b]
+        return dict(out)
+
+    def has_replica(self, block: int) -> bool:
+        """Whether a replica of ``block`` placed by this ledger is still alive somewhere."""
+        return block in self._copies
+
+    # -- budgets -------------------------------------------------------------------------------
+    def in_flight_bytes(self, node: int) -> int:
+        return sum(t.nbytes for t in self.in_flight if t.target == node)
+
+    def refusal(self, source: int, target: int, nbytes: int, quota_room: float) -> str | None:
+        """Why a transfer of ``nbytes`` may not start now, or None if every budget admits it.
+
+        ``quota_room``: the target's quota minus its resident speculative bytes.
+        """
+        cfg = self.cfg
+        if len(self.in_flight) >= cfg.max_in_flight:
+            return "in_flight"
+        if self.in_flight_bytes(target) + nbytes > quota_room:
+            return "quota"
+        if source == target:
+            return None
+        link = cfg.link_bytes()
+        if self._level("out", source, link) <= 0 or self._level("in", target, link) <= 0:
+            return "link_bandwidth"
+        if self._level("all", -1, cfg.global_bytes()) <= 0:
+            return "global_bandwidth"
+        return None
+
+    def _level(self, kind: str, node: int, cap: float) -> float:
+        return self.buckets.setdefault((kind, node), cap)
+
+    def record(self, t: Transfer, expiry_ms: float) -> None:
+        self.in_flight.append(t)
+        if t.source != t.target:
+            cfg = self.cfg
+            for kind, node, cap in (
+                ("out", t.source, cfg.link_bytes()),
+                ("in", t.target, cfg.link_bytes()),
+                ("all", -1, cfg.global_bytes()),
+            ):
+                self.buckets[(kind, node)] = self._level(kind, node, cap) - t.nbytes
+        bit = 1 << t.target
+        for b in t.blocks:
+            self.pending[b] = self.pending.get(b, 0) | bit
+            if (t.target, b) not in self.replicas:
+                self._copies[b] = self._copies.get(b, 0) + 1
+            self.replicas[(t.target, b)] = expiry_ms

@@ -1,0 +1,158 @@
+"""The cost-function decider: burst probabilities in, replication commands out.
+
+Each call (one decision tick) takes candidate prefix chains with a probability per block
+(from any scorer, the oracle included) and a :class:`~kvcast.predictor.cluster_view.ClusterView`,
+and returns:
+
+1. :class:`EvictCommand` for replicas it placed whose TTL has passed;
+2. :class:`ReplicateCommand` / :class:`PromoteCommand` for the chains that pay off, most
+   valuable first. Chains are taken in order of recompute cost x P x expected life (object
+   choice); for each, every admissible target node is weighed by the inequality of
+   :mod:`kvcast.predictor.costs` (hit benefit, target queue and predicted queue, link tier,
+   free memory), always root-first from the first block the target lacks, and the best
+   action is taken if its net value is positive, every gate holds and every budget of
+   :mod:`kvcast.predictor.budgets` admits it. A node predicted hot
+   (:mod:`kvcast.predictor.targets`) is never a target, and a chain never crosses tenants
+   beyond its public prefix.
+
+The decider keeps only its ledger between calls; it never reads a simulator, so the live
+sidecar can drive it from the same plain data.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from kvcast.predictor.budgets import BudgetLedger, Transfer
+from kvcast.predictor.chains import ChainPlan, build_plans, prefix_lengths
+from kvcast.predictor.cluster_view import ChainCandidates, ClusterView
+from kvcast.predictor.commands import Command, EvictCommand, PromoteCommand, ReplicateCommand
+from kvcast.predictor.costs import Option, replication_option
+from kvcast.predictor.decider_config import DeciderConfig
+from kvcast.predictor.promotion import promotion_option
+from kvcast.predictor.targets import LoadForecast
+
+
+class Decider:
+    def __init__(self, cfg: DeciderConfig | None = None) -> None:
+        self.cfg = cfg if cfg is not None else DeciderConfig()
+        self.ledger = BudgetLedger(self.cfg.budgets)
+        self.refused: Counter[str] = Counter()  # budget refusals by budget name
+
+    def decide(self, cands: ChainCandidates, probs: np.ndarray, view: ClusterView) -> list[Command]:
+        now = view.now_ms
+        ledger = self.ledger
+        ledger.settle(now)
+        out: list[Command] = [
+            EvictCommand(node, tuple(blocks), "ttl expired")
+            for node, blocks in sorted(ledger.expired(now).items())
+        ]
+        if not len(cands):
+            return out
+        cfg = self.cfg
+        # a chain with a known first use is looked at once its copy could land within lead_ms
+        # of that use (the replica itself must land no earlier than that, see costs.py)
+        ms_per_block = view.block_bytes / float(np.min(view.links.bytes_per_ms))
+        lead = cfg.costs.lead_ms + float(np.max(view.links.backlog_ms, initial=0.0))
+        longest = max((len(c) for c in cands.chains), default=0)
+        plans = build_plans(
+            cands,
+            probs,
+            view,
+            ledger.pending,
+            window_ms=cfg.window_ms,
+            min_p=cfg.costs.min_p,
+            known_within_ms=max(cfg.targets.horizon_ms, lead + longest * ms_per_block),
+        )
+        forecast = LoadForecast(view, plans, cfg.targets, cfg.window_ms)
+        ready = [
+            p
+            for p in plans
+            if not p.known_first_use or p.time_left_ms <= lead + len(p.blocks) * ms_per_block
+        ]
+        ready.sort(key=lambda p: p.priority(view), reverse=True)
+        rank = 0
+        for plan in ready[: cfg.targets.max_chains_per_tick]:
+            for _ in range(cfg.targets.max_targets_per_chain):
+                plan.held = prefix_lengths(plan.blocks, view.n, view.hbm, ledger.pending)
+                opt = self._best_option(plan, view, forecast)
+                if opt is None:
+                    break
+                cmd = self._commit(opt, plan, view, forecast, priority=rank)
+                if cmd is None:
+                    break
+                out.append(cmd)
+                rank += 1
+        return out
+
+    # -- choice ------------------------------------------------------------------------------
+    def _best_option(
+        self, plan: ChainPlan, view: ClusterView, forecast: LoadForecast
+    ) -> Option | None:
+        cfg = self.cfg
+        ledger = self.ledger
+        pending = ledger.pending
+        touched = pending and any(b in pending for b in plan.blocks)
+        real = prefix_lengths(plan.blocks, view.n, view.hbm, None) if touched else plan.held
+        depth = max(real)
+        if depth and ledger.has_replica(plan.blocks[depth - 1]):
+            return None  # one live speculative copy per chain: a second is noise-chasing
+        queue = forecast.queue_without(plan)
+        hot = forecast.hot()
+        in_flight = np.array([ledger.in_flight_bytes(t) for t in range(view.n)], dtype=float)
+        best = None
+        if depth and self._worth_a_look(plan, queue, depth):
+            best = replication_option(
+                plan, view, cfg, real=real, queue=queue, hot=hot, in_flight_bytes=in_flight
+            )
+        if cfg.promote and view.lower:
+            for n in range(view.n):
+                if hot[n] or not view.serves(n, plan.tenant):
+                    continue
+                opt = promotion_option(
+                    plan, view, cfg, node=n, queue=queue, in_flight_bytes=float(in_flight[n])
+                )
+                if opt is not None and (best is None or opt.net_ms > best.net_ms):
+                    best = opt
+        return best
+
+    def _worth_a_look(self, plan: ChainPlan, queue: np.ndarray, depth: int) -> bool:
+        """Cheap pre-check: some holder of the prefix is more queued than the least queued
+        node (else nothing can be saved)."""
+        holder_q = max(float(queue[i]) for i, h in enumerate(plan.held) if h >= depth)
+        return holder_q > float(np.min(queue))
+
+    # -- commitment ---------------------------------------------------------------------------
+    def _commit(
+        self,
+        opt: Option,
+        plan: ChainPlan,
+        view: ClusterView,
+        forecast: LoadForecast,
+        priority: int,
+    ) -> Command | None:
+        cfg = self.cfg
+        bb = view.block_bytes
+        moved = plan.blocks[opt.start : opt.end]
+        nbytes = len(moved) * bb
+        quota = cfg.budgets.quota_bytes(float(view.capacity_bytes[opt.target]))
+        room = quota - float(view.spec_bytes[opt.target])
+        refusal = self.ledger.refusal(opt.source, opt.target, nbytes, room)
+        if refusal is not None:
+            self.refused[refusal] += 1
+            return None
+        now = view.now_ms
+        ttl = cfg.budgets.ttl_ms
+        if plan.known_first_use:
+            ttl = min(ttl, plan.time_left_ms + cfg.budgets.ttl_slack_ms)
+        deadline = now + plan.time_left_ms
+        t = Transfer(now, now + opt.transfer_ms, opt.source, opt.target, nbytes, moved)
+        self.ledger.record(t, now + ttl)
+        plan.held[opt.target] = opt.end
+        forecast.move(plan, opt.target)
+        chain = plan.blocks[: opt.end]
+        if opt.source == opt.target:
+            return PromoteCommand(opt.target, moved, ttl, opt.reason, priority, deadline)
+        return ReplicateCommand(opt.source, opt.target, chain, ttl, opt.reason, priority, deadline)

@@ -1,0 +1,123 @@
+"""``PUT /v1/blocks``: the local engine stores one KV block's bytes into its agent.
+
+Two body forms: JSON (``tenant``, ``block_hash``, ``checksum``, ``data`` as base64, optional
+``state``), or the raw bytes as ``application/octet-stream`` with the same fields in headers
+(``X-Kvcast-Tenant``, ``X-Kvcast-Block-Hash``, ``X-Kvcast-Checksum``, ``X-Kvcast-State``).
+The checksum (xxh3-64 of the bytes) is verified before the block becomes visible; a mismatch
+is a 422 naming ``checksum``, no room a 409. The route writes and never reads: no block's
+contents are ever returned. It is guarded by the shared token like every data command.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any, Literal
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import Field, TypeAdapter, ValidationError
+
+from kvcast.serving.agent.api_models import BlockEntry, Tenant
+from kvcast.serving.agent.api_models import Request as Body
+from kvcast.serving.agent.blocks import BlockState, ChecksumMismatch, StoreFull
+from kvcast.serving.agent.buffers import HostBuffer
+from kvcast.serving.agent.control import AgentControl, CommandConflict
+from kvcast.serving.http.block_hash import JsonBlockHash, hash_from_json
+
+HEADER = "x-kvcast-"
+Checksum = Annotated[int, Field(ge=0, lt=1 << 64, description="xxh3-64 of the bytes")]
+State = Literal["cached", "active"]
+
+
+class BlockUpload(Body):
+    tenant: Tenant
+    block_hash: JsonBlockHash
+    checksum: Checksum
+    data: str = Field(description="the block's bytes, base64")
+    state: State = "cached"
+
+
+OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": BlockUpload.model_json_schema()},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        },
+        "description": "JSON with base64 data, or raw bytes with X-Kvcast-* headers",
+    }
+}
+
+
+def upload_limit(max_block_bytes: int) -> int:
+    """Largest body accepted: a base64 block of ``max_block_bytes`` plus the JSON around it."""
+    return 4 * (max_block_bytes // 3 + 1) + (64 << 10)
+
+
+def _invalid(field: str, msg: str, where: str = "body") -> RequestValidationError:
+    return RequestValidationError([{"loc": (where, field), "msg": msg, "type": "value_error"}])
+
+
+def _field(adapter: TypeAdapter[Any], value: Any, field: str, where: str) -> Any:
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as err:
+        raise _invalid(field, err.errors()[0]["msg"], where) from None
+
+
+_TENANT, _CHECKSUM, _STATE = TypeAdapter(Tenant), TypeAdapter(Checksum), TypeAdapter(State)
+_HASH: TypeAdapter[Any] = TypeAdapter(JsonBlockHash)
+
+
+async def parse_upload(request: Request) -> tuple[BlockUpload, bytes]:
+    """The upload and its bytes, from either body form; 422 naming the bad field."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/octet-stream":
+        h = request.headers
+        for name in ("tenant", "block-hash", "checksum"):
+            if HEADER + name not in h:
+                raise _invalid(HEADER + name, "header required", "header")
+        text = h[HEADER + "block-hash"]
+        block_hash = _field(_HASH, int(text) if text.isdigit() else text,
+                            HEADER + "block-hash", "header")  # fmt: skip
+        checksum = h[HEADER + "checksum"]
+        meta = BlockUpload.model_construct(
+            tenant=_field(_TENANT, h[HEADER + "tenant"], HEADER + "tenant", "header"),
+            block_hash=block_hash, data="",
+            checksum=_field(_CHECKSUM, int(checksum) if checksum.isdigit() else checksum,
+                            HEADER + "checksum", "header"),
+            state=_field(_STATE, h.get(HEADER + "state", "cached"), HEADER + "state", "header"),
+        )  # fmt: skip
+        return meta, await request.body()
+    try:
+        upload = BlockUpload.model_validate_json(await request.body())
+    except ValidationError as err:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in err.errors(include_input=False)]
+        ) from None
+    try:
+        data = base64.b64decode(upload.data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid("data", "not valid base64") from None
+    return upload, data
+
+
+async def put_block(control: AgentControl, request: Request) -> BlockEntry:
+    upload, data = await parse_upload(request)
+    if not data:
+        raise _invalid("data", "a block has at least one byte")
+    max_bytes = control.agent.config.max_block_bytes
+    if len(data) > max_bytes:
+        raise _invalid("data", f"a block has at most {max_bytes} bytes")
+    block_hash = hash_from_json(upload.block_hash)
+    try:
+        info = control.agent.store.put(
+            upload.tenant, block_hash, HostBuffer.from_bytes(data), upload.checksum,
+            BlockState(upload.state),
+        )  # fmt: skip
+    except ChecksumMismatch:
+        raise _invalid("checksum", "does not match the bytes (xxh3-64)") from None
+    except StoreFull as err:
+        raise CommandConflict(f"no room for the block: {err}") from None
+    return control.entry(info)

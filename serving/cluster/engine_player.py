@@ -1,0 +1,185 @@
+"""An engine's part of a replay, for one node: its KV bytes into the node's agent, its KV
+events to the sidecar, its queue depth to the agent.
+
+For each request routed to the node (in routing order, see :class:`EnginePlayer`): blocks
+the LRU dropped are evicted from the agent (``POST /v1/evict``), blocks new to the node are
+stored into it (``PUT /v1/blocks``, raw bytes with their checksum), then one KV-event batch
+announces both (``BlockRemoved``, then ``BlockStored`` per contiguous run of the chain, with
+its parent). A block is announced only once its bytes are in the agent, so a pull the
+sidecar orders from this node finds them. The queue depth, when it changed, goes to
+``POST /v1/engine-stats`` in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections import defaultdict
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from kvcast.features.events import BlockRemoved, BlockStored
+from kvcast.serving.agent.transfer import MAX_HASHES_PER_PULL
+from kvcast.serving.cluster.blocks import BlockMaker
+from kvcast.serving.cluster.engine_http import EngineHttp, EngineHttpError
+from kvcast.serving.cluster.event_sinks import EventSink
+from kvcast.serving.cluster.node_model import Admission
+from kvcast.serving.kv_events.decode import KvEvent
+
+
+@dataclass(slots=True)
+class EngineStats:
+    blocks_put: int = 0
+    bytes_put: int = 0
+    put_failures: int = 0
+    blocks_evicted: int = 0
+    evict_failures: int = 0
+    stats_failures: int = 0
+    dropped: int = 0  # requests not finished when the replay ended
+
+
+async def _after(task: asyncio.Task[None] | None) -> None:
+    """Wait for ``task`` to end, whatever its outcome (its failure is its own)."""
+    if task is not None and not task.done():
+        await asyncio.wait({task})
+
+
+def kv_events(adm: Admission, node: int, block_tokens: int, ts_ms: float) -> list[KvEvent]:
+    """The batch announcing ``adm``: removals first, then one ``BlockStored`` per run of
+    consecutive chain blocks (a run's first block names its parent)."""
+    out: list[KvEvent] = []
+    if adm.evicted:
+        out.append(BlockRemoved(ts_ms, node, tuple(h for _, h in adm.evicted)))
+    run: list[int] = []
+    parent: int | None = None
+    for h, p in zip(adm.stored, adm.parents, strict=True):
+        if run and p != run[-1]:
+            out.append(BlockStored(ts_ms, node, tuple(run), parent, block_tokens))
+            run = []
+        if not run:
+            parent = p
+        run.append(h)
+    if run:
+        out.append(BlockStored(ts_ms, node, tuple(run), parent, block_tokens))
+    return out
+
+
+class EnginePlayer:
+    """``submit(adm, tenant)`` in routing order; ``close()`` waits for what was submitted.
+
+    Requests overlap: each runs as a task whose PUTs share ``concurrency`` connections, but
+    it announces its blocks only after the previous request has (so the events keep the
+    routing order), and one whose LRU evicted blocks waits for every earlier request first
+    (so a block is never evicted from the agent before its PUT landed)."""
+
+    def __init__(
+        self, node: int, agent: str, headers: dict[str, str], maker: BlockMaker,
+        sink: EventSink, block_tokens: int, concurrency: int = 8, timeout_s: float = 10.0,
+    ) -> None:  # fmt: skip
+        self.node, self.agent = node, agent
+        self.http = EngineHttp(agent, headers, concurrency, timeout_s)
+        self.maker, self.sink, self.block_tokens = maker, sink, block_tokens
+        self.stats = EngineStats()
+        self._slots = asyncio.Semaphore(concurrency)
+        self._last: asyncio.Task[None] | None = None  # the latest request's task
+        self._tasks: set[asyncio.Task[None]] = set()  # requests and reports not yet done
+        self._reported = -1  # the queue depth last reported
+
+    def submit(self, adm: Admission, tenant: str) -> None:
+        self._last = self._spawn(self.apply(adm, tenant, self._last))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @property
+    def backlog(self) -> int:
+        """Requests and reports submitted and not done."""
+        return len(self._tasks)
+
+    async def close(self, timeout_s: float = 30.0) -> None:
+        """Finish what was submitted (what is left after ``timeout_s`` is cancelled)."""
+        if self._tasks:
+            _, late = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+                self.stats.dropped += len(late)
+        await self.http.aclose()
+
+    async def apply(
+        self, adm: Admission, tenant: str, previous: asyncio.Task[None] | None = None
+    ) -> None:
+        """Store ``adm``'s blocks and announce them, after ``previous`` announced its own."""
+        if adm.evicted:
+            await _after(previous)
+            await self._evict(adm.evicted)
+        await asyncio.gather(*(self._put(tenant, h) for h in adm.stored))
+        await _after(previous)
+        ts_ms = time.time() * 1000.0  # the engine's clock when it announces the blocks
+        events = kv_events(adm, self.node, self.block_tokens, ts_ms)
+        if events:
+            await self.sink.send(events, ts_ms)
+        if adm.queue_depth != self._reported:
+            self._reported = adm.queue_depth
+            self._spawn(self.report(adm.queue_depth))
+
+    async def _put(self, tenant: str, block_hash: int) -> None:
+        async with self._slots:  # bytes made only when a connection is about to take them
+            data, digest = self.maker.make(tenant, block_hash)
+            if tenant.isascii() and tenant.isprintable():  # raw bytes, the fields in headers
+                fields = {"Content-Type": "application/octet-stream", "X-Kvcast-Tenant": tenant,
+                          "X-Kvcast-Block-Hash": str(block_hash),
+                          "X-Kvcast-Checksum": str(digest)}  # fmt: skip
+                call = self.http.request("PUT", "/v1/blocks", data, fields)
+            else:  # a tenant name a header cannot carry: JSON, the bytes in base64
+                body = {"tenant": tenant, "block_hash": block_hash, "checksum": digest,
+                        "data": base64.b64encode(data).decode("ascii")}  # fmt: skip
+                call = self.http.request("PUT", "/v1/blocks", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})  # fmt: skip
+            status = await self._call(call)
+        if status == 200:
+            self.stats.blocks_put += 1
+            self.stats.bytes_put += len(data)
+        else:
+            self.stats.put_failures += 1
+
+    @staticmethod
+    async def _call(call: Coroutine[Any, Any, tuple[int, bytes]]) -> int:
+        """The status of ``call`` (0: no answer)."""
+        try:
+            return (await call)[0]
+        except EngineHttpError:
+            return 0
+
+    async def _evict(self, evicted: tuple[tuple[str, int], ...]) -> None:
+        by_tenant: defaultdict[str, list[int]] = defaultdict(list)
+        for tenant, h in evicted:
+            by_tenant[tenant].append(h)
+        for tenant, hashes in by_tenant.items():
+            for i in range(0, len(hashes), MAX_HASHES_PER_PULL):
+                body = {"tenant": tenant, "block_hashes": hashes[i : i + MAX_HASHES_PER_PULL]}
+                try:
+                    status, answer = await self.http.post_json("/v1/evict", body)
+                except (EngineHttpError, ValueError):
+                    status, answer = 0, None
+                if status == 200:
+                    self.stats.blocks_evicted += len(answer["evicted"])
+                else:
+                    self.stats.evict_failures += 1
+
+    async def report(self, queue_depth: int) -> None:
+        """Tell the agent the engine's queue depth (the sidecar polls it from there)."""
+        body = {"engine_id": "replay-0", "queue_depth": queue_depth}
+        try:
+            status, _ = await self.http.post_json("/v1/engine-stats", body)
+        except (EngineHttpError, ValueError):
+            status = 0
+        if status != 204:
+            self.stats.stats_failures += 1

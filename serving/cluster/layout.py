@@ -1,0 +1,130 @@
+"""The addresses of a running local cluster, as ``kvcast cluster up`` writes them.
+
+``cluster up`` writes ``<workdir>/cluster.json`` once every process is ready, and removes it
+when they have stopped; ``kvcast cluster replay --cluster DIR`` reads it. It holds addresses,
+process ids and the *name* of the token's environment variable, never the token itself.
+Every address is checked to be a loopback one on both sides. :class:`ReplayTargets` is what
+``kvcast cluster replay`` plays against: these addresses (or those given on its command line)
+and the token.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcast.serving.cluster.ports import require_loopback
+
+CLUSTER_FILE = "cluster.json"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddresses:
+    """One GPU node of the local cluster."""
+
+    name: str
+    agent: str  # the agent's HTTP control API, http://127.0.0.1:P
+    transfer: str  # the agent's transfer server, 127.0.0.1:P (peers pull from it)
+    engine: str | None = None  # the engine's vLLM KV-event PUB endpoint (the engine binds it)
+    replay: str | None = None  # the engine's replay ROUTER endpoint
+
+    def __post_init__(self) -> None:
+        require_loopback(self.agent, f"node {self.name}: agent")
+        require_loopback(self.transfer, f"node {self.name}: transfer")
+        for what, value in (("engine", self.engine), ("replay", self.replay)):
+            if value is not None:
+                require_loopback(value, f"node {self.name}: {what}")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLayout:
+    """Where everything listens; ``nodes`` in the sidecar's node order (position = node id)."""
+
+    sidecar: str  # http://127.0.0.1:P
+    nodes: tuple[NodeAddresses, ...]
+    mode: str = "shadow"
+    model: str = ""
+    block_bytes: int = 64 << 10  # KV bytes of one block, as the sidecar prices them
+    token_env: str | None = None  # the environment variable holding the token (None: no auth)
+    workdir: str = ""
+    pids: dict[str, int] = field(default_factory=dict)  # service name -> process id
+
+    def __post_init__(self) -> None:
+        require_loopback(self.sidecar, "sidecar")
+        if not self.nodes:
+            raise ValueError("a cluster has at least one node")
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterLayout:
+        try:
+            nodes = tuple(NodeAddresses(**n) for n in data["nodes"])
+            rest = {k: v for k, v in data.items() if k != "nodes"}
+            return cls(nodes=nodes, **rest)
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"not a kvcast cluster description: {err}") from None
+
+    def write(self, workdir: Path) -> Path:
+        """Write ``workdir/cluster.json`` atomically (a reader never sees half of it)."""
+        path = workdir / CLUSTER_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        tmp.replace(path)
+        return path
+
+
+def read_layout(workdir: str | Path) -> ClusterLayout:
+    """The layout ``kvcast cluster up`` wrote into ``workdir`` (a ValueError if none)."""
+    path = Path(workdir) / CLUSTER_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file; is `kvcast cluster up` running there?") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not JSON ({err.msg})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return ClusterLayout.from_json(data)
+
+
+@dataclass(frozen=True)
+class ReplayTargets:
+    """The cluster to play against; ``engines``: (PUB, replay) endpoint per node, or None to
+    post the KV events to the sidecar over HTTP."""
+
+    sidecar: str
+    agents: tuple[str, ...]
+    names: tuple[str, ...]
+    engines: tuple[tuple[str, str | None], ...] | None = None
+    token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalise once, here
+        set_(self, "sidecar", require_loopback(self.sidecar, "--sidecar"))
+        set_(self, "agents", tuple(require_loopback(a, "--agents") for a in self.agents))
+        if not self.agents or len(self.names) != len(self.agents):
+            raise ValueError("one name per agent, at least one agent")
+        if self.engines is not None:
+            if len(self.engines) != len(self.agents):
+                raise ValueError("one engine endpoint per agent")
+            for pub, replay in self.engines:
+                for e in (pub, replay):
+                    if e is not None:
+                        require_loopback(e, "--engines")
+
+    @classmethod
+    def from_layout(cls, layout: ClusterLayout, token: str | None) -> ReplayTargets:
+        engines = [(n.engine, n.replay) for n in layout.nodes]
+        return cls(
+            layout.sidecar, tuple(n.agent for n in layout.nodes), layout.node_names,
+            None if any(e is None for e, _ in engines) else tuple(engines),  # type: ignore[arg-type]
+            token,
+        )  # fmt: skip

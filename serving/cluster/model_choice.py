@@ -1,0 +1,48 @@
+"""The model a local cluster scores with when ``--model`` is not given.
+
+The default is the recency model that ``python training/train.py --config
+configs/train/recency.yaml`` writes (``model.onnx`` in that config's ``out_dir``, relative to
+the working directory); without one, starting is refused with a one-line reason saying how to
+make it. An explicit ``--model`` is taken as given (an ONNX file, a folder holding
+``model.onnx``, or an MLflow ``models:/name@alias``): the sidecar itself refuses a bad one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TRAIN_CONFIG = Path("configs/train/recency.yaml")
+TRAIN_COMMAND = f"python training/train.py --config {TRAIN_CONFIG}"
+DEFAULT_OUT_DIR = Path("kvcast-out/train/recency")  # the recency config's out_dir
+MODEL_FILE = "model.onnx"
+
+
+def recency_model_path(cwd: Path | None = None) -> Path:
+    """Where the recency training run writes its model, read from its config when present."""
+    base = Path.cwd() if cwd is None else cwd
+    out_dir = DEFAULT_OUT_DIR
+    config = base / TRAIN_CONFIG
+    if config.is_file():
+        try:
+            from kvcast.training.config import load_train_config
+
+            out_dir = load_train_config(config).output_dir
+        except Exception:  # an unreadable config: the documented default still applies
+            out_dir = DEFAULT_OUT_DIR
+    return out_dir / MODEL_FILE if out_dir.is_absolute() else base / out_dir / MODEL_FILE
+
+
+def choose_model(model: str | None, cwd: Path | None = None) -> str:
+    """``model`` when given, else the trained recency model; a ValueError saying how to make
+    one when there is none."""
+    if model:
+        if not model.startswith(("models:/", "runs:/")) and not Path(model).exists():
+            raise ValueError(f"--model {model}: no such file")
+        return model
+    path = recency_model_path(cwd)
+    if not path.is_file():
+        raise ValueError(
+            f"no --model given and no trained model at {path}: train one with "
+            f"`{TRAIN_COMMAND}`, or pass --model PATH|models:/NAME@ALIAS"
+        )
+    return str(path)

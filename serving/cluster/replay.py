@@ -1,0 +1,188 @@
+"""``kvcast cluster replay``: a trace window played against a running cluster in wall time.
+
+The trace's window ``[start_s, start_s + window_s)`` is de-quantised like the simulator's
+input, compressed by ``time_scale`` (the load) and played ``speed`` times faster than its
+(scaled) clock. At each arrival the router player picks a node and posts the arrival to the
+sidecar; the node's engine player stores the blocks into its agent and publishes the KV
+events. Bounded: at most ``max_requests`` requests, no new one after ``max_wall_s``, and the
+engines' backlog drained within ``drain_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from kvcast.serving.cluster.blocks import BlockMaker
+from kvcast.serving.cluster.engine_player import EnginePlayer
+from kvcast.serving.cluster.event_sinks import EventSink, HttpSink, ZmqSink, await_subscribers
+from kvcast.serving.cluster.layout import ReplayTargets
+from kvcast.serving.cluster.node_model import NodeModel
+from kvcast.serving.cluster.router_player import (
+    POSTS_IN_FLIGHT,
+    ROUTERS,
+    RouterPlayer,
+    TraceRequest,
+    arrival_body,
+)
+from kvcast.serving.cluster.summary import kv_received
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """What to play and how; times in seconds (trace time for the window)."""
+
+    start_s: float = 0.0
+    window_s: float = 120.0
+    time_scale: float = 1.0  # load: arrivals compressed by this
+    speed: float = 1.0  # playback: the scaled trace clock runs this much faster than the wall
+    router: str = "prefix_sticky"
+    block_bytes: int = 64 << 10
+    node_blocks: int | None = None  # engine cache in blocks (None: the agent's capacity
+    # beyond its speculative quota, so the engine's blocks and the replicas always fit)
+    max_requests: int | None = None
+    max_wall_s: float = 900.0  # no request is started after this
+    drain_s: float = 60.0  # then the engines get this long to finish
+    put_concurrency: int = 8  # PUTs in flight per node
+    seed: int = 0  # de-quantisation, tie-breaks and block bytes
+
+    def __post_init__(self) -> None:
+        if self.router not in ROUTERS:
+            raise ValueError(f"--router {self.router!r}: one of {', '.join(ROUTERS)}")
+        positive = {
+            "--window-s": self.window_s, "--time-scale": self.time_scale, "--speed": self.speed,
+            "--block-bytes": self.block_bytes, "--max-wall-s": self.max_wall_s,
+            "put_concurrency": self.put_concurrency,
+        }  # fmt: skip
+        for flag, value in positive.items():
+            if not value > 0:
+                raise ValueError(f"{flag} must be > 0, got {value}")
+
+
+def trace_requests(trace: Any, spec: ReplaySpec) -> list[TraceRequest]:
+    """The window of ``trace`` (a :class:`Trace`) as the replay plays it, in scaled time."""
+    import pandas as pd
+
+    from kvcast.features.traces.dequantize import spread_quantized
+
+    start = spec.start_s * 1000.0
+    t = spread_quantized(trace.window(start, start + spec.window_s * 1000.0), seed=spec.seed)
+    df = t.time_scaled(spec.time_scale).requests
+    if spec.max_requests is not None:
+        df = df.iloc[: spec.max_requests]
+    out = []
+    for r in df.itertuples(index=False):
+        session = None if pd.isna(r.session) else str(r.session)
+        chain = tuple(int(h) for h in r.block_hashes)
+        out.append(TraceRequest(
+            str(r.request_id), float(r.arrival_ms), str(r.tenant), session,
+            int(r.input_tokens), int(r.output_tokens), chain,
+        ))  # fmt: skip
+    return out
+
+
+async def _capacities(http: httpx.AsyncClient, t: ReplayTargets, spec: ReplaySpec) -> list[int]:
+    if spec.node_blocks is not None:
+        return [spec.node_blocks] * len(t.agents)
+    out = []
+    for agent in t.agents:
+        r = await http.get(f"{agent}/v1/telemetry")
+        r.raise_for_status()
+        tel = r.json()
+        free = tel["capacity_bytes"] - tel["speculative_quota_bytes"]
+        out.append(max(free // spec.block_bytes, 1))
+    return out
+
+
+async def run_replay(
+    requests: Sequence[TraceRequest], targets: ReplayTargets, spec: ReplaySpec,
+    block_tokens: int, progress: Progress | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Play ``requests``; the replay's own counts (see :func:`_play`)."""
+    headers = {"Authorization": f"Bearer {targets.token}"} if targets.token else {}
+    limits = httpx.Limits(max_connections=POSTS_IN_FLIGHT + 2, max_keepalive_connections=None)
+    async with httpx.AsyncClient(timeout=10.0, limits=limits) as http:
+        caps = await _capacities(http, targets, spec)
+        nodes = [NodeModel(i, c, block_tokens) for i, c in enumerate(caps)]
+        router = RouterPlayer(spec.router, nodes, block_tokens, spec.block_bytes, seed=spec.seed)
+        sinks: list[EventSink] = []
+        engines: list[EnginePlayer] = []
+        try:
+            if targets.engines is None:
+                sinks += [HttpSink(i, http, targets.sidecar, headers) for i in range(len(nodes))]
+            else:
+                zmq = [ZmqSink(n, *e) for n, e in zip(targets.names, targets.engines, strict=True)]
+                sinks += zmq
+                await await_subscribers(zmq, lambda: kv_received(http, targets.sidecar))
+            maker = BlockMaker(spec.block_bytes, spec.seed)
+            engines += [
+                EnginePlayer(i, targets.agents[i], headers, maker, sinks[i], block_tokens,
+                             spec.put_concurrency)
+                for i in range(len(nodes))
+            ]  # fmt: skip
+            return await _play(requests, targets, spec, http, headers, router, nodes, engines,
+                               progress)  # fmt: skip
+        finally:
+            for engine in engines:  # after a failure: what is still running stops now
+                await engine.close(0.0)
+            for sink in sinks:
+                sink.close()
+
+
+async def _play(
+    requests: Sequence[TraceRequest], targets: ReplayTargets, spec: ReplaySpec,
+    http: httpx.AsyncClient, headers: dict[str, str], router: RouterPlayer,
+    nodes: list[NodeModel], engines: list[EnginePlayer], progress: Progress | None,
+) -> dict[str, Any]:  # fmt: skip
+    loop = asyncio.get_running_loop()
+    t0, lag, stopped, done = loop.time(), 0.0, None, 0
+    posts: set[asyncio.Task[bool]] = set()
+    for req in requests:
+        if loop.time() - t0 > spec.max_wall_s:
+            stopped = f"max_wall_s={spec.max_wall_s:g}"
+            break
+        wait = t0 + req.arrival_ms / spec.speed / 1000.0 - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        else:
+            lag = max(lag, -wait)
+        node = router.route(req.arrival_ms, req)
+        adm = nodes[node].admit(req.arrival_ms, req.tenant, req.block_hashes, req.input_tokens,
+                                req.output_tokens)  # fmt: skip
+        body = arrival_body(req, node, adm.queue_depth, time.time() * 1000.0)
+        task = asyncio.create_task(router.post(http, targets.sidecar, headers, [body]))
+        posts.add(task)
+        task.add_done_callback(posts.discard)
+        engines[node].submit(adm, req.tenant)
+        done += 1
+        if progress is not None:
+            progress(done, len(requests))
+    dispatched_s = loop.time() - t0
+    await asyncio.wait_for(asyncio.gather(*posts, *(e.close(spec.drain_s) for e in engines)),
+                           spec.drain_s + 10.0)  # fmt: skip
+    stats = [e.stats for e in engines]
+    return {
+        "requests": done,
+        "routed": dict(zip(targets.names, router.routed, strict=True)),
+        "arrivals_posted": router.posted,
+        "arrival_failures": router.post_failures,
+        "blocks_put": sum(s.blocks_put for s in stats),
+        "bytes_put": sum(s.bytes_put for s in stats),
+        "put_failures": sum(s.put_failures for s in stats),
+        "requests_unfinished": sum(s.dropped for s in stats),
+        "blocks_evicted": sum(s.blocks_evicted for s in stats),
+        "events_published": sum(e.sink.events for e in engines),
+        "event_batches": sum(e.sink.batches for e in engines),
+        "engine_cache_blocks": [n.capacity for n in nodes],
+        "max_lag_s": round(lag, 3),
+        "dispatch_s": round(dispatched_s, 3),
+        "wall_s": round(loop.time() - t0, 3),
+        "stopped_early": stopped,
+    }

@@ -1,0 +1,155 @@
+"""A local cluster: N ``kvcast serve agent`` processes and one ``kvcast serve sidecar``, on
+loopback, started together and stopped in order.
+
+Start: loopback ports are reserved for every agent (HTTP, transfer) and engine (ZMQ PUB,
+replay), the sidecar's config is written into the workdir (:mod:`.config_gen`), then all the
+processes start at once (the sidecar polls agents that are not up yet until they are); once
+every ready line is in, the addresses go to ``<workdir>/cluster.json`` (:mod:`.layout`). Any
+failure stops what was started and raises :class:`ServiceFailed` with the failing process's
+last lines (a port taken in between shows there as "address in use"). Stop: the sidecar
+first (it commands the agents), then every agent at once; each gets SIGTERM, then SIGKILL
+after the grace period, and is reaped. Logs: ``<workdir>/logs/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvcast.serving.cluster.config_gen import decider_data, node_name, sidecar_data, write_configs
+from kvcast.serving.cluster.layout import CLUSTER_FILE, ClusterLayout, NodeAddresses
+from kvcast.serving.cluster.ports import LOOPBACK, free_ports, tcp_endpoint
+from kvcast.serving.cluster.process import (
+    AGENT_READY,
+    SIDECAR_READY,
+    ServiceFailed,
+    ServiceProcess,
+    kvcast_command,
+)
+from kvcast.serving.http.auth import token_from_env
+
+__all__ = ["ClusterSpec", "LocalCluster", "ServiceFailed"]
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What ``kvcast cluster up`` starts. Sizes in bytes, times in seconds."""
+
+    model: str  # ONNX path or models:/name@alias
+    agents: int = 3
+    workdir: Path = field(default_factory=lambda: Path("kvcast-out/cluster"))
+    mode: str = "shadow"
+    token_env: str = "KVCAST_TOKEN"  # the variable holding the shared token (unset: no auth)
+    capacity_bytes: int = 512 * MiB  # per agent
+    speculative_quota_bytes: int = 128 * MiB  # per agent
+    block_bytes: int = 64 << 10  # KV bytes of one block, as the sidecar prices them
+    tick_ms: float = 250.0
+    ready_timeout_s: float = 60.0
+    stop_grace_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.agents <= 64:
+            raise ValueError(f"--agents must be between 1 and 64, got {self.agents}")
+        if self.mode not in ("shadow", "active"):
+            raise ValueError(f"--mode must be shadow or active, got {self.mode!r}")
+        if not 0 < self.speculative_quota_bytes <= self.capacity_bytes:
+            raise ValueError("the speculative quota must be > 0 and at most the capacity")
+
+
+class LocalCluster:
+    """``start()`` -> :class:`ClusterLayout`; ``stop()`` -> exit status per process."""
+
+    def __init__(self, spec: ClusterSpec, env: Mapping[str, str] | None = None) -> None:
+        self.spec = spec
+        self.env = dict(os.environ if env is None else env)
+        self.workdir = spec.workdir.resolve()
+        self.agents: list[ServiceProcess] = []
+        self.sidecar: ServiceProcess | None = None
+        self.layout: ClusterLayout | None = None
+
+    @property
+    def services(self) -> list[ServiceProcess]:
+        return [*([self.sidecar] if self.sidecar else []), *self.agents]
+
+    def start(self) -> ClusterLayout:
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _service(self, name: str, args: list[str], ready: re.Pattern[str]) -> ServiceProcess:
+        proc = ServiceProcess(
+            name, [*kvcast_command(), "serve", *args, "--token-env", self.spec.token_env,
+                   "--log-level", "info"],
+            env=self.env, log_path=self.workdir / "logs" / f"{name}.log", ready=ready,
+        )  # fmt: skip
+        proc.start()
+        return proc
+
+    def _start(self) -> ClusterLayout:
+        s = self.spec
+        token = token_from_env(self.env.get(s.token_env), s.token_env)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / CLUSTER_FILE).unlink(missing_ok=True)
+        ports = iter(free_ports(4 * s.agents))  # per node: agent HTTP and transfer, engine x2
+        addresses = [[f"{LOOPBACK}:{next(ports)}" for _ in range(2)] for _ in range(s.agents)]
+        engines = [(tcp_endpoint(next(ports)), tcp_endpoint(next(ports))) for _ in addresses]
+        config = write_configs(
+            self.workdir,
+            sidecar_data(agents=[f"http://{http}" for http, _ in addresses], engines=engines,
+                         mode=s.mode, model=s.model, block_bytes=s.block_bytes,
+                         workdir=self.workdir, tick_ms=s.tick_ms),
+            decider_data(s.speculative_quota_bytes / s.capacity_bytes),
+        )  # fmt: skip
+        for i, (http, transfer) in enumerate(addresses):  # all at once: the sidecar waits for
+            args = ["agent", "--node-id", node_name(i), "--listen", http,  # agents on its own
+                    "--transfer-listen", transfer, "--capacity", str(s.capacity_bytes),
+                    "--speculative-quota", str(s.speculative_quota_bytes)]  # fmt: skip
+            self.agents.append(self._service(node_name(i), args, AGENT_READY))
+        self.sidecar = self._service("sidecar", ["sidecar", "--config", str(config)], SIDECAR_READY)
+        found = [a.wait_ready(s.ready_timeout_s) for a in self.agents]
+        ready = self.sidecar.wait_ready(s.ready_timeout_s)
+        nodes = tuple(
+            NodeAddresses(node_name(i), f"http://{m.group(2)}", m.group(3), pub, replay)
+            for i, (m, (pub, replay)) in enumerate(zip(found, engines, strict=True))
+        )
+        self.layout = ClusterLayout(
+            sidecar=f"http://{ready.group(2)}", nodes=nodes, mode=s.mode, model=s.model,
+            block_bytes=s.block_bytes, token_env=s.token_env if token else None,
+            workdir=str(self.workdir), pids={p.name: p.pid for p in self.services},
+        )  # fmt: skip
+        self.layout.write(self.workdir)
+        return self.layout
+
+    def exited(self) -> ServiceProcess | None:
+        """A process that ended on its own (the cluster is then broken), if any."""
+        return next((p for p in self.services if p.returncode() is not None), None)
+
+    def stop(self) -> dict[str, int | None]:
+        """Stop and reap every process; their exit statuses (0: a clean stop)."""
+        if self.layout is not None:
+            with contextlib.suppress(OSError):
+                (self.workdir / CLUSTER_FILE).unlink(missing_ok=True)
+        grace = self.spec.stop_grace_s
+        codes: dict[str, int | None] = {}
+        if self.sidecar is not None:
+            codes[self.sidecar.name] = self.sidecar.stop(grace)
+        for agent in self.agents:
+            agent.terminate()
+        deadline = time.monotonic() + grace
+        for agent in self.agents:
+            codes[agent.name] = agent.stop(grace, deadline)
+        return codes
+
+    def __enter__(self) -> ClusterLayout:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,197 @@
+"""The sidecar's HTTP API (FastAPI): ingestion, decisions, block locations, mode and model.
+
+Every ``POST`` changes what the sidecar does (what it ingests, whether it acts, what it scores
+with), so with a token configured every ``POST`` needs it; the ``GET`` routes stay open for
+operators, probes and scrapers (none returns block contents: the sidecar never holds any).
+Ingestion handlers only validate and queue: they answer 202 as soon as the events are in the
+bounded queue. Middleware, outer first: the token guard (401 before the body is read), body
+size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Security
+from fastapi.responses import JSONResponse
+from starlette.responses import Response
+
+from kvcast import __version__
+from kvcast.features.spec import SpecMismatch
+from kvcast.serving.http.auth import BearerTokenGuard, bearer_scheme
+from kvcast.serving.http.errors import error_responses, install_error_handlers
+from kvcast.serving.http.limits import BodySizeLimit
+from kvcast.serving.http.metrics import metrics_response
+from kvcast.serving.sidecar.api_models import (
+    Accepted,
+    ArrivalBatch,
+    BlockLocation,
+    DecisionList,
+    Health,
+    KvEventBatch,
+    ModeBody,
+    ModelLoad,
+    ModelState,
+    ModeState,
+    Readiness,
+)
+from kvcast.serving.sidecar.core import Sidecar
+from kvcast.serving.sidecar.tick_input import locate
+from kvcast.serving.sidecar.translate import (
+    arrival_events,
+    block_hash_param,
+    decision_out,
+    kv_events,
+)
+
+MAX_BODY_BYTES = 16 << 20
+GUARDED = ("/v1/requests", "/v1/kv-events", "/v1/mode", "/v1/model")
+LOOKUP_TIMEOUT_S = 5.0
+
+
+def _on(names: tuple[str, ...], mask: int) -> list[str]:
+    return [n for i, n in enumerate(names) if (mask >> i) & 1]
+
+
+def _model_state(sc: Sidecar) -> ModelState:
+    slot, current = sc.slot, sc.slot.current
+    base = {"spec_digest": slot.spec.digest, "loads": slot.loads, "refused": slot.refused}
+    if current is None:
+        return ModelState(loaded=False, **base)
+    i = current.info
+    return ModelState(
+        loaded=True, source=i.source, kind=i.kind, version=i.version, digest=i.digest,
+        loaded_at=i.loaded_at, **base,
+    )  # fmt: skip
+
+
+def _writes(sc: Sidecar) -> APIRouter:
+    router = APIRouter(prefix="/v1", dependencies=[Security(bearer_scheme)])
+    names = sc.cfg.node_names
+    refusals = error_responses(401, 411, 413, 422)
+
+    def accepted(n: int, dropped: int) -> Accepted:
+        return Accepted(accepted=n, dropped=dropped, queue_depth=len(sc.queue))
+
+    @router.post("/requests", status_code=202, responses=refusals)
+    async def requests(body: ArrivalBatch) -> Accepted:
+        """Requests the router routed (one or more), queued for the feature state."""
+        events, queues = arrival_events(body, names, sc.clock_ms())
+        for node, depth in queues:
+            sc.loads.note_router_queue(node, depth)
+        return accepted(len(events), sc.queue.put(events, "http"))
+
+    @router.post("/kv-events", status_code=202, responses=refusals)
+    async def kv(body: KvEventBatch) -> Accepted:
+        """One engine's KV events (vLLM's BlockStored / BlockRemoved / AllBlocksCleared, with
+        vLLM's field names), for engines that cannot publish over ZMQ."""
+        events = kv_events(body, names, sc.clock_ms())
+        return accepted(len(events), sc.queue.put(events, "http"))
+
+    @router.post("/mode", responses=refusals)
+    async def set_mode(body: ModeBody) -> ModeState:
+        """Switch between ``shadow`` (decide and log) and ``active`` (also command agents)."""
+        sc.set_mode(body.mode)
+        return ModeState(mode=sc.mode)
+
+    @router.post("/model", responses=error_responses(400, 401, 409, 411, 413, 422))
+    async def load_model(body: ModelLoad) -> ModelState:
+        """Load a model (ONNX path or ``models:/name@alias``) and swap it in; events keep
+        flowing meanwhile. 409 when its feature spec differs (the features are named), 400
+        when it is not a usable kvcast model; either way the current model stays."""
+        try:
+            await asyncio.to_thread(sc.slot.load, body.source)
+        except SpecMismatch as err:
+            raise HTTPException(409, str(err)) from None
+        except Exception as err:  # a bad file, a bad URI, an unreachable registry
+            raise HTTPException(400, f"cannot load {body.source}: {err}") from None
+        return _model_state(sc)
+
+    return router
+
+
+def _reads(sc: Sidecar) -> APIRouter:
+    router = APIRouter()
+    names = sc.cfg.node_names
+
+    @router.get("/v1/decisions")
+    async def decisions(
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+        kind: Annotated[str | None, Query(pattern="^(replicate|promote|evict)$")] = None,
+    ) -> DecisionList:
+        """Recent decisions, newest first, with their cost terms and what became of them."""
+        items = sc.recent.latest(limit, kind)
+        out = [decision_out(d, names) for d in items]
+        return DecisionList(total=sc.recent.total, decisions=out)
+
+    @router.get("/v1/blocks/{block_hash}", responses=error_responses(404, 422))
+    async def block(
+        block_hash: Annotated[str, Path(description="decimal u64, or hex bytes", max_length=130)],
+    ) -> BlockLocation:
+        """Where a block lives: nodes holding it in GPU memory or lower tiers, and the nodes
+        holding a replica this sidecar placed. 404 when no node holds it."""
+        try:
+            h = block_hash_param(block_hash)
+        except ValueError as err:
+            raise HTTPException(422, f"path.block_hash: {err}") from None
+        future = sc.keeper.ask(lambda k: locate(k, [h]))
+        (loc,) = await asyncio.wait_for(asyncio.wrap_future(future), LOOKUP_TIMEOUT_S)
+        replicas = sc.replicas.nodes_of(h)
+        if not loc.gpu and not loc.lower and not replicas:
+            raise HTTPException(404, f"block {h} is not known to be held by any node")
+        return BlockLocation(
+            block_hash=h, gpu=_on(names, loc.gpu), lower=_on(names, loc.lower),
+            replicas=[names[i] for i in replicas],
+        )  # fmt: skip
+
+    @router.get("/v1/mode")
+    async def get_mode() -> ModeState:
+        return ModeState(mode=sc.mode)
+
+    @router.get("/v1/model")
+    async def get_model() -> ModelState:
+        return _model_state(sc)
+
+    @router.get("/healthz")
+    async def healthz() -> Health:
+        return Health(status="ok", sidecar_id=sc.cfg.sidecar_id)
+
+    @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
+    async def readyz() -> JSONResponse:
+        """200 when the consumer runs, a model is loaded, ticks are on time and every engine
+        feed is alive; else 503 with the failing checks."""
+        checks = sc.ready()
+        ready = all(checks.values())
+        body = Readiness(ready=ready, checks=checks)
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+    @router.get("/metrics", response_class=Response)
+    async def metrics() -> Response:
+        """Prometheus text exposition."""
+        return metrics_response(sc.registry)
+
+    return router
+
+
+def build_app(sc: Sidecar) -> FastAPI:
+    app = FastAPI(
+        title="kvcast router sidecar",
+        version=__version__,
+        description="Ingests the router's arrivals and the engines' KV events, scores blocks "
+        "with the ONNX model, decides replications and (in active mode) commands the agents.",
+    )
+    install_error_handlers(app)
+    app.include_router(_writes(sc))
+    app.include_router(_reads(sc))
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+
+    def refused(path: str) -> None:
+        sc.auth_failures += 1
+
+    app.add_middleware(
+        BearerTokenGuard, token=sc.cfg.token_value, protected=set(GUARDED), on_refused=refused,
+        methods={"POST"},
+    )  # fmt: skip
+    app.state.sidecar = sc
+    return app

@@ -1,0 +1,145 @@
+"""Configuration of the router sidecar (``kvcast serve sidecar``), frozen and validated.
+
+``configs/serving/sidecar.yaml`` documents every key. Nodes are listed once, in order: a
+node's position is its id in the feature state and the decider (0..n-1), its ``name`` is what
+logs, metrics and the HTTP API show (``POST /v1/requests`` accepts either).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+
+from kvcast.config import FrozenConfig, load_config, with_overrides
+from kvcast.features.config import FeatureConfig
+from kvcast.llm import get_llm
+from kvcast.predictor.decider_config import DeciderConfig
+from kvcast.serving.agent.sizes import ByteSize
+from kvcast.serving.agent.transport import parse_peer
+
+Mode = Literal["shadow", "active"]
+Name = str
+
+
+class NodeConfig(FrozenConfig):
+    """One GPU node: its engine's KV-event sockets and its transfer agent."""
+
+    name: Name = Field(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
+    agent: str | None = None  # agent control API base URL (None: never a source or target)
+    engine: str | None = None  # vLLM KV-event PUB endpoint (None: the engine posts events)
+    replay: str | None = None  # vLLM replay ROUTER endpoint (None: gaps are counted only)
+    topic: str = ""  # ZMQ topic filter ("" takes every topic)
+    tenants: tuple[str, ...] | None = None  # tenants this node serves (None: any)
+
+
+class LinkPair(FrozenConfig):
+    """Overrides for the link between two named nodes (both directions)."""
+
+    a: Name
+    b: Name
+    gbps: float | None = Field(None, gt=0)
+    latency_ms: float | None = Field(None, ge=0)
+    tier: int | None = Field(None, ge=0, le=3)
+
+
+class LinksConfig(FrozenConfig):
+    """The network between nodes; the decider prices transfers with it."""
+
+    gbps: float = Field(100.0, gt=0)  # line rate of the default link
+    efficiency: float = Field(0.87, gt=0, le=1)  # achieved share of the line rate
+    latency_ms: float = Field(0.01, ge=0)
+    tier: int = Field(2, ge=0, le=3)  # 0 same host, 1 rack, 2 datacenter, 3 cross zone
+    pairs: tuple[LinkPair, ...] = ()
+
+
+class AgentClientConfig(FrozenConfig):
+    """How the sidecar talks to the agents."""
+
+    telemetry_period_s: float = Field(1.0, gt=0)  # GET /v1/telemetry of every agent
+    timeout_s: float = Field(5.0, gt=0)  # per HTTP call, replicate excepted
+    replicate_deadline_s: float = Field(10.0, gt=0)  # most a pull may take
+    min_deadline_s: float = Field(1.0, gt=0)  # least, even when the first use is nearer
+    max_in_flight: int = Field(64, ge=1)  # commands sent and not yet answered
+    retry_elsewhere: bool = True  # a failed replication is retried once from another holder
+
+
+class DecisionLogConfig(FrozenConfig):
+    """The Parquet decision log (columns in :mod:`kvcast.serving.sidecar.decision_log`)."""
+
+    path: str | None = "kvcast-out/sidecar/decisions.parquet"  # None: no log
+    rows_per_chunk: int = Field(1024, ge=1)  # a row group is written at this many rows
+    flush_s: float = Field(5.0, gt=0)  # or when the oldest unwritten row is this old
+
+
+class SidecarConfig(FrozenConfig):
+    sidecar_id: Name = Field("sidecar-0", min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
+    listen: str = "127.0.0.1:8480"  # HTTP API, HOST:PORT (port 0: any free port, logged)
+    mode: Mode = "shadow"  # shadow: decide and log; active: also command the agents
+    model: str | None = None  # ONNX path or models:/name@alias (None: load via POST /v1/model)
+    features: str | None = None  # feature YAML (None: built-in defaults); nodes set from here
+    decider: str | None = None  # decider YAML (None: built-in defaults)
+    block_bytes: ByteSize | None = Field(None, gt=0)  # KV bytes of a block (None: derived)
+    nodes: tuple[NodeConfig, ...] = Field(min_length=1)
+    links: LinksConfig = LinksConfig()
+    tick_ms: float = Field(250.0, gt=0)  # decision tick period
+    queue_events: int = Field(200_000, ge=1)  # bound of the ingestion queue, in events
+    recent_decisions: int = Field(1000, ge=1)  # kept for GET /v1/decisions
+    reactive_pull: bool = False  # the router pulls missing KV itself (Mooncake-style)
+    zmq_hwm: int = Field(100_000, ge=1)
+    replay_timeout_ms: int = Field(500, ge=1)
+    agents: AgentClientConfig = AgentClientConfig()
+    decision_log: DecisionLogConfig = DecisionLogConfig()
+    shutdown_grace_s: float = Field(5.0, gt=0)
+    token: SecretStr | None = None  # shared token (the CLI reads KVCAST_TOKEN)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SidecarConfig:
+        parse_peer(self.listen, allow_port_zero=True)
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node names must be unique, got {names}")
+        for pair in self.links.pairs:
+            for end in (pair.a, pair.b):
+                if end not in names:
+                    raise ValueError(f"links.pairs: unknown node {end!r}; nodes: {names}")
+        for node in self.nodes:
+            if node.replay is not None and node.engine is None:
+                raise ValueError(f"node {node.name!r}: replay needs engine")
+            if node.agent is not None and not node.agent.startswith(("http://", "https://")):
+                raise ValueError(f"node {node.name!r}: agent must be an http(s):// URL")
+        return self
+
+    @property
+    def token_value(self) -> str | None:
+        return self.token.get_secret_value() if self.token else None
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+    @cached_property
+    def feature_config(self) -> FeatureConfig:
+        """The feature config file (or defaults) with ``nodes`` set to this cluster's."""
+        base = (
+            FeatureConfig() if self.features is None else load_config(FeatureConfig, self.features)
+        )
+        return with_overrides(base, nodes=len(self.nodes))
+
+    @cached_property
+    def decider_config(self) -> DeciderConfig:
+        return DeciderConfig() if self.decider is None else load_config(DeciderConfig, self.decider)
+
+    @property
+    def kv_block_bytes(self) -> int:
+        """KV bytes of one block: ``block_bytes``, else the feature model's per-block size."""
+        if self.block_bytes is not None:
+            return self.block_bytes
+        f = self.feature_config
+        return get_llm(f.model).kv_bytes_per_block(f.block_tokens, f.kv_dtype)
+
+
+def load_sidecar_config(path: str | Path) -> SidecarConfig:
+    return load_config(SidecarConfig, path)

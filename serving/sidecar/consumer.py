@@ -1,0 +1,142 @@
+"""The single consumer: the only thread that touches the :class:`FeatureState`.
+
+It takes event batches from the :class:`EventQueue` in arrival order and applies them, one
+event at a time, to the feature state and to the sidecar's own views of the stream (recent
+chains, replica hits, per-node request sizes and evictions). Between chunks of at most
+``chunk_events`` it runs *queries* (the decision tick's snapshot, a block lookup) handed in by
+other threads, so that they see a consistent state without a lock around it.
+
+Timestamps: the feature state drops an event older than the newest one it applied (beyond its
+``reorder_tolerance_ms``) or than the last decision time. Sources interleave (several engines,
+the router, the agents) and their clocks differ slightly, so an event that would be dropped for
+its time alone is re-stamped to the earliest time still accepted and counted in
+:attr:`restamped` (a growing count means clocks out of step: run NTP).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import numpy as np
+
+from kvcast.features.events import BlockRemoved, Event, RequestArrived
+from kvcast.features.online.state import FeatureState
+from kvcast.serving.sidecar.event_queue import EventQueue
+from kvcast.serving.sidecar.node_loads import NodeLoads
+from kvcast.serving.sidecar.recent_chains import RecentChains
+from kvcast.serving.sidecar.replicas import ReplicaTracker
+
+log = logging.getLogger("kvcast.serving.sidecar")
+R = TypeVar("R")
+
+
+class StateKeeper:
+    def __init__(
+        self,
+        state: FeatureState,
+        queue: EventQueue,
+        chains: RecentChains,
+        replicas: ReplicaTracker,
+        loads: NodeLoads,
+        chunk_events: int = 1024,
+    ) -> None:
+        self.state, self.queue, self.chains = state, queue, chains
+        self.replicas, self.loads, self.chunk_events = replicas, loads, chunk_events
+        self.applied = 0  # events applied to the feature state
+        self.restamped = 0  # events re-stamped to keep the stream in order
+        self.gpu_removals = np.zeros(state.cfg.nodes)  # blocks leaving each node's HBM
+        self._tol = state.cfg.reorder_tolerance_ms
+        self._floor = float("-inf")  # the earliest time the feature state still accepts
+        self._newest = float("-inf")
+        self._queries: list[tuple[Callable[[StateKeeper], Any], Future[Any]]] = []
+        self._qlock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._hooks: dict[type, Callable[[Any], None]] = {
+            RequestArrived: self._on_request,
+            BlockRemoved: self._on_removed,
+        }
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sidecar-consumer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self.queue.wake()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._serve_queries()  # nobody will run them now: answer (or fail) them here
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- queries from other threads -----------------------------------------------------
+    def ask(self, query: Callable[[StateKeeper], R]) -> Future[R]:
+        """Run ``query(self)`` on the consumer thread between two chunks of events."""
+        future: Future[R] = Future()
+        with self._qlock:
+            self._queries.append((query, future))
+        if not self.running:
+            self._serve_queries()
+        else:
+            self.queue.wake()
+        return future
+
+    def commit(self, now_ms: float) -> None:
+        """Called by queries that read features at ``now_ms``: older events now re-stamp."""
+        self._floor = max(self._floor, now_ms)
+
+    # -- the loop ------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._serve_queries()
+            for batch in self.queue.get(self.chunk_events, timeout_s=0.05):
+                self.apply(batch)
+
+    def apply(self, batch: list[Event]) -> None:
+        """Apply events in order (public for benchmarks and single-threaded tests)."""
+        update, hooks = self.state.update, self._hooks
+        for ev in batch:
+            ts = ev.ts_ms
+            if ts < self._floor:
+                ev = dataclasses.replace(ev, ts_ms=self._floor)
+                self.restamped += 1
+            elif ts > self._newest:
+                self._newest = ts
+                if ts - self._tol > self._floor:
+                    self._floor = ts - self._tol
+            update(ev)
+            hook = hooks.get(type(ev))
+            if hook is not None:
+                hook(ev)
+        self.applied += len(batch)
+
+    def _serve_queries(self) -> None:
+        with self._qlock:
+            queries, self._queries = self._queries, []
+        for query, future in queries:
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(query(self))
+            except Exception as err:  # handed back to the asking thread
+                future.set_exception(err)
+
+    # -- side views of the stream ----------------------------------------------------------
+    def _on_request(self, ev: RequestArrived) -> None:
+        self.chains.add(ev)
+        self.loads.note_request(ev.node, ev.input_tokens)
+        if self.replicas:
+            self.replicas.on_request(ev.node, ev.block_hashes)
+
+    def _on_removed(self, ev: BlockRemoved) -> None:
+        if ev.medium == "GPU" and 0 <= ev.node < len(self.gpu_removals):
+            self.gpu_removals[ev.node] += len(ev.block_hashes)

@@ -1,0 +1,171 @@
+"""One sidecar's parts, wired: the queue, the consumer and its feature state, the engine feeds,
+the telemetry poller, the model slot, the decision loop and the executor.
+
+Threads: one per engine feed (ZMQ), the consumer, the decision loop. Everything else (HTTP
+handlers, telemetry polls, commands to agents) runs on the event loop that called
+:meth:`Sidecar.start`. Every producer only puts into the bounded queue, so nothing that
+scores or decides can hold up ingestion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import httpx
+
+from kvcast.features.online.state import FeatureState
+from kvcast.predictor.decider import Decider
+from kvcast.serving.sidecar.agent_client import AgentClient
+from kvcast.serving.sidecar.config import Mode, SidecarConfig
+from kvcast.serving.sidecar.consumer import StateKeeper
+from kvcast.serving.sidecar.decision_log import DecisionLog
+from kvcast.serving.sidecar.decision_loop import DecisionLoop
+from kvcast.serving.sidecar.decisions import RecentDecisions
+from kvcast.serving.sidecar.event_queue import EventQueue
+from kvcast.serving.sidecar.executor import Executor
+from kvcast.serving.sidecar.live_view import LiveView
+from kvcast.serving.sidecar.metrics import sidecar_registry, timers
+from kvcast.serving.sidecar.model_slot import ModelSlot
+from kvcast.serving.sidecar.node_loads import NodeLoads
+from kvcast.serving.sidecar.recent_chains import RecentChains
+from kvcast.serving.sidecar.replicas import ReplicaTracker
+from kvcast.serving.sidecar.telemetry_poller import TelemetryPoller
+from kvcast.serving.sidecar.zmq_ingest import EngineFeed
+
+log = logging.getLogger("kvcast.serving.sidecar")
+STALE_POLLS, STALE_MIN_S = 5, 5.0  # a queue report older than this (polls, s) is ignored
+
+
+def wall_ms() -> float:
+    return time.time() * 1000.0
+
+
+class Sidecar:
+    def __init__(self, cfg: SidecarConfig, clock_ms: Callable[[], float] = wall_ms) -> None:
+        self.cfg, self.clock_ms = cfg, clock_ms
+        fcfg, dcfg = cfg.feature_config, cfg.decider_config
+        n, names = len(cfg.nodes), cfg.node_names
+        self.mode: Mode = cfg.mode
+        self.auth_failures = 0
+        self.block_bytes = cfg.kv_block_bytes
+        self.queue = EventQueue(cfg.queue_events)
+        self.state = FeatureState(fcfg)
+        self.chains = RecentChains(
+            dcfg.loop.lookback_ms, dcfg.loop.max_candidates, fcfg.block_tokens
+        )
+        self.replicas = ReplicaTracker()
+        stale_s = max(STALE_POLLS * cfg.agents.telemetry_period_s, STALE_MIN_S)
+        self.loads = NodeLoads(n, fcfg.prefill, stale_s)
+        self.keeper = StateKeeper(self.state, self.queue, self.chains, self.replicas, self.loads)
+        self.slot = ModelSlot(self.state.spec)
+        self.recent = RecentDecisions(cfg.recent_decisions)
+        self.decider = Decider(dcfg)
+        tenants = tuple(None if x.tenants is None else frozenset(x.tenants) for x in cfg.nodes)
+        self.view = LiveView(
+            self.loads, cfg.links, names, self.block_bytes, fcfg.block_tokens, fcfg.prefill,
+            tenants, cfg.reactive_pull,
+        )  # fmt: skip
+        lcfg = cfg.decision_log
+        self.decision_log = (
+            None if lcfg.path is None
+            else DecisionLog(lcfg.path, names, lcfg.rows_per_chunk, lcfg.flush_s)
+        )  # fmt: skip
+        self.client = httpx.AsyncClient(timeout=cfg.agents.timeout_s)
+        agents = [x.agent.rstrip("/") if x.agent else None for x in cfg.nodes]
+        self.executor = Executor(
+            cfg.agents, agents, self.loads, self.queue, self.replicas, self.keeper,
+            AgentClient(self.client, cfg.token_value, cfg.agents.timeout_s), clock_ms,
+        )  # fmt: skip
+        self.poller = TelemetryPoller(
+            agents, self.loads, self.queue, self.client,
+            period_s=cfg.agents.telemetry_period_s, timeout_s=cfg.agents.timeout_s,
+            bytes_per_token=self.block_bytes / fcfg.block_tokens,
+            removals=lambda node: int(self.keeper.gpu_removals[node]),
+            pending=self.executor.pairs, clock_ms=clock_ms,
+        )  # fmt: skip
+        self.registry = sidecar_registry(self)
+        self.loop = DecisionLoop(
+            self.keeper, self.slot, self.decider, self.view, mode=lambda: self.mode,
+            in_flight=self.executor.pairs, sink=self.executor.submit, recent=self.recent,
+            decision_log=self.decision_log, timers=timers(self.registry), tick_ms=cfg.tick_ms,
+            block_bytes=self.block_bytes, tail_tokens=dcfg.loop.default_tail_tokens,
+            sidecar_id=cfg.sidecar_id, clock_ms=clock_ms,
+        )  # fmt: skip
+        self.feeds = [self._feed(i) for i, x in enumerate(cfg.nodes) if x.engine is not None]
+        self.started = False
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    def _feed(self, node: int) -> EngineFeed:
+        cfg, x = self.cfg, self.cfg.nodes[node]
+        assert x.engine is not None
+        return EngineFeed(
+            node, x.name, x.engine, self.queue, replay=x.replay, topic=x.topic,
+            hwm=cfg.zmq_hwm, replay_timeout_ms=cfg.replay_timeout_ms,
+        )  # fmt: skip
+
+    async def _sweep_replicas(self) -> None:
+        """Forget replicas whose TTL passed (their agents reclaim them on their own)."""
+        while True:
+            await asyncio.sleep(1.0)
+            self.replicas.sweep()
+
+    async def start(self, *, decisions: bool = True) -> None:
+        """Load the configured model, then start every part (``decisions=False``: no tick
+        thread; tests then call ``self.loop.tick()`` themselves)."""
+        if self.cfg.model is not None:
+            info = await asyncio.to_thread(self.slot.load, self.cfg.model)
+            log.info("model %s (%s, %s) loaded", info.source, info.kind, info.digest)
+        self.executor.bind(asyncio.get_running_loop())
+        self.keeper.start()
+        try:
+            for feed in self.feeds:
+                await asyncio.to_thread(feed.start)
+        except BaseException:
+            await self.stop()
+            raise
+        self.poller.start()
+        self._housekeeping = asyncio.create_task(self._sweep_replicas())
+        if decisions:
+            self.loop.start()
+        self.started = True
+
+    def set_mode(self, mode: Mode) -> None:
+        """Switch modes. Shadow to active starts the decider from an empty ledger: the copies
+        it decided in shadow mode never happened, and it must not wait for them to expire."""
+        if mode == self.mode:
+            return
+        log.info("mode %s -> %s", self.mode, mode)
+        if mode == "active":
+            self.decider = self.loop.decider = Decider(self.cfg.decider_config)
+        self.mode = mode
+
+    def ready(self) -> dict[str, bool]:
+        """What /readyz checks; ready when all hold."""
+        tick_s = 5 * self.cfg.tick_ms / 1000.0 + 1.0
+        return {
+            "consumer": self.keeper.running,
+            "model": self.slot.current is not None,
+            "decisions": self.loop.running and time.monotonic() - self.loop.last_tick_at < tick_s,
+            "engine_feeds": all(f.alive for f in self.feeds),
+        }
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.loop.stop)
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeping
+        await self.poller.stop()
+        await self.executor.drain(self.cfg.shutdown_grace_s)
+        for feed in self.feeds:
+            await asyncio.to_thread(feed.stop)
+        await asyncio.to_thread(self.keeper.stop)
+        with contextlib.suppress(Exception):
+            await self.client.aclose()
+        if self.decision_log is not None:
+            await asyncio.to_thread(self.decision_log.close)
+        self.started = False

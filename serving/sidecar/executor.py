@@ -1,0 +1,198 @@
+"""Active mode: the decider's commands carried out by the agents (on the event loop).
+
+- ``replicate``: the target's agent pulls the chain from the source agent (``command_id`` =
+  the decision id: a resend moves the data once). Done: the committed blocks are speculative
+  replicas on the target (tracked for the hit rate); a ``ReplicationDone`` enters the event
+  stream. Failed (source lacked the blocks, refused, timed out, unreachable): retried once
+  from another node holding the whole chain, else dropped with the reason. A target without a
+  reachable agent is dropped at once: another target is the next tick's decision.
+- ``evict``: the node's agent evicts the named replicas, per tenant; what is gone (evicted or
+  already absent) leaves the event stream's residency through a ``BlockRemoved``.
+- ``promote``: no agent executes one (the view offers no lower tiers): ``unsupported``.
+
+At most ``max_in_flight`` commands run at once; beyond four times that waiting, new ones are
+dropped (``backlog``). Agent calls go through :mod:`.agent_client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from kvcast.features.events import BlockRemoved, ReplicationDone
+from kvcast.serving.agent.api_models import BlockRefs, ReplicateRequest
+from kvcast.serving.sidecar.agent_client import AgentCallError, AgentClient, ints
+from kvcast.serving.sidecar.config import AgentClientConfig
+from kvcast.serving.sidecar.consumer import StateKeeper
+from kvcast.serving.sidecar.decisions import Decision
+from kvcast.serving.sidecar.event_queue import EventQueue
+from kvcast.serving.sidecar.node_loads import NodeLoads
+from kvcast.serving.sidecar.replicas import ReplicaTracker
+from kvcast.serving.sidecar.tick_input import chain_holders
+
+SOURCE = "executor"
+
+
+class Executor:
+    def __init__(
+        self, cfg: AgentClientConfig, agents: list[str | None], loads: NodeLoads,
+        queue: EventQueue, replicas: ReplicaTracker, keeper: StateKeeper, client: AgentClient,
+        clock_ms: Callable[[], float] = lambda: time.time() * 1000.0,
+    ) -> None:  # fmt: skip
+        self.cfg, self.agents, self.loads, self.queue = cfg, agents, loads, queue
+        self.replicas, self.keeper, self.client, self.clock_ms = replicas, keeper, client, clock_ms
+        self.in_flight: dict[tuple[int, int], int] = {}  # (source, target) -> bytes moving
+        self.issued = self.done = self.retried = self.moved_bytes = self.evictions = 0
+        self.evicted_blocks = 0  # replicas the agents evicted on command
+        self.failed: Counter[str] = Counter()  # failed attempts by reason
+        self.dropped: Counter[str] = Counter()  # decisions given up, by reason
+        self._slots = asyncio.Semaphore(cfg.max_in_flight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop  # the loop that runs the commands (submit() may come from any thread)
+
+    def submit(self, decisions: list[Decision]) -> None:
+        assert self._loop is not None, "bind() the executor to the event loop first"
+        self._loop.call_soon_threadsafe(self._spawn, decisions)
+
+    def pairs(self) -> dict[tuple[int, int], int]:  # a copy, for other threads
+        return dict(self.in_flight)
+
+    def _spawn(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            if len(self._tasks) >= 4 * self.cfg.max_in_flight:
+                self._drop(d, "backlog", "executor backlog full")
+                continue
+            task = asyncio.create_task(self._run(d))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait for the commands in flight (up to ``timeout_s``), then cancel the rest."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+
+    async def _run(self, d: Decision) -> None:
+        async with self._slots:
+            url = self.agents[d.target]
+            if url is None or not self.loads.agent_up[d.target]:
+                self._drop(d, "target_down", "the target has no reachable agent")
+            elif d.kind == "replicate":
+                await self._replicate(d, url)
+            elif d.kind == "evict":
+                await self._evict(d, url)
+            else:
+                self._drop(d, "unsupported", f"no agent executes {d.kind} commands")
+
+    def _drop(self, d: Decision, reason: str, detail: str) -> None:
+        self.dropped[reason] += 1
+        d.move("dropped", detail)
+
+    # -- replicate -------------------------------------------------------------------------
+    async def _replicate(self, d: Decision, url: str) -> None:
+        if not d.tenant:
+            self._drop(d, "no_tenant", "the chain's tenant is unknown")
+            return
+        self.issued += 1
+        tried, detail = [d.source], "failed"
+        while True:
+            failure = await self._attempt(d, url, tried[-1])
+            if failure is None:
+                return
+            detail = failure.detail
+            self.failed["target_down" if failure.agent_down else "pull"] += 1
+            if failure.agent_down or not self.cfg.retry_elsewhere or len(tried) > 1:
+                break
+            source = await self._other_holder(d, exclude=tried)
+            if source is None:
+                detail += "; no other node holds the chain"
+                break
+            tried.append(source)
+            self.retried += 1
+            d.move("retried", f"{detail}; retrying from node {source}")
+        self._drop(d, "failed", detail)
+
+    async def _attempt(self, d: Decision, url: str, source: int) -> AgentCallError | None:
+        """One replicate call; None when the blocks landed. A retry gets its own command id."""
+        address = self.loads.transfer[source]
+        if address is None:
+            return AgentCallError(f"node {source} has no known transfer address", False)
+        left_s = (d.deadline_ms - self.clock_ms()) / 1000.0
+        cap = self.cfg.replicate_deadline_s
+        deadline = cap if math.isnan(left_s) else min(max(left_s, self.cfg.min_deadline_s), cap)
+        req = ReplicateRequest(
+            command_id=f"{d.id}.r{d.attempts}" if d.attempts else d.id, source=address,
+            tenant=d.tenant, block_hashes=list(d.block_hashes), deadline_s=deadline,
+            ttl_s=max(d.ttl_ms / 1000.0, 1e-3),
+        )  # fmt: skip
+        d.attempts += 1
+        d.move("issued", f"from node {source}")
+        pair = (source, d.target)
+        self.in_flight[pair] = self.in_flight.get(pair, 0) + d.nbytes
+        try:
+            result = await self.client.replicate(url, req)
+        finally:
+            self.in_flight[pair] -= d.nbytes
+            if self.in_flight[pair] <= 0:
+                del self.in_flight[pair]
+        if isinstance(result, AgentCallError):
+            return result
+        landed = ints(*result.committed, *result.already_present)
+        if result.status.value not in ("ok", "partial") or not landed:
+            return AgentCallError(f"pull {result.status.value}: {result.error or 'nothing'}", False)
+        committed = ints(*result.committed)
+        per_block = result.bytes_committed // len(committed) if committed else 0
+        self.replicas.place(d.target, committed, d.tenant, per_block, req.ttl_s or 0.0)
+        ev = ReplicationDone(self.clock_ms(), source, d.target, tuple(landed), ok=True)
+        self.queue.put([ev], SOURCE)
+        self.done += 1
+        self.moved_bytes += result.bytes_committed
+        d.moved_bytes += result.bytes_committed
+        missing = len(d.block_hashes) - len(landed)
+        d.move("done", f"{result.status.value}: {len(committed)} copied, {missing} not")
+        return None
+
+    async def _other_holder(self, d: Decision, exclude: list[int]) -> int | None:
+        """Another node with an agent that holds the whole chain in GPU memory."""
+        blocks = list(d.block_hashes)
+        mask = await asyncio.wrap_future(self.keeper.ask(lambda k: chain_holders(k, blocks)))
+        for node in range(len(self.agents)):
+            usable = self.agents[node] is not None and self.loads.transfer[node] is not None
+            if (mask >> node) & 1 and node not in exclude and node != d.target and usable:
+                return node
+        return None
+
+    # -- evict -----------------------------------------------------------------------------
+    async def _evict(self, d: Decision, url: str) -> None:
+        by_tenant: dict[str, list[int]] = {}
+        for h in d.block_hashes:
+            tenant = self.replicas.tenant(d.target, h)
+            if tenant is not None:
+                by_tenant.setdefault(tenant, []).append(h)
+        if not by_tenant:
+            self._drop(d, "unknown_replicas", "no live replica of these blocks is known")
+            return
+        d.move("issued")
+        self.evictions += 1
+        gone: list[int] = []
+        for i, (tenant, hashes) in enumerate(sorted(by_tenant.items())):
+            req = BlockRefs(command_id=f"{d.id}.{i}", tenant=tenant, block_hashes=hashes)
+            result = await self.client.evict(url, req)
+            if isinstance(result, AgentCallError):
+                self.failed["evict"] += 1
+                self._drop(d, "failed", result.detail)
+                break
+            gone += ints(*result.evicted, *result.absent)
+            self.evicted_blocks += len(result.evicted)
+        if gone:
+            self.replicas.remove(d.target, gone)
+            self.queue.put([BlockRemoved(self.clock_ms(), d.target, tuple(gone))], SOURCE)
+        if d.status != "dropped":
+            d.move("done", f"{len(gone)} replicas gone")

@@ -1,0 +1,75 @@
+"""The model the decision loop scores with, replaceable while the sidecar runs.
+
+:meth:`ModelSlot.load` resolves and loads a new model (an ONNX path or an MLflow URI such as
+``models:/kvcast@champion``), refuses it when its feature spec differs from the running
+feature state's (:class:`SpecMismatch` naming every differing feature) or when it is not a
+usable kvcast model (:class:`ModelFormatError`), and only then swaps it in: one reference
+assignment, so a tick scores wholly with the old model or wholly with the new one, and events
+keep flowing throughout (loading runs off the event loop and off the consumer thread).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvcast.features.spec import FeatureSpec
+from kvcast.predictor.model_meta import ModelFormatError
+from kvcast.predictor.scorer import OnnxScorer, resolve_model
+
+__all__ = ["LoadedModel", "ModelFormatError", "ModelInfo", "ModelSlot"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    source: str  # what was asked for: a path or models:/name@alias
+    path: str  # the local ONNX file it resolved to
+    kind: str
+    version: str  # kvcast version that wrote it
+    digest: str  # sha256 of the file, first 16 hex digits: identifies the model
+    spec_digest: str
+    loaded_at: float  # unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    scorer: OnnxScorer
+    info: ModelInfo
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+class ModelSlot:
+    def __init__(self, spec: FeatureSpec) -> None:
+        self.spec = spec
+        self.current: LoadedModel | None = None
+        self.loads = 0  # models swapped in
+        self.refused = 0  # load attempts refused (bad file, different spec)
+        self._lock = threading.Lock()  # one load at a time
+
+    def load(self, source: str) -> ModelInfo:
+        """Load ``source`` and swap it in; raise (and keep the current model) when refused."""
+        with self._lock:
+            try:
+                path = resolve_model(source)
+                scorer = OnnxScorer.load(path, expected=self.spec)
+                digest = file_digest(path)
+            except Exception:
+                self.refused += 1
+                raise
+            meta = scorer.meta
+            info = ModelInfo(
+                source, str(path), meta.kind, meta.version, digest, meta.spec.digest, time.time()
+            )
+            self.current = LoadedModel(scorer, info)
+            self.loads += 1
+            return info

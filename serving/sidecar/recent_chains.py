@@ -1,0 +1,68 @@
+"""The decider's candidates: prefix chains of the requests the router sent recently.
+
+As in the simulator's predictive policies (:mod:`kvcast.simulator.predictive`): the chains of
+the requests seen within ``lookback_ms``, newest first, one entry per (tenant, chain), at most
+``limit`` of them. A chain is the request's *full* blocks: a last block that the request's
+token count shows to be partial is left out (it is never reused). Memory is bounded by
+``max_kept`` distinct chains, the oldest forgotten first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from kvcast.features.events import RequestArrived
+from kvcast.predictor.cluster_view import ChainCandidates
+
+Key = tuple[str, tuple[int, ...]]
+
+
+def full_blocks(hashes: tuple[int, ...], input_tokens: int, block_tokens: int) -> tuple[int, ...]:
+    """The blocks of a request that are full; without a token count, all but the last."""
+    if input_tokens > 0:
+        return hashes[: min(len(hashes), input_tokens // block_tokens)]
+    return hashes[:-1]
+
+
+class RecentChains:
+    def __init__(self, lookback_ms: float, limit: int, block_tokens: int, max_kept: int = 0):
+        self.lookback_ms, self.limit, self.block_tokens = lookback_ms, limit, block_tokens
+        self.max_kept = max_kept or 64 * limit
+        self._seen: OrderedDict[Key, tuple[float, int]] = OrderedDict()  # -> (ts, public)
+
+    def add(self, ev: RequestArrived) -> None:
+        chain = full_blocks(ev.block_hashes, ev.input_tokens, self.block_tokens)
+        if not chain:
+            return
+        key = (ev.tenant, chain)
+        seen = self._seen
+        if key in seen:
+            seen.move_to_end(key)
+        seen[key] = (ev.ts_ms, ev.public_blocks)
+        if len(seen) > self.max_kept:
+            seen.popitem(last=False)
+
+    def candidates(self, now_ms: float, default_tail_tokens: int) -> ChainCandidates:
+        """The newest ``limit`` chains seen within the lookback (older ones are forgotten)."""
+        seen = self._seen
+        horizon = now_ms - self.lookback_ms
+        while seen:
+            key, (ts, _) = next(iter(seen.items()))
+            if ts >= horizon:
+                break
+            del seen[key]
+        chains: list[tuple[int, ...]] = []
+        tenants: list[str] = []
+        public: list[int] = []
+        for (tenant, chain), (_, pub) in reversed(seen.items()):
+            chains.append(chain)
+            tenants.append(tenant)
+            public.append(pub)
+            if len(chains) >= self.limit:
+                break
+        return ChainCandidates.build(
+            chains, tenants=tenants, public_blocks=public, default_tail_tokens=default_tail_tokens
+        )
+
+    def __len__(self) -> int:
+        return len(self._seen)

@@ -1,0 +1,93 @@
+"""The speculative replicas this sidecar placed, and whether requests used them (hit rate).
+
+A replica is placed when an agent confirms a replication (its tenant and TTL are known then);
+it is *used* when a request routed to its node contains its block before it expired or was
+evicted, and *wasted* when it leaves unused. ``hit_rate = used / (used + wasted)`` over the
+replicas whose fate is known. Thread-safe: the executor places and removes, the consumer
+thread reports requests. Memory is bounded by the live replicas (expired ones are swept).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Replica:
+    tenant: str
+    nbytes: int
+    placed_at: float  # clock seconds
+    expires_at: float
+    used: bool = False
+
+
+class ReplicaTracker:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._live: dict[tuple[int, int], Replica] = {}  # (node, hash) -> replica
+        self.placed = 0
+        self.used = 0
+        self.wasted = 0
+        self.placed_bytes = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._live)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def place(
+        self, node: int, hashes: Iterable[int], tenant: str, nbytes: int, ttl_s: float
+    ) -> None:
+        now = self._clock()
+        with self._lock:
+            for h in hashes:
+                if (node, h) not in self._live:
+                    self.placed += 1
+                    self.placed_bytes += nbytes
+                self._live[(node, h)] = Replica(tenant, nbytes, now, now + ttl_s)
+
+    def on_request(self, node: int, hashes: Iterable[int]) -> None:
+        with self._lock:
+            live = self._live
+            for h in hashes:
+                r = live.get((node, h))
+                if r is not None and not r.used:
+                    r.used = True
+                    self.used += 1
+
+    def remove(self, node: int, hashes: Iterable[int]) -> None:
+        """The replicas left their node (evicted on command or reported gone)."""
+        with self._lock:
+            for h in hashes:
+                r = self._live.pop((node, h), None)
+                if r is not None and not r.used:
+                    self.wasted += 1
+
+    def sweep(self) -> list[tuple[int, int]]:
+        """Forget expired replicas (the agent reclaims them itself); return their keys."""
+        now = self._clock()
+        with self._lock:
+            gone = [k for k, r in self._live.items() if r.expires_at <= now]
+            for k in gone:
+                if not self._live.pop(k).used:
+                    self.wasted += 1
+        return gone
+
+    def tenant(self, node: int, block_hash: int) -> str | None:
+        r = self._live.get((node, block_hash))
+        return None if r is None else r.tenant
+
+    def nodes_of(self, block_hash: int) -> list[int]:
+        """Nodes holding a live replica of ``block_hash`` (a scan: for lookups, not hot paths)."""
+        with self._lock:
+            return sorted(n for (n, h) in self._live if h == block_hash)
+
+    @property
+    def hit_rate(self) -> float:
+        done = self.used + self.wasted
+        return self.used / done if done else 0.0

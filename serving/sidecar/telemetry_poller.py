@@ -1,0 +1,107 @@
+"""Polls every agent's ``GET /v1/telemetry`` (and ``GET /readyz`` for its transfer address)
+on the event loop, every ``telemetry_period_s``.
+
+Each answer updates :class:`NodeLoads` (what the decider's view reads) and enters the event
+stream as a ``TelemetrySample`` (what the queue and memory features read): queue length from
+the engines' and the router's reports, memory by block state from the agent, evictions from
+the KV events. An agent that does not answer is marked down (never a source or a target)
+until it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+import httpx
+from pydantic import ValidationError
+
+from kvcast.features.events import TelemetrySample
+from kvcast.serving.agent.api_models import Readiness, Telemetry
+from kvcast.serving.sidecar.event_queue import EventQueue
+from kvcast.serving.sidecar.node_loads import NodeLoads
+
+log = logging.getLogger("kvcast.serving.sidecar")
+SOURCE = "telemetry"
+
+
+class TelemetryPoller:
+    def __init__(
+        self, agents: list[str | None], loads: NodeLoads, queue: EventQueue,
+        client: httpx.AsyncClient, *, period_s: float, timeout_s: float, bytes_per_token: float,
+        removals: Callable[[int], int], pending: Callable[[], Mapping[tuple[int, int], int]],
+        clock_ms: Callable[[], float] = lambda: time.time() * 1000.0,
+    ) -> None:  # fmt: skip
+        self.agents, self.loads, self.queue, self.client = agents, loads, queue, client
+        self.period_s, self.timeout_s, self.bytes_per_token = period_s, timeout_s, bytes_per_token
+        self.removals, self.pending, self.clock_ms = removals, pending, clock_ms
+        self.polls = 0
+        self.failures: Counter[int] = Counter()  # by node
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except Exception:  # a bug in one poll must not stop the polling
+                log.exception("telemetry poll failed")
+            await asyncio.sleep(self.period_s)
+
+    async def poll_once(self) -> None:
+        nodes = [i for i, url in enumerate(self.agents) if url is not None]
+        await asyncio.gather(*(self._poll(i) for i in nodes))
+        self.polls += 1
+
+    async def _poll(self, node: int) -> None:
+        url = self.agents[node]
+        try:
+            tel = await self.client.get(f"{url}/v1/telemetry", timeout=self.timeout_s)
+            ready = await self.client.get(f"{url}/readyz", timeout=self.timeout_s)
+            telemetry = Telemetry.model_validate_json(tel.raise_for_status().content)
+            readiness = Readiness.model_validate_json(ready.content)
+        except (httpx.HTTPError, ValidationError) as err:
+            self.failures[node] += 1
+            if self.loads.agent_up[node]:
+                log.warning("agent of node %d (%s) is down: %s", node, url, err)
+            self.loads.note_agent_down(node)
+            return
+        if readiness.transfer_address:
+            self.loads.transfer[node] = readiness.transfer_address
+        self.loads.note_telemetry(node, telemetry)
+        if not readiness.ready:
+            self.loads.note_agent_down(node)
+        self.queue.put([self.sample(node, telemetry)], SOURCE)
+
+    def sample(self, node: int, t: Telemetry) -> TelemetrySample:
+        depth = self.loads.queue_depth(node)
+        pending = sum(b for (_, dst), b in self.pending().items() if dst == node)
+        running = sum(e.running or 0 for e in t.engines)
+        return TelemetrySample(
+            ts_ms=self.clock_ms(),
+            node=node,
+            queue_len=depth,
+            queued_prefill_tokens=int(depth * self.loads.mean_tokens[node]),
+            running_decodes=running,
+            active_tokens=int(t.bytes.active / self.bytes_per_token),
+            capacity_bytes=t.capacity_bytes,
+            used_bytes=t.used_bytes,
+            cached_bytes=t.bytes.cached,
+            speculative_bytes=t.bytes.speculative,
+            evictions_total=self.removals(node),
+            est_queue_ms=self.loads.queue_ms(node),
+            transfers_in_flight=t.replications_in_flight,
+            pending_replication_bytes=pending,
+        )

@@ -1,0 +1,112 @@
+"""A replication policy in the simulator: a base router plus the decider on its own tick.
+
+:class:`DeciderReplicator` is the :class:`~kvcast.simulator.replication.Replicator` half: on
+every tick it collects candidate chains, gets a probability per block (``probabilities``,
+from a scorer or the oracle's knowledge), snapshots the cluster
+(:class:`~kvcast.simulator.cluster_adapter.SimulatorView`) and returns the decider's commands.
+
+:class:`ReplicatingPolicy` is what the routing registry holds under names such as ``oracle``:
+it routes with the base router named in the decider config (``loop.router``, default
+``dynamo_kv``), which sees speculative replicas like any cached block, and carries its
+replicator as ``.replicator`` so that a simulator built by name runs it. When the run starts
+(first tick) the base router is rebuilt with the simulator's own routing parameters and the
+decider starts from an empty ledger, so one policy object may serve several runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvcast.predictor.cluster_view import ChainCandidates
+from kvcast.predictor.commands import Command
+from kvcast.predictor.decider import Decider
+from kvcast.predictor.decider_config import GIB, DeciderConfig
+from kvcast.simulator.cluster_adapter import SimulatorView
+from kvcast.simulator.policies.base import RoutingContext, RoutingDecision, RoutingPolicy
+from kvcast.simulator.policies.registry import create_policy
+
+if TYPE_CHECKING:
+    from kvcast.simulator.engine import Simulator
+
+
+PULLING_ROUTERS = frozenset({"mooncake_conductor"})
+"""Base routers that pull a missing prefix on the request's critical path."""
+
+
+class DeciderReplicator:
+    """Candidates -> probabilities -> decider -> commands, every ``loop.tick_ms``."""
+
+    def __init__(self, cfg: DeciderConfig) -> None:
+        self.cfg = cfg
+        self.reactive_pull = cfg.loop.router in PULLING_ROUTERS
+        self.tick_ms = cfg.loop.tick_ms
+        self.speculative_quota_bytes = int(cfg.budgets.speculative_quota_gib * GIB)
+        self.decider = Decider(cfg)
+        self._view: SimulatorView | None = None
+
+    def start(self, sim: Simulator) -> None:
+        """A new run: fresh ledger, fresh cluster adapter with its own probe router."""
+        self.decider = Decider(self.cfg)
+        probe = create_policy(
+            self.cfg.loop.router, sim.cfg.routing, num_nodes=sim.cfg.nodes, seed=sim.cfg.seed
+        )
+        self._view = SimulatorView(sim, reactive_pull=self.reactive_pull, probe_router=probe)
+
+    def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
+        if self._view is None or self._view.sim is not sim:
+            self.start(sim)
+        assert self._view is not None
+        cands = self.candidates(now_ms, sim)
+        probs = self.probabilities(now_ms, cands, sim) if len(cands) else np.zeros(0)
+        return self.decider.decide(cands, probs, self._view.view())
+
+    def candidates(self, now_ms: float, sim: Simulator) -> ChainCandidates:
+        raise NotImplementedError
+
+    def probabilities(self, now_ms: float, cands: ChainCandidates, sim: Simulator) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ReplicatingPolicy:
+    """Base router + replicator under one policy name (subclasses are registered)."""
+
+    name: str
+
+    def __init__(self, params: DeciderConfig, *, num_nodes: int, seed: int) -> None:
+        self.params = params
+        self._num_nodes = num_nodes
+        self._seed = seed
+        self.router: RoutingPolicy = create_policy(
+            params.loop.router, None, num_nodes=num_nodes, seed=seed
+        )
+        if isinstance(self.router, ReplicatingPolicy):
+            raise ValueError(f"loop.router must be an anchor router, not {params.loop.router!r}")
+        self.inner = self.make_replicator(params)
+        self.tick_ms = self.inner.tick_ms
+        self.speculative_quota_bytes = self.inner.speculative_quota_bytes
+        self._sim: Simulator | None = None
+
+    def make_replicator(self, params: DeciderConfig) -> DeciderReplicator:
+        raise NotImplementedError
+
+    @property
+    def replicator(self) -> ReplicatingPolicy:
+        return self
+
+    def route(self, ctx: RoutingContext) -> RoutingDecision:
+        return self.router.route(ctx)
+
+    def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
+        if self._sim is not sim:
+            self._sim = sim
+            self.router = create_policy(
+                self.params.loop.router,
+                sim.cfg.routing,
+                num_nodes=self._num_nodes,
+                seed=self._seed,
+            )
+            self.inner.start(sim)
+        return self.inner.on_tick(now_ms, sim)

@@ -1,0 +1,101 @@
+"""Every budget is hard: per-node speculative quota, per-link and global bandwidth, transfers
+in flight; replicas past their TTL are ordered evicted."""
+
+from __future__ import annotations
+
+import pytest
+from decider_views import BLOCK, CHAIN, GIB, decider_cfg, one_chain, view
+
+from kvcast.predictor.budgets import BudgetLedger, Transfer
+from kvcast.predictor.cluster_view import ChainCandidates
+from kvcast.predictor.commands import EvictCommand, ReplicateCommand
+from kvcast.predictor.decider import Decider
+from kvcast.predictor.decider_config import BudgetConfig
+
+OTHER = tuple(range(101, 111))
+
+
+def two_chains(p: float = 0.9) -> tuple[ChainCandidates, list[float]]:
+    return ChainCandidates.build([CHAIN, OTHER]), [p] * 20
+
+
+def both_on_node0() -> dict[int, int]:
+    return {b: 0b001 for b in CHAIN + OTHER}
+
+
+def reps(cmds: list) -> list[ReplicateCommand]:
+    return [c for c in cmds if isinstance(c, ReplicateCommand)]
+
+
+def test_quota_refuses_a_copy_that_would_overrun_the_target() -> None:
+    # 48 GiB quota: nodes 1 and 2 already hold 47 GiB of replicas, the chain is 1.6 GiB
+    d = Decider()
+    cmds = reps(d.decide(*one_chain(0.9), view(spec_gib=[0.0, 47.0, 47.0])))
+    assert cmds == [] and d.refused["quota"] == 1
+
+
+def test_quota_counts_replicas_still_in_flight() -> None:
+    cfg = decider_cfg(budgets={"speculative_quota_gib": 2.0})  # room for one 10-block chain
+    d = Decider(cfg)
+    v = view(queue=(2000.0, 0.0, 5000.0), holders=both_on_node0())
+    cmds = reps(d.decide(*two_chains(), v))
+    assert len(cmds) == 1 and d.refused["quota"] == 1
+
+
+def test_link_budget_refuses_a_second_copy_out_of_the_same_nic() -> None:
+    cfg = decider_cfg(budgets={"link_budget_gbps": 1.0})  # 125 MB per window < one chain
+    d = Decider(cfg)
+    cmds = reps(d.decide(*two_chains(), view(holders=both_on_node0())))
+    assert len(cmds) == 1 and d.refused["link_bandwidth"] == 1
+
+
+def test_global_budget_refuses_beyond_the_cluster_rate() -> None:
+    cfg = decider_cfg(budgets={"global_budget_gbps": 1.0})
+    d = Decider(cfg)
+    cmds = reps(d.decide(*two_chains(), view(holders=both_on_node0())))
+    assert len(cmds) == 1 and d.refused["global_bandwidth"] == 1
+
+
+def test_max_in_flight_caps_concurrent_transfers() -> None:
+    d = Decider(decider_cfg(budgets={"max_in_flight": 1}))
+    cmds = reps(d.decide(*two_chains(), view(holders=both_on_node0())))
+    assert len(cmds) == 1 and d.refused["in_flight"] == 1
+
+
+def test_replicas_past_their_ttl_are_ordered_evicted() -> None:
+    d = Decider(decider_cfg(budgets={"ttl_ms": 10_000.0}))
+    cmd = reps(d.decide(*one_chain(0.9), view()))[0]
+    assert cmd.ttl_ms == 10_000.0
+    empty = ChainCandidates.build([])
+    assert d.decide(empty, [], view(now_ms=9_000.0)) == []
+    out = d.decide(empty, [], view(now_ms=10_000.0))
+    assert out == [EvictCommand(cmd.target, CHAIN, "ttl expired")]
+    assert d.decide(empty, [], view(now_ms=20_000.0)) == []  # ordered once
+
+
+def test_a_chain_with_a_live_replica_is_not_copied_again() -> None:
+    d = Decider()
+    assert len(reps(d.decide(*one_chain(0.9), view()))) == 1
+    # later: node 1 now holds it too (landed), and is busy; one copy is enough
+    landed = {b: 0b011 for b in CHAIN}
+    v = view(queue=(2000.0, 2000.0, 0.0), holders=landed, now_ms=1_000.0)
+    assert reps(d.decide(*one_chain(0.9), v)) == []
+
+
+def test_bandwidth_bucket_refills_at_the_budgeted_rate() -> None:
+    cfg = BudgetConfig(link_budget_gbps=8.0, global_budget_gbps=800.0)  # 1 GB per 1 s window
+    ledger = BudgetLedger(cfg)
+    ledger.settle(0.0)
+    assert ledger.refusal(0, 1, 2 * BLOCK, quota_room=1e12) is None
+    ledger.record(Transfer(0.0, 10.0, 0, 1, 10 * BLOCK, ()), expiry_ms=1e9)  # 1.7 GB: in debt
+    assert ledger.refusal(0, 2, BLOCK, quota_room=1e12) == "link_bandwidth"
+    ledger.settle(500.0)
+    assert ledger.refusal(0, 2, BLOCK, quota_room=1e12) == "link_bandwidth"
+    ledger.settle(1_000.0)  # 1 GB refilled: back above zero
+    assert ledger.refusal(0, 2, BLOCK, quota_room=1e12) is None
+
+
+def test_quota_is_the_smaller_of_bytes_and_share_of_capacity() -> None:
+    cfg = BudgetConfig(speculative_quota_gib=48.0, speculative_quota_fraction=0.1)
+    assert cfg.quota_bytes(100.0 * GIB) == pytest.approx(10.0 * GIB)
+    assert cfg.quota_bytes(1000.0 * GIB) == pytest.approx(48.0 * GIB)

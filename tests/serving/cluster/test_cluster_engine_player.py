@@ -1,0 +1,162 @@
+"""The replay's engine, against a real agent on loopback (in this process): new blocks are
+stored with the bytes their checksum promises, evicted ones leave the agent, each request's
+KV events go out in routing order (removals, then one ``BlockStored`` per run of the chain
+with its parent), the queue depth reaches the agent's telemetry; over ZMQ the events are
+vLLM's wire format, and a sidecar that receives nothing is named."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import httpx
+import pytest
+import zmq
+
+from kvcast.features.events import BlockRemoved, BlockStored
+from kvcast.serving.agent.config import AgentConfig
+from kvcast.serving.agent.service import AgentService
+from kvcast.serving.cluster.blocks import BlockMaker
+from kvcast.serving.cluster.engine_player import EnginePlayer, kv_events
+from kvcast.serving.cluster.event_sinks import ZmqSink, await_subscribers
+from kvcast.serving.cluster.node_model import Admission, NodeModel
+from kvcast.serving.cluster.ports import free_ports, tcp_endpoint
+from kvcast.serving.kv_events.decode import KvEvent
+from kvcast.serving.kv_events.subscriber import KvEventSubscriber
+
+TOKEN = "engine-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+BLOCK = 4096
+
+
+class Recorder:
+    """An event sink that keeps the batches."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[KvEvent]] = []
+        self.events = self.batches = 0
+
+    async def send(self, events: Sequence[KvEvent], ts_ms: float) -> None:
+        self.sent.append(list(events))
+        self.events += len(events)
+        self.batches += 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_batches_announce_removals_then_each_run_of_the_chain_with_its_parent() -> None:
+    adm = Admission(1, 1, stored=(2, 4, 5), parents=(1, 3, 4), evicted=(("a", 9),), queue_depth=0)
+    removed, first, second = kv_events(adm, node=1, block_tokens=16, ts_ms=5.0)
+    assert removed == BlockRemoved(5.0, 1, (9,))
+    assert (first.block_hashes, first.parent_block_hash) == ((2,), 1)
+    assert (second.block_hashes, second.parent_block_hash, second.block_size) == ((4, 5), 3, 16)
+    assert isinstance(second, BlockStored)
+    assert kv_events(Admission(0, 0, (), (), (), 0), node=0, block_tokens=16, ts_ms=0.0) == []
+
+
+def test_the_engine_stores_verified_bytes_evicts_and_reports_in_order(run_async) -> None:
+    async def main() -> None:
+        cfg = AgentConfig(node_id="gpu-node-0", capacity_bytes=1 << 20,
+                          speculative_quota_bytes=1 << 18, token=TOKEN)  # fmt: skip
+        service = AgentService(cfg)
+        http_address, _ = await service.start()
+        base = f"http://{http_address}"
+        try:
+            sink, maker = Recorder(), BlockMaker(BLOCK, seed=3)
+            engine = EnginePlayer(0, base, AUTH, maker, sink, block_tokens=16, concurrency=4)
+            node = NodeModel(0, capacity_blocks=4, block_tokens=16)
+            for t, chain in enumerate(((1, 2, 3), (1, 2, 4, 5), (6,))):
+                engine.submit(node.admit(float(t), "acme", chain, 16 * len(chain), 0), "acme")
+            engine.submit(Admission(0, 0, (), (), (), queue_depth=7), "acme")
+            await engine.close(10.0)
+            async with httpx.AsyncClient() as http:
+                held = (await http.get(f"{base}/v1/inventory", headers=AUTH)).json()["blocks"]
+                telemetry = (await http.get(f"{base}/v1/telemetry")).json()
+        finally:
+            await service.stop()
+        assert {b["block_hash"]: b["checksum"] for b in held} == {
+            h: maker.checksum("acme", h) for h in node.cache
+        }
+        assert sorted(node.cache) == [2, 4, 5, 6]  # 1 and 3 were the least recently used
+        assert engine.stats.blocks_put == 6 and engine.stats.put_failures == 0
+        assert engine.stats.blocks_evicted == 2 and engine.stats.dropped == 0
+        stored = [e.block_hashes for b in sink.sent for e in b if isinstance(e, BlockStored)]
+        assert stored == [(1, 2, 3), (4, 5), (6,)]  # routing order
+        removed = [e.block_hashes for b in sink.sent for e in b if isinstance(e, BlockRemoved)]
+        assert removed == [(3,), (1,)]  # each in the batch of the request that evicted it
+        assert [type(e) for e in sink.sent[1]] == [BlockRemoved, BlockStored]
+        assert telemetry["queue_depth"] == 7
+
+    run_async(main())
+
+
+def test_a_wrong_token_stores_nothing_and_is_counted(run_async) -> None:
+    async def main() -> None:
+        cfg = AgentConfig(capacity_bytes=1 << 20, speculative_quota_bytes=0, token=TOKEN)
+        service = AgentService(cfg)
+        http_address, _ = await service.start()
+        try:
+            engine = EnginePlayer(0, f"http://{http_address}", {"Authorization": "Bearer no"},
+                                  BlockMaker(BLOCK), Recorder(), block_tokens=16)  # fmt: skip
+            await engine.apply(Admission(0, 0, (1, 2), (None, 1), (), queue_depth=1), "acme")
+            await engine.close()
+            assert len(service.agent.store) == 0
+        finally:
+            await service.stop()
+        assert (engine.stats.blocks_put, engine.stats.put_failures) == (0, 2)
+        assert engine.stats.stats_failures == 1
+
+    run_async(main())
+
+
+def test_zmq_events_are_vllm_batches_a_subscriber_decodes(run_async) -> None:
+    pub, replay = (tcp_endpoint(p) for p in free_ports(2))
+    sink = ZmqSink("gpu-node-0", pub, replay)
+    sub = KvEventSubscriber(pub, node=0, replay_endpoint=replay, context=zmq.Context.instance())
+    got: list[KvEvent] = []
+
+    async def received() -> dict[str, float]:
+        got.extend(e for b in sub.poll(50) for e in b.events)
+        return {"gpu-node-0": float(sub.counters.received)}
+
+    async def main() -> None:
+        await await_subscribers([sink], received, timeout_s=10.0)
+        adm = Admission(0, 0, stored=(11, 12), parents=(None, 11), evicted=(), queue_depth=0)
+        await sink.send(kv_events(adm, node=0, block_tokens=16, ts_ms=1.0), 1.0)
+        for _ in range(100):
+            await received()
+            if got:
+                return
+            await asyncio.sleep(0.02)
+
+    try:
+        run_async(main())
+    finally:
+        sink.close()
+        sub.close()
+    assert [(e.block_hashes, e.parent_block_hash) for e in got] == [((11, 12), None)]
+    assert sink.events == 1 and sub.counters.decode_errors == 0
+
+
+def test_a_sidecar_that_receives_nothing_is_named(run_async) -> None:
+    (port,) = free_ports(1)
+    sink = ZmqSink("gpu-node-9", tcp_endpoint(port))
+
+    async def nothing() -> dict[str, float]:
+        return {}
+
+    try:
+        with pytest.raises(ValueError, match=r"gpu-node-9 \(tcp://127.0.0.1:\d+\)"):
+            run_async(await_subscribers([sink], nothing, timeout_s=0.3))
+    finally:
+        sink.close()
+
+
+def test_a_taken_port_is_a_one_line_error() -> None:
+    taken = ZmqSink("gpu-node-0", tcp_endpoint(free_ports(1)[0]))
+    try:
+        with pytest.raises(ValueError, match="engine of gpu-node-1: cannot bind"):
+            ZmqSink("gpu-node-1", taken.endpoint)
+    finally:
+        taken.close()

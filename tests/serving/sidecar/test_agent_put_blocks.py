@@ -1,0 +1,97 @@
+"""``PUT /v1/blocks`` on the agent: the local engine stores a block's bytes (JSON with base64,
+or octet-stream with headers); the checksum is verified before the block is visible, a bad
+one is a 422 naming ``checksum`` and stores nothing; the token is required; nothing is read."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+
+import httpx
+import numpy as np
+
+from kvcast.serving.agent import Agent, AgentConfig, checksum
+from kvcast.serving.agent.api import build_app
+from kvcast.serving.agent.control import AgentControl
+
+TOKEN = "agent-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@contextlib.asynccontextmanager
+async def agent_api(**overrides):
+    cfg = AgentConfig(capacity_bytes=1 << 20, speculative_quota_bytes=1 << 18, token=TOKEN,
+                      **overrides)  # fmt: skip
+    async with Agent(cfg) as agent:
+        control = AgentControl(agent)
+        transport = httpx.ASGITransport(app=build_app(control, TOKEN))
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+            yield client, agent
+
+
+def _block(seed: int, n: int = 4096) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def test_json_and_octet_stream_uploads_store_verified_blocks(run) -> None:
+    async def main() -> None:
+        async with agent_api() as (client, agent):
+            data = _block(1)
+            body = {"tenant": "acme", "block_hash": 41, "checksum": checksum(data),
+                    "data": base64.b64encode(data).decode()}  # fmt: skip
+            r = await client.put("/v1/blocks", json=body, headers=AUTH)
+            assert r.status_code == 200, r.text
+            entry = r.json()
+            assert entry == entry | {"tenant": "acme", "block_hash": 41, "state": "cached",
+                                     "nbytes": len(data), "checksum": checksum(data)}  # fmt: skip
+            assert "data" not in entry
+            raw = _block(2)
+            headers = {**AUTH, "Content-Type": "application/octet-stream",
+                       "X-Kvcast-Tenant": "acme", "X-Kvcast-Block-Hash": "00ab",
+                       "X-Kvcast-Checksum": str(checksum(raw)),
+                       "X-Kvcast-State": "active"}  # fmt: skip
+            r = await client.put("/v1/blocks", content=raw, headers=headers)
+            assert r.status_code == 200 and r.json()["state"] == "active", r.text
+            assert bytes(agent.store.peek("acme", 41).buffer.view()) == data
+            assert bytes(agent.store.peek("acme", b"\x00\xab").buffer.view()) == raw
+            metrics = (await client.get("/metrics")).text
+            assert 'kvcast_agent_commands_received_total{command="put_block"} 2.0' in metrics
+
+    run(main())
+
+
+def test_a_wrong_checksum_or_missing_token_stores_nothing(run) -> None:
+    async def main() -> None:
+        async with agent_api() as (client, agent):
+            data = _block(3)
+            body = {"tenant": "acme", "block_hash": 9, "checksum": checksum(data) ^ 1,
+                    "data": base64.b64encode(data).decode()}  # fmt: skip
+            r = await client.put("/v1/blocks", json=body, headers=AUTH)
+            assert r.status_code == 422 and r.json()["detail"][0]["field"] == "body.checksum"
+            r = await client.put("/v1/blocks", json=body | {"checksum": checksum(data)})
+            assert r.status_code == 401
+            r = await client.put("/v1/blocks", json=body | {"data": "%%%"}, headers=AUTH)
+            assert r.status_code == 422 and r.json()["detail"][0]["field"] == "body.data"
+            r = await client.put("/v1/blocks", json=body | {"tenant": ""}, headers=AUTH)
+            assert r.status_code == 422 and r.json()["detail"][0]["field"] == "body.tenant"
+            headers = {**AUTH, "Content-Type": "application/octet-stream", "X-Kvcast-Tenant": "a"}
+            r = await client.put("/v1/blocks", content=data, headers=headers)
+            assert r.status_code == 422
+            assert r.json()["detail"][0]["field"] == "header.x-kvcast-block-hash"
+            assert len(agent.store) == 0 and agent.store.stats.rejected_checksum == 1
+
+    run(main())
+
+
+def test_a_block_beyond_the_capacity_is_a_409(run) -> None:
+    async def main() -> None:
+        async with agent_api() as (client, agent):
+            data = _block(4, (1 << 20) + 1)
+            headers = {**AUTH, "Content-Type": "application/octet-stream",
+                       "X-Kvcast-Tenant": "acme", "X-Kvcast-Block-Hash": "5",
+                       "X-Kvcast-Checksum": str(checksum(data))}  # fmt: skip
+            r = await client.put("/v1/blocks", content=data, headers=headers)
+            assert r.status_code == 409 and "no room" in r.json()["detail"]
+            assert len(agent.store) == 0
+
+    run(main())

@@ -1,0 +1,68 @@
+"""Candidates as the simulator's predictive policies take them: each request's full blocks
+(a partial last block is left out), newest first, one per (tenant, chain), within the
+lookback; the tick scores each distinct block once and maps it back to every chain."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvcast.features.config import FeatureConfig
+from kvcast.features.events import RequestArrived
+from kvcast.features.online.state import FeatureState
+from kvcast.prefill import PrefillModel
+from kvcast.serving.sidecar.consumer import StateKeeper
+from kvcast.serving.sidecar.event_queue import EventQueue
+from kvcast.serving.sidecar.node_loads import NodeLoads
+from kvcast.serving.sidecar.recent_chains import RecentChains, full_blocks
+from kvcast.serving.sidecar.replicas import ReplicaTracker
+from kvcast.serving.sidecar.tick_input import snapshot
+
+
+def _arrival(ts: float, hashes: tuple[int, ...], tokens: int, tenant: str = "t") -> RequestArrived:
+    return RequestArrived(ts, f"r{ts}", 0, tenant, None, tokens, 10, hashes)
+
+
+def test_a_partial_last_block_is_not_part_of_the_chain() -> None:
+    assert full_blocks((1, 2, 3), input_tokens=3 * 16, block_tokens=16) == (1, 2, 3)
+    assert full_blocks((1, 2, 3), input_tokens=3 * 16 - 1, block_tokens=16) == (1, 2)
+    assert full_blocks((1, 2, 3), input_tokens=0, block_tokens=16) == (1, 2)
+
+
+def test_recent_chains_are_newest_first_deduplicated_and_within_the_lookback() -> None:
+    chains = RecentChains(lookback_ms=1_000.0, limit=2, block_tokens=16)
+    chains.add(_arrival(0.0, (9, 8), 32))
+    chains.add(_arrival(100.0, (1, 2), 32))
+    chains.add(_arrival(200.0, (1, 3), 32))
+    chains.add(_arrival(300.0, (1, 2), 32))  # seen again: now the newest
+    chains.add(_arrival(400.0, (1, 2), 32, tenant="u"))  # another tenant's chain is its own
+    c = chains.candidates(now_ms=1_050.0, default_tail_tokens=5)
+    assert c.chains == ((1, 2), (1, 2)) and c.tenants == ("u", "t")
+    assert list(c.tail_tokens) == [5, 5]
+    c = chains.candidates(now_ms=1_250.0, default_tail_tokens=5)  # (1, 3) at 200 has expired
+    assert c.chains == ((1, 2), (1, 2)) and len(chains) == 2
+
+
+def test_the_tick_scores_each_distinct_block_once_and_maps_it_to_every_chain() -> None:
+    cfg = FeatureConfig(nodes=2, block_tokens=16)
+    state = FeatureState(cfg)
+    chains = RecentChains(60_000.0, 10, 16)
+    keeper = StateKeeper(state, EventQueue(100), chains, ReplicaTracker(),
+                         NodeLoads(2, PrefillModel(), 5.0))  # fmt: skip
+    keeper.apply([_arrival(1_000.0, (1, 2, 3), 48), _arrival(2_000.0, (1, 2, 4, 5), 64)])
+    inp = snapshot(keeper, now_ms=3_000.0, default_tail_tokens=0)
+    assert inp.cands.chains == ((1, 2, 4, 5), (1, 2, 3))
+    assert inp.blocks == [1, 2, 4, 5, 3] and inp.rows.shape == (5, len(state.spec))
+    assert list(inp.where) == [0, 1, 2, 3, 0, 1, 4]
+    since = inp.rows[:, state.spec.index("since_last_ms")]
+    assert np.allclose(since[inp.where], [1000, 1000, 1000, 1000, 1000, 1000, 2000])
+
+
+def test_events_older_than_the_stream_are_restamped_not_dropped() -> None:
+    state = FeatureState(FeatureConfig(nodes=2, block_tokens=16))
+    keeper = StateKeeper(state, EventQueue(100), RecentChains(60_000.0, 10, 16),
+                         ReplicaTracker(), NodeLoads(2, PrefillModel(), 5.0))  # fmt: skip
+    keeper.apply([_arrival(5_000.0, (1, 2), 32), _arrival(4_000.0, (3, 4), 32)])
+    keeper.commit(6_000.0)
+    keeper.apply([_arrival(5_500.0, (5, 6), 32)])
+    assert keeper.restamped == 2 and state.counters["out_of_order_dropped"] == 0
+    assert keeper.applied == 3 and len(keeper.chains) == 3

@@ -1,0 +1,61 @@
+"""The ingestion queue is bounded in events: when full, the oldest events are dropped and
+counted (a batch may be cut at its head), never memory growth; the sidecar reports the drops."""
+
+from __future__ import annotations
+
+from sidecar_harness import open_sidecar, sidecar_config
+
+from kvcast.features.events import AllBlocksCleared
+from kvcast.serving.sidecar.event_queue import EventQueue
+
+
+def _events(start: int, n: int) -> list[AllBlocksCleared]:
+    return [AllBlocksCleared(float(start + i), 0) for i in range(n)]
+
+
+def _times(batches: list[list[AllBlocksCleared]]) -> list[int]:
+    return [int(e.ts_ms) for b in batches for e in b]
+
+
+def test_a_full_queue_drops_the_oldest_events_and_counts_them() -> None:
+    q = EventQueue(capacity_events=10)
+    assert q.put(_events(0, 4), "zmq") == 0
+    assert q.put(_events(4, 4), "http") == 0
+    assert q.put(_events(8, 5), "zmq") == 3  # 13 > 10: events 0..2 go, the first batch is cut
+    assert len(q) == 10 and q.dropped == 3 and q.peak == 10
+    assert q.accepted == {"zmq": 9, "http": 4}
+    assert _times(q.get(max_events=100, timeout_s=0)) == list(range(3, 13))
+    assert len(q) == 0
+
+
+def test_a_batch_larger_than_the_queue_keeps_its_newest_events() -> None:
+    q = EventQueue(capacity_events=5)
+    q.put(_events(0, 2), "zmq")
+    assert q.put(_events(100, 8), "zmq") == 2 + 3
+    assert _times(q.get(100, 0)) == [103, 104, 105, 106, 107]
+
+
+def test_get_takes_whole_batches_up_to_about_max_events_in_order() -> None:
+    q = EventQueue(capacity_events=100)
+    for i in range(5):
+        q.put(_events(10 * i, 3), "zmq")
+    first = q.get(max_events=4, timeout_s=0)
+    assert _times(first) == [0, 1, 2, 10, 11, 12]  # whole batches, stops once >= 4
+    assert _times(q.get(100, 0)) == [20, 21, 22, 30, 31, 32, 40, 41, 42]
+    assert q.get(100, timeout_s=0.01) == []
+
+
+def test_posting_into_a_full_sidecar_queue_reports_and_counts_the_drops(tmp_path, run) -> None:
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path, queue_events=4)) as (sc, client):
+            sc.keeper.stop()  # nobody drains: the queue fills up
+            kv = {"node": 0, "events": [{"type": "AllBlocksCleared"}] * 3}
+            assert (await client.post("/v1/kv-events", json=kv)).json()["dropped"] == 0
+            body = (await client.post("/v1/kv-events", json=kv)).json()
+            assert body == {"accepted": 3, "dropped": 2, "queue_depth": 4}
+            text = (await client.get("/metrics")).text
+            assert 'kvcast_sidecar_events_dropped_total{reason="queue_full"} 2.0' in text
+            assert 'kvcast_sidecar_events_in_total{source="http"} 6.0' in text
+            assert "kvcast_sidecar_queue_peak_events 4.0" in text
+
+    run(main())

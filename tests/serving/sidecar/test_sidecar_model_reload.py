@@ -1,0 +1,74 @@
+"""Model hot reload: a model is swapped in while events keep flowing (none dropped); a model
+built for a different feature spec is refused with the differing features named and the
+running model kept; a file that is not a kvcast model is refused too."""
+
+from __future__ import annotations
+
+import asyncio
+
+from onnx_models import write_recency_model
+from sidecar_harness import AUTH, TOKEN, open_sidecar, settle, sidecar_config
+
+from kvcast.features.config import FeatureConfig
+from kvcast.features.spec import build_spec
+
+
+def test_reload_swaps_the_model_without_dropping_events(tmp_path, run, model_path) -> None:
+    other = write_recency_model(
+        tmp_path / "v2.onnx", build_spec(FeatureConfig()), tau_ms=5_000.0, kind="recency-v2"
+    )
+
+    async def main() -> None:
+        cfg = sidecar_config(tmp_path, model=str(model_path), token=TOKEN)
+        async with open_sidecar(cfg) as (sc, client):
+            first = (await client.get("/v1/model")).json()
+            assert first["loaded"] and first["kind"] == "recency-test" and first["loads"] == 1
+
+            async def post_events() -> int:
+                sent = 0
+                for i in range(40):
+                    ev = {"type": "BlockStored", "block_hashes": [i], "block_size": 16}
+                    r = await client.post("/v1/kv-events", json={"node": i % 2, "events": [ev]},
+                                          headers=AUTH)  # fmt: skip
+                    sent += r.json()["accepted"]
+                    await asyncio.sleep(0)
+                return sent
+
+            load = client.post("/v1/model", json={"source": str(other)}, headers=AUTH)
+            reply, sent = await asyncio.gather(load, post_events())
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["kind"] == "recency-v2" and reply.json()["loads"] == 2
+            assert reply.json()["digest"] != first["digest"]
+            await settle(sc)
+            assert sent == 40 and sc.keeper.applied == 40 and sc.queue.dropped == 0
+            assert sc.slot.current.info.kind == "recency-v2"
+
+    run(main())
+
+
+def test_a_model_with_a_different_feature_spec_is_refused_naming_the_features(
+    tmp_path, run, model_path
+) -> None:
+    spec = build_spec(FeatureConfig(heat_half_lives_ms=(5000.0, 60000.0)))
+    wrong = write_recency_model(tmp_path / "wrong.onnx", spec, kind="other-spec")
+
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path, model=str(model_path))) as (sc, client):
+            r = await client.post("/v1/model", json={"source": str(wrong)})
+            assert r.status_code == 409
+            detail = r.json()["detail"]
+            assert "feature spec differs" in detail
+            assert "heat_30s" in detail and "heat_300s" in detail and "heat_60s" in detail
+            state = (await client.get("/v1/model")).json()
+            assert state["kind"] == "recency-test" and state["refused"] == 1
+            r = await client.post("/v1/model", json={"source": str(tmp_path / "missing.onnx")})
+            assert r.status_code == 400 and "no such model file" in r.json()["detail"]
+            junk = tmp_path / "junk.onnx"
+            junk.write_bytes(b"not an onnx file")
+            r = await client.post("/v1/model", json={"source": str(junk)})
+            assert r.status_code == 400 and "not a loadable ONNX model" in r.json()["detail"]
+            assert sc.slot.current.info.kind == "recency-test" and sc.slot.refused == 3
+            text = (await client.get("/metrics")).text
+            assert "kvcast_sidecar_model_refusals_total 3.0" in text
+
+    run(main())

@@ -1,0 +1,63 @@
+"""Shadow mode: every decision is written to the Parquet decision log (row groups as they
+fill, the documented columns, the numbers behind the decision) and nothing is sent; an
+earlier run's log is never overwritten."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+from sidecar_harness import (
+    chain,
+    hot_chain_on_node_a,
+    open_sidecar,
+    settle,
+    sidecar_config,
+    telemetry,
+    tick,
+)
+
+from kvcast.serving.sidecar.decision_log import SCHEMA
+
+
+def test_shadow_mode_logs_each_decision_to_parquet_and_sends_nothing(
+    tmp_path, run, model_path
+) -> None:
+    earlier = tmp_path / "decisions.parquet"
+    earlier.write_bytes(b"an earlier run's log")
+    chains = [chain(1), chain(2), chain(3)]
+
+    async def main() -> str:
+        cfg = sidecar_config(tmp_path, model=str(model_path))
+        async with open_sidecar(cfg) as (sc, client):
+            assert sc.mode == "shadow"
+            for i, name in enumerate(cfg.node_names):
+                sc.loads.note_telemetry(i, telemetry(name))
+            for hashes in chains:
+                await hot_chain_on_node_a(client, hashes, tenant=f"t{hashes[0] >> 32}")
+            await settle(sc)
+            made = await tick(sc)
+            assert sorted(d.block_hashes[0] for d in made) == sorted(c[0] for c in chains)
+            assert {d.status for d in made} == {"shadow"}
+            assert sc.decision_log.chunks == 1  # 3 rows >= rows_per_chunk=2: written at once
+            assert (sc.executor.issued, sc.executor.evictions, len(sc.executor._tasks)) == (0, 0, 0)
+            return sc.slot.current.info.digest
+
+    digest = run(main())
+    assert earlier.read_bytes() == b"an earlier run's log"
+    log = tmp_path / "decisions.1.parquet"
+    table = pq.read_table(log)
+    assert table.schema.equals(SCHEMA)
+    meta = pq.ParquetFile(log).metadata
+    assert (meta.num_row_groups, meta.num_rows) == (1, 3)
+    rows = sorted(table.to_pylist(), key=lambda r: r["block_hashes"][0])
+    for row, hashes in zip(rows, chains, strict=True):
+        assert (row["mode"], row["kind"]) == ("shadow", "replicate")
+        assert (row["source"], row["target"]) == (0, 1)
+        assert (row["source_name"], row["target_name"]) == ("node-a", "node-b")
+        assert row["tenant"] == f"t{hashes[0] >> 32}"
+        assert row["block_hashes"] == hashes and row["blocks_moved"] == len(hashes)
+        assert row["bytes"] == len(hashes) * (256 << 10)
+        assert len(row["p_blocks"]) == len(hashes) and min(row["p_blocks"]) > 0.9
+        assert row["p_hit"] > 0.9 and row["saved_ms"] > 0 and row["net_ms"] > 0
+        cost = row["transfer_ms"] + row["congestion_ms"] + row["memory_ms"] + row["reclaim_ms"]
+        assert abs(row["p_hit"] * row["saved_ms"] - cost - row["net_ms"]) < 1e-6
+        assert row["model"] == digest and row["ttl_ms"] > 0 and "p=" in row["reason"]

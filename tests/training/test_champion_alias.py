@@ -1,0 +1,42 @@
+"""The champion alias moves only when a new model beats it on the same validation window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny_training import tiny_config
+
+from kvcast.predictor.model_meta import ModelFormatError
+from kvcast.predictor.scorer import OnnxScorer
+from kvcast.training.pipeline import run_training
+
+
+def test_a_worse_second_run_keeps_the_champion_alias(
+    tiny_tables: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-test"}
+    first = run_training(tiny_config("rule", tiny_tables, tmp_path / "a", tracking=tracking))
+    worse = {"kind": "recency", "bins": 1}  # one bin: a constant, the weakest possible ranking
+    second = run_training(
+        tiny_config("recency", tiny_tables, tmp_path / "b", tracking=tracking, model=worse)
+    )
+    assert first.champion == "promoted" and first.registered == "kvcast-test/1"
+    assert second.registered == "kvcast-test/2" and second.champion == "kept"
+    assert second.metrics["validation"]["pr_auc"] < first.metrics["validation"]["pr_auc"]
+    client = MlflowClient(uri)
+    assert str(client.get_model_version_by_alias("kvcast-test", "champion").version) == "1"
+    tags = client.get_run(second.run_id).data.tags
+    assert tags["champion.decision"] == "kept" and tags["champion.previous_version"] == "1"
+    assert client.get_run(first.run_id).data.tags["champion.decision"] == "promoted"
+    run = client.get_run(first.run_id)
+    assert {"validation_pr_auc", "test_ece"} <= set(run.data.metrics)
+    assert "feature_spec.json" in {a.path for a in client.list_artifacts(first.run_id)}
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert OnnxScorer.load("models:/kvcast-test@champion").kind == "rule"
+    assert OnnxScorer.load("models:/kvcast-test/2").kind == "recency"
+    with pytest.raises(ModelFormatError, match=r"models:/nope@champion: .*not found"):
+        OnnxScorer.load("models:/nope@champion")

@@ -1,0 +1,86 @@
+"""The exported ONNX graph scores like the native model (1e-5) on the test window.
+
+The tcn kind is checked by the end-to-end test (every export measures native vs ONNX on the
+test window, ``onnx_parity_max_abs``), so that its Lightning training runs once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_training import table_for
+
+from kvcast.predictor.model_meta import ModelMeta
+from kvcast.predictor.scorer import OnnxScorer
+from kvcast.training.data import TrainingData
+from kvcast.training.evaluate import predict_rows
+from kvcast.training.export import write_onnx
+from kvcast.training.registry import FittedModel
+
+
+def export(model: FittedModel, data: TrainingData, path: Path) -> OnnxScorer:
+    write_onnx(model, ModelMeta(model.kind, data.spec, window=model.window), path)
+    return OnnxScorer.load(path, expected=data.spec)
+
+
+@pytest.mark.parametrize("kind", ["recency", "rule", "lgbm"])
+def test_onnx_equals_native_on_the_test_window(
+    kind: str,
+    fitted: Callable[[str], FittedModel],
+    tiny_data: dict[str, TrainingData],
+    tmp_path: Path,
+) -> None:
+    model, data = fitted(kind), tiny_data[table_for(kind)]
+    scorer = export(model, data, tmp_path / "m.onnx")
+    te = data.rows("test")
+    windows = data.window_index(model.window) if model.window else None
+    native = predict_rows(model.predict_raw, data.x, te, model.window, windows)
+    served = predict_rows(scorer.raw, data.x, te, model.window, windows)
+    assert len(te) > 100 and np.isfinite(served).all()
+    np.testing.assert_allclose(served, native, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["rule", "lgbm"])
+def test_onnx_equals_native_on_rows_with_missing_values(
+    kind: str,
+    fitted: Callable[[str], FittedModel],
+    tiny_data: dict[str, TrainingData],
+    tmp_path: Path,
+) -> None:
+    model, data = fitted(kind), tiny_data["sampled"]
+    scorer = export(model, data, tmp_path / "m.onnx")
+    x = data.x[data.rows("test")].copy()
+    rng = np.random.default_rng(1)
+    x[rng.random(x.shape) < 0.2] = np.nan
+    np.testing.assert_allclose(scorer.raw(x), model.predict_raw(x), rtol=0, atol=1e-5)
+
+
+def test_lgbm_thresholds_between_float32_values_keep_parity() -> None:
+    """A split threshold that float32 would round up onto a data value must not flip it."""
+    import lightgbm as lgb
+
+    from kvcast.training.models.lgbm_onnx import booster_to_onnx, float32_thresholds
+
+    rng = np.random.default_rng(0)
+    base = np.float32(0.98029369)  # three adjacent float32 values: the midpoints are doubles
+    near = [np.nextafter(base, np.float32(-1)), base, np.nextafter(base, np.float32(2))]
+    x = np.stack([np.resize(np.array(near, np.float32), 4000), rng.random(4000, np.float32)], 1)
+    y = (x[:, 0] > base).astype(int)
+    booster = lgb.train(
+        {"objective": "binary", "verbose": -1, "min_data_in_leaf": 5},
+        lgb.Dataset(x, y),
+        num_boost_round=3,
+    )
+    exact = lgb.Booster(model_str=float32_thresholds(booster.model_to_string()))
+    np.testing.assert_array_equal(
+        exact.predict(x.astype(np.float64), raw_score=True),
+        booster.predict(x.astype(np.float64), raw_score=True),
+    )
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(booster_to_onnx(exact, 2).SerializeToString())
+    served = sess.run(None, {"features": x})[0].ravel()
+    np.testing.assert_allclose(served, exact.predict(x, raw_score=True), rtol=0, atol=1e-5)

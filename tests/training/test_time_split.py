@@ -1,0 +1,41 @@
+"""Splits are consecutive time windows: ordered, disjoint, purged at the boundaries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvcast.config import ConfigError, parse_config
+from kvcast.training.config import SplitConfig
+from kvcast.training.data import TrainingData
+from kvcast.training.splits import time_split
+
+
+def test_train_validation_test_do_not_overlap_and_are_ordered_in_time(
+    tiny_data: dict[str, TrainingData],
+) -> None:
+    data = tiny_data["sampled"]
+    t = data.frame["tick_ms"].to_numpy()
+    parts = [data.rows(p) for p in ("train", "validation", "test")]
+    assert all(len(p) for p in parts)
+    assert not set(parts[0]) & set(parts[1]) and not set(parts[1]) & set(parts[2])
+    assert t[parts[0]].max() < t[parts[1]].min() and t[parts[1]].max() < t[parts[2]].min()
+
+
+def test_rows_whose_label_window_crosses_a_boundary_are_purged() -> None:
+    t = np.arange(0.0, 100_000.0, 1000.0)
+    s = time_split(t, SplitConfig(train=0.5, validation=0.25, test=0.25, purge_ms=5000.0))
+    (_, e1), (_, e2) = s.bounds["train"], s.bounds["validation"]
+    assert t[s.rows("train")].max() < e1 - 5000 + 1e-9
+    assert t[s.rows("validation")].max() < e2 - 5000 + 1e-9
+    assert t[s.rows("test")].min() >= e2 and t[s.rows("test")].max() == t.max()
+
+
+def test_a_window_left_empty_by_the_purge_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"validation window .* has no rows"):
+        time_split(np.arange(0.0, 10_000.0, 1000.0), SplitConfig(purge_ms=5000.0))
+
+
+def test_fractions_must_sum_to_one() -> None:
+    with pytest.raises(ConfigError, match="must be 1"):
+        parse_config(SplitConfig, {"train": 0.5, "validation": 0.2, "test": 0.2})

@@ -1,0 +1,81 @@
+"""train.py trains every kind end to end on tiny data: ONNX, metrics, plots, model card."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tiny_training import SPLIT, TINY_MODELS, table_for
+
+from kvcast.predictor.metrics import METRIC_NAMES
+from kvcast.predictor.scorer import OnnxScorer
+from kvcast.training.train import main
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTEFACTS = (
+    "model.onnx",
+    "metrics.json",
+    "model_card.md",
+    "pr_curve.png",
+    "reliability.png",
+    "feature_importance.png",
+)
+
+
+def write_config(kind: str, tables: dict[str, Path], path: Path) -> Path:
+    cfg = {
+        "data": {"features": str(tables[table_for(kind)])},
+        "split": SPLIT,
+        "model": TINY_MODELS[kind],
+        "evaluation": {"budget_k": 16},
+        "out_dir": str(path.parent / "out"),
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["recency", "rule", "lgbm", "tcn"])
+def test_train_py_writes_a_scorable_model_and_every_test_metric(
+    kind: str, tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    config = write_config(kind, tiny_tables, tmp_path / "train.yaml")
+    assert main(["--config", str(config), "--no-track"]) == 0
+    out = tmp_path / "out"
+    assert all((out / name).is_file() for name in ARTEFACTS)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(METRIC_NAMES) <= set(metrics["test"]) and set(METRIC_NAMES) <= set(
+        metrics["test_recency"]
+    )
+    assert metrics["onnx_parity_max_abs"] <= 1e-5  # native vs ONNX on the test window
+    scorer = OnnxScorer.load(out / "model.onnx")
+    assert scorer.kind == kind and scorer.meta.baseline is not None
+    assert "## Metrics" in (out / "model_card.md").read_text()
+
+
+def test_train_py_runs_as_a_script_and_reports_bad_config_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  kind: forest\n")
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "training" / "train.py"), "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "model" in r.stderr and "forest" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_sequence_model_refuses_a_sampled_table(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    config = write_config("tcn", {"full": tiny_tables["sampled"]}, tmp_path / "train.yaml")
+    from typer.testing import CliRunner
+
+    from kvcast.cli.app import app
+
+    r = CliRunner().invoke(app, ["train", "--config", str(config), "--no-track"])
+    assert r.exit_code == 2 and "unsampled" in r.output

@@ -1,0 +1,69 @@
+"""The champion rule: a new model takes the alias only if it beats the champion, like for like.
+
+The current champion is loaded from the registry and re-scored on this run's validation
+window, so both numbers come from the same rows. A tie keeps the champion. A champion that
+cannot be scored on these rows (another feature spec, or a sequence model and a sampled
+table) is kept, and the reason is recorded: moving the alias then is a deliberate, manual act.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcast.features.spec import SpecMismatch
+from kvcast.predictor.model_meta import ModelFormatError
+from kvcast.predictor.scorer import OnnxScorer
+from kvcast.training.data import TrainingData
+from kvcast.training.evaluate import metrics_of, predict_rows
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: bool
+    reason: str
+    previous_version: str | None = None
+    previous_score: float | None = None
+
+    def tags(self, metric: str) -> dict[str, str]:
+        out = {
+            "champion.decision": "promoted" if self.promote else "kept",
+            "champion.reason": self.reason,
+        }
+        if self.previous_version is not None:
+            out["champion.previous_version"] = self.previous_version
+        if self.previous_score is not None:
+            out[f"champion.previous_val_{metric}"] = f"{self.previous_score:.6g}"
+        return out
+
+
+def validation_score(scorer: OnnxScorer, data: TrainingData, metric: str, budget_k: int) -> float:
+    va = data.rows("validation")
+    windows = data.window_index(scorer.window) if scorer.window else None
+    p = predict_rows(scorer.score, data.x, va, scorer.window, windows)
+    return float(metrics_of(p, data.frame, va, data.y, data.w, budget_k, 15)[metric])
+
+
+def decide(
+    new_score: float,
+    champion_uri: str | None,
+    champion_version: str | None,
+    data: TrainingData,
+    metric: str,
+    budget_k: int,
+) -> Decision:
+    if champion_uri is None or champion_version is None:
+        return Decision(True, "no champion yet")
+    try:
+        champ = OnnxScorer.load(champion_uri, expected=data.spec)
+    except (SpecMismatch, ModelFormatError) as err:
+        return Decision(False, f"champion not comparable: {err}", champion_version)
+    if champ.window and data.sampled:
+        return Decision(
+            False, "champion is a sequence model; this table is sampled", champion_version
+        )
+    old = validation_score(champ, data, metric, budget_k)
+    if new_score > old:
+        reason = f"val {metric} {new_score:.6g} > champion {old:.6g}"
+        return Decision(True, reason, champion_version, old)
+    reason = f"val {metric} {new_score:.6g} <= champion {old:.6g}"
+    return Decision(False, reason, champion_version, old)

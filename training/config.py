@@ -1,0 +1,96 @@
+"""The training configuration (``configs/train/*.yaml``), frozen and validated.
+
+Relative paths are resolved against the working directory, as on the command line.
+``{kind}`` in ``out_dir`` and ``tracking.registered_model`` is replaced by the model kind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from kvcast.config import FrozenConfig, load_config
+from kvcast.training.models.params import LgbmParams, RecencyParams, RuleParams, TcnParams
+
+ModelParams = Annotated[
+    RecencyParams | RuleParams | LgbmParams | TcnParams, Field(discriminator="kind")
+]
+
+
+class DataConfig(FrozenConfig):
+    """Where the training table comes from: a trace replay, or an existing features.parquet."""
+
+    trace: str = "bundled:conversation"  # trace path or bundled:NAME (unused with `features`)
+    format: Literal["auto", "mooncake", "azure", "parquet"] = "auto"
+    skip_bad: bool = False
+    simulator_config: Path | None = None  # None: embedded simulator defaults
+    features_config: Path | None = None  # None: embedded feature/label defaults
+    policy: str = "dynamo_kv"  # router of the replay that produces the events
+    time_scale: float = Field(1.0, gt=0)
+    negative_keep: float | None = Field(None, gt=0, le=1)  # override the sampling rate
+    features: Path | None = None  # an existing features.parquet (or its folder): no replay
+    label: str = "label_burst"  # or label_burst_k2 ...
+
+
+class SplitConfig(FrozenConfig):
+    """Train, validation, test: consecutive windows of the tick range, never random."""
+
+    train: float = Field(0.6, gt=0, lt=1)
+    validation: float = Field(0.2, gt=0, lt=1)
+    test: float = Field(0.2, gt=0, lt=1)
+    purge_ms: float = Field(30000.0, ge=0)  # drop rows whose label window crosses a boundary
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> SplitConfig:
+        total = self.train + self.validation + self.test
+        if abs(total - 1.0) > 1e-9:
+            raise ValueError(f"train + validation + test must be 1, got {total:g}")
+        return self
+
+
+class CalibrationConfig(FrozenConfig):
+    method: Literal["isotonic", "platt", "none"] = "isotonic"  # fitted on validation
+    max_points: int = Field(64, ge=2, le=4096)  # knots of the stored piecewise-linear table
+
+
+class EvaluationConfig(FrozenConfig):
+    budget_k: int = Field(64, ge=1)  # blocks replicated per tick for precision/recall@budget
+    ece_bins: int = Field(15, ge=2)
+
+
+class TrackingConfig(FrozenConfig):
+    enabled: bool = True
+    tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
+    experiment: str = "kvcast-train"
+    registered_model: str = "kvcast-{kind}"  # one registered model per kind
+    champion_alias: str = "champion"
+    champion_metric: Literal["pr_auc", "roc_auc"] = "pr_auc"  # validation window, higher wins
+
+
+class TrainConfig(FrozenConfig):
+    data: DataConfig = DataConfig()
+    split: SplitConfig = SplitConfig()
+    model: ModelParams = LgbmParams()
+    calibration: CalibrationConfig = CalibrationConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    out_dir: str = "kvcast-out/train/{kind}"  # model.onnx, metrics.json, plots, model card
+    seed: int = 0
+
+    @property
+    def kind(self) -> str:
+        return self.model.kind
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.out_dir.replace("{kind}", self.kind))
+
+    @property
+    def registered_model(self) -> str:
+        return self.tracking.registered_model.replace("{kind}", self.kind)
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    return load_config(TrainConfig, path)

@@ -1,0 +1,1 @@
+"""Model kinds, one module each; :mod:`kvcast.training.registry` maps names to them."""

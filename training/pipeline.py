@@ -1,0 +1,156 @@
+"""One training run: data -> fit -> calibrate -> export ONNX -> evaluate -> track and register.
+
+Every probability reported is the *served* one: validation and test rows are scored through
+the exported ONNX file by :class:`OnnxScorer`, calibration included. The recency baseline is
+fitted on the same training window and reported beside the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvcast import __version__
+from kvcast.predictor.model_meta import ModelMeta
+from kvcast.predictor.recency_table import FEATURE
+from kvcast.predictor.scorer import OnnxScorer
+from kvcast.training import report
+from kvcast.training.calibrate import fit_calibration
+from kvcast.training.config import TrainConfig
+from kvcast.training.data import TrainingData, load_frame
+from kvcast.training.evaluate import metrics_of, predict_rows
+from kvcast.training.export import parity, write_onnx
+from kvcast.training.models.recency import fit_table
+from kvcast.training.publish import card, publish
+from kvcast.training.registry import model_kind
+from kvcast.training.tracking import Tracker
+
+Stage = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    kind: str
+    out_dir: Path
+    model_path: Path
+    metrics: dict[str, Any]
+    run_id: str | None = None
+    registered: str | None = None  # "name/version"
+    champion: str | None = None  # promoted | kept
+
+
+def load_data(cfg: TrainConfig) -> TrainingData:
+    df, spec, info = load_frame(cfg.data)
+    return TrainingData.build(df, spec, cfg.split, cfg.data.label, info)
+
+
+def run_training(
+    cfg: TrainConfig, stage: Stage | None = None, data: TrainingData | None = None
+) -> TrainResult:
+    say = stage or (lambda _: None)
+    t0 = time.perf_counter()
+    say("data")
+    data = data if data is not None else load_data(cfg)
+    kind = model_kind(cfg.kind)
+    out = cfg.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    tracker = (
+        Tracker(cfg.tracking, cfg.registered_model, f"{cfg.kind}-{int(time.time())}")
+        if cfg.tracking.enabled
+        else None
+    )
+    with tracker if tracker is not None else contextlib.nullcontext():
+        say(f"fit {cfg.kind}")
+        t_fit = time.perf_counter()
+        fitted = kind.fit(data, cfg.model, cfg.seed)
+        fit_s = time.perf_counter() - t_fit
+        windows = data.window_index(fitted.window) if fitted.window else None
+        va, te = data.rows("validation"), data.rows("test")
+        say("calibrate and export")
+        raw_val = predict_rows(fitted.predict_raw, data.x, va, fitted.window, windows)
+        calib = fit_calibration(
+            raw_val, data.y[va], data.w[va], cfg.calibration.method, cfg.calibration.max_points
+        )
+        tr = data.rows("train")
+        meta = ModelMeta(
+            kind=cfg.kind,
+            spec=data.spec,
+            window=fitted.window,
+            calibration=calib,
+            missing=fitted.missing,
+            fallback=float(np.sum(data.w[tr] * data.y[tr]) / np.sum(data.w[tr])),
+            baseline=fit_table(data),
+            version=__version__,
+            extra=_provenance(cfg, data),
+        )
+        path = out / "model.onnx"
+        proto = write_onnx(fitted, meta, path)
+        scorer = OnnxScorer.load(path, expected=data.spec)
+        gap = parity(fitted, scorer, data.x, te, windows)
+        say("evaluate")
+        ev = cfg.evaluation
+        col = data.spec.index(FEATURE)
+        metrics: dict[str, Any] = {}
+        for part, idx in (("validation", va), ("test", te)):
+            p = predict_rows(scorer.score, data.x, idx, fitted.window, windows)
+            metrics[part] = metrics_of(p, data.frame, idx, data.y, data.w, ev.budget_k, ev.ece_bins)
+            base = meta.baseline.predict(data.x[idx, col]) if meta.baseline else p
+            metrics[f"{part}_recency"] = metrics_of(
+                base, data.frame, idx, data.y, data.w, ev.budget_k, ev.ece_bins
+            )
+            if part == "test":
+                report.plot_pr(
+                    data.y[idx], data.w[idx], {cfg.kind: p, "recency": base}, out / "pr_curve.png"
+                )
+                report.plot_reliability(
+                    data.y[idx], data.w[idx], p, ev.ece_bins, out / "reliability.png"
+                )
+        report.plot_importance(fitted.importance(data), out / "feature_importance.png")
+        summary: dict[str, Any] = {
+            "kind": cfg.kind,
+            **metrics,
+            "onnx_parity_max_abs": gap,
+            "fit_seconds": fit_s,
+            "windows": data.split.bounds,
+            "data": data.describe() | {k: v for k, v in data.info.items() if k != "feature_config"},
+        }
+        registered = champion = None
+        if tracker is not None:
+            say("track")
+            registered, champion = publish(tracker, cfg, data, fitted, proto, summary)
+        summary["train_seconds"] = time.perf_counter() - t0
+        (out / "metrics.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
+        (out / "model_card.md").write_text(card(cfg, data, summary, registered, meta))
+        if tracker is not None:
+            tracker.artifacts(out)
+    return TrainResult(
+        cfg.kind, out, path, summary, tracker.run_id if tracker else None, registered, champion
+    )
+
+
+def _provenance(cfg: TrainConfig, data: TrainingData) -> dict[str, str]:
+    b = data.split.bounds
+    return {
+        "trace_hash": data.info.get("trace_hash", ""),
+        "config_hash": data.info.get("config_hash", ""),
+        "feature_config": data.info.get("feature_config", ""),
+        "label": cfg.data.label,
+        "train_window": json.dumps({k: list(v) for k, v in b.items()}),
+    }
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if np.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj

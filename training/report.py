@@ -1,0 +1,97 @@
+"""Artefacts a training run leaves beside the model: plots and the model card (markdown)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from kvcast.features.spec import FeatureSpec
+from kvcast.predictor.metrics import METRIC_NAMES, pr_curve, reliability
+
+Scores = dict[str, np.ndarray]  # curve name -> probabilities of the same rows
+
+
+def plot_pr(y: np.ndarray, w: np.ndarray, scores: Scores, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for name, p in scores.items():
+        r, prec = pr_curve(y, p, w)
+        ax.plot(r, prec, label=name)
+    ax.set(xlabel="recall", ylabel="precision", title="precision-recall (test window)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_reliability(y: np.ndarray, w: np.ndarray, p: np.ndarray, bins: int, path: Path) -> Path:
+    mean_p, rate, ww = reliability(y, p, w, bins)
+    used = ww > 0
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", label="perfect")
+    ax.plot(mean_p[used], rate[used], marker="o", label="model")
+    ax.set(
+        xlabel="predicted probability",
+        ylabel="observed burst rate",
+        title="reliability (test window)",
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_importance(importance: dict[str, float], path: Path, top: int = 20) -> Path:
+    items = sorted(importance.items(), key=lambda kv: kv[1], reverse=True)[:top][::-1]
+    fig, ax = plt.subplots(figsize=(6, 0.3 * len(items) + 1.2))
+    ax.barh([k for k, _ in items], [v for _, v in items])
+    ax.set(xlabel="importance", title="feature importance")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _row(name: str, m: dict[str, Any]) -> str:
+    cells = [f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k)) for k in METRIC_NAMES]
+    return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def model_card(
+    *,
+    kind: str,
+    version: str,
+    spec: FeatureSpec,
+    metrics: dict[str, dict[str, Any]],
+    windows: dict[str, tuple[float, float]],
+    provenance: dict[str, str],
+    notes: dict[str, str],
+) -> str:
+    lines = [f"# kvcast model card: {kind}", "", f"- kvcast version: {version}"]
+    lines += [f"- {k}: {v}" for k, v in {**provenance, **notes}.items()]
+    lines += ["", "## Time windows (tick ms, [start, end))", ""]
+    lines += [f"- {part}: {lo:.0f} - {hi:.0f}" for part, (lo, hi) in windows.items()]
+    lines += [
+        "",
+        "## Metrics",
+        "",
+        "| model | " + " | ".join(METRIC_NAMES) + " |",
+        "|---" * (len(METRIC_NAMES) + 1) + "|",
+    ]
+    lines += [_row(name, m) for name, m in metrics.items()]
+    lines += [
+        "",
+        f"## Features (spec {spec.digest}, version {spec.version})",
+        "",
+        "| # | name | unit | family |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {i} | {f.name} | {f.unit} | {f.family} |" for i, f in enumerate(spec.features)]
+    return "\n".join(lines) + "\n"

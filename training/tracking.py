@@ -1,0 +1,132 @@
+"""MLflow at the edge of training: the run, its artefacts, the registry and the champion alias.
+
+Store: ``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns.db``
+in the working directory (artefacts of a new experiment then go to ``mlruns/`` beside it).
+Registry: one registered model per kind (``kvcast-{kind}`` by default) whose versions are the
+ONNX models; the alias ``champion`` moves to a new version only when it beats the current
+champion on the *current* run's validation window (the champion is re-scored there, so the
+comparison is like for like even if the data changed); the run is tagged with the decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import onnx
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+
+from kvcast.training.config import TrackingConfig
+
+DEFAULT_URI = "sqlite:///mlruns.db"
+
+
+def tracking_uri(cfg: TrackingConfig) -> str:
+    return cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def _artifact_root(uri: str) -> str | None:
+    """For a sqlite store: ``mlruns/`` beside the database file (absolute file URI)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri.removeprefix("sqlite:///"))
+    return (db.resolve().parent / "mlruns").as_uri()
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out |= flatten(v, key + ".")
+        else:
+            out[key] = str(v)[:500]
+    return out
+
+
+class Tracker:
+    """One MLflow run; use as a context manager."""
+
+    def __init__(self, cfg: TrackingConfig, registered_model: str, run_name: str) -> None:
+        self.cfg, self.name, self.run_name = cfg, registered_model, run_name
+        self.uri = tracking_uri(cfg)
+        self.run_id = ""
+
+    def __enter__(self) -> Tracker:
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        mlflow.set_tracking_uri(self.uri)
+        self.client = MlflowClient(self.uri)
+        exp = self.client.get_experiment_by_name(self.cfg.experiment)
+        exp_id = (
+            exp.experiment_id
+            if exp is not None
+            else self.client.create_experiment(self.cfg.experiment, _artifact_root(self.uri))
+        )
+        self.run_id = mlflow.start_run(experiment_id=exp_id, run_name=self.run_name).info.run_id
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        mlflow.end_run("FAILED" if exc_type else "FINISHED")
+
+    def params(self, params: dict[str, Any]) -> None:
+        flat = flatten(params)
+        items = list(flat.items())
+        for s in range(0, len(items), 100):
+            mlflow.log_params(dict(items[s : s + 100]))
+
+    def tags(self, tags: dict[str, Any]) -> None:
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+    def metrics(self, metrics: dict[str, float], prefix: str = "") -> None:
+        mlflow.log_metrics(
+            {f"{prefix}{k}": float(v) for k, v in metrics.items() if v is not None and v == v}
+        )
+
+    def history(self, history: dict[str, list[float]]) -> None:
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, i) for k, vs in history.items() for i, v in enumerate(vs)]
+        for s in range(0, len(batch), 1000):
+            self.client.log_batch(self.run_id, metrics=batch[s : s + 1000])
+
+    def artifacts(self, folder: Path) -> None:
+        mlflow.log_artifacts(str(folder))
+
+    def text(self, text: str, name: str) -> None:
+        mlflow.log_text(text, name)
+
+    def register(self, proto: onnx.ModelProto) -> str:
+        """Log the ONNX model and register it; returns the new version number."""
+        info = mlflow.onnx.log_model(
+            proto,
+            name="model",
+            registered_model_name=self.name,
+            pip_requirements=["onnxruntime"],
+            save_as_external_data=False,
+        )
+        return str(info.registered_model_version)
+
+    def champion_version(self) -> str | None:
+        try:
+            return str(
+                self.client.get_model_version_by_alias(self.name, self.cfg.champion_alias).version
+            )
+        except MlflowException:
+            return None
+
+    @property
+    def champion_uri(self) -> str:
+        return f"models:/{self.name}@{self.cfg.champion_alias}"
+
+    def promote(self, version: str) -> None:
+        self.client.set_registered_model_alias(self.name, self.cfg.champion_alias, version)
+
+    def version_tags(self, version: str, tags: dict[str, Any]) -> None:
+        for k, v in tags.items():
+            self.client.set_model_version_tag(self.name, version, k, str(v))
