@@ -1,8 +1,9 @@
 """``kvcast quickstart``: the whole pipeline on the bundled trace with embedded defaults.
 
-Today the pipeline is the simulator and the anchors' routers (training and the predictive
-policies are on the README roadmap): it evaluates every baseline on the bundled conversation
-sample at two loads, searches each one's capacity, prints the table and writes the plots.
+Today it evaluates every policy the simulator knows (the anchors' routers, the oracle and the
+recency predictor) on the bundled conversation sample at two loads, searches each one's
+capacity, prints the table and writes the plots. Training the learned models into the
+comparison is on the README roadmap.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def quickstart_cmd(
         "kvcast-out/quickstart"
     ),
 ) -> None:
-    """Evaluate the anchors' routers on the bundled trace (no services, no downloads)."""
+    """Compare every routing policy on the bundled trace (no services, no downloads)."""
     console.print(
         "[bold]kvcast quickstart[/]: bundled Mooncake conversation sample, "
         "embedded defaults (8 nodes, Llama-3-70B fp16 KV, 100 Gb/s)"
