@@ -10,24 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from kvcast.cli.common import console, progress_bar, user_errors, write_json
+from kvcast.predictor.metrics import METRIC_NAMES
 
 out_console = Console()
-METRICS = (
-    "pr_auc",
-    "roc_auc",
-    "brier",
-    "ece",
-    "precision_at_budget",
-    "recall_at_budget",
-    "mean_lead_time_ms",
-    "rows",
-    "positives",
-)
 
 
 def metrics_table(title: str, columns: dict[str, dict[str, Any]]) -> Table:
     table = Table("metric", *columns, title=title, title_justify="left")
-    for name in METRICS:
+    for name in METRIC_NAMES:
         cells = []
         for m in columns.values():
             v = m.get(name)

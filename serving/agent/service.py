@@ -7,10 +7,7 @@ and on SIGINT or SIGTERM stops accepting, lets HTTP requests in flight finish (u
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import signal
 from dataclasses import dataclass
 
 from kvcast.serving.agent.agent import Agent
@@ -19,10 +16,9 @@ from kvcast.serving.agent.config import AgentConfig
 from kvcast.serving.agent.control import AgentControl
 from kvcast.serving.agent.seed import seed_blocks
 from kvcast.serving.agent.transport import parse_peer
-from kvcast.serving.http.server import HttpServer
+from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_signals
 
 log = logging.getLogger("kvcast.serving.agent")
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,30 +66,17 @@ async def run_agent(
     config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning"
 ) -> None:
     """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised)."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in STOP_SIGNALS:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
     service = AgentService(config, seed, log_level)
-    try:
-        http, transfer = await service.start()
-        held = len(service.agent.store)
-        log.info(
-            "agent %s ready: http=http://%s transfer=%s blocks=%d auth=%s",
-            config.node_id, http, transfer, held, "token" if config.token else "off",
-        )  # fmt: skip
-        stopped = asyncio.create_task(stop.wait())
-        serving = asyncio.create_task(service.http.wait())
-        await asyncio.wait({stopped, serving}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if serving.done():
-            serving.result()  # the HTTP server failed: raise why
-        serving.cancel()
-        log.info("agent %s stopping", config.node_id)
-    finally:
-        await service.stop()
-        for sig in STOP_SIGNALS:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
-    log.info("agent %s stopped", config.node_id)
+    with stop_on_signals() as stop:
+        try:
+            http, transfer = await service.start()
+            held = len(service.agent.store)
+            log.info(
+                "agent %s ready: http=http://%s transfer=%s blocks=%d auth=%s",
+                config.node_id, http, transfer, held, "token" if config.token else "off",
+            )  # fmt: skip
+            await serve_until_stopped(service.http, stop)
+            log.info("agent %s stopping", config.node_id)
+        finally:
+            await service.stop()
+        log.info("agent %s stopped", config.node_id)

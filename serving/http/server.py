@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import signal
 import socket
 from collections.abc import Iterator
 
@@ -91,3 +92,33 @@ class HttpServer:
         # a failure of the server is raised by wait(); stopping only has to finish
         await asyncio.gather(self._task, return_exceptions=True)
         self._server, self._task = None, None
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs (handlers removed after)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        yield stop
+    finally:
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+
+
+async def serve_until_stopped(http: HttpServer, stop: asyncio.Event) -> None:
+    """Return when ``stop`` is set; raise if the HTTP server fails first."""
+    stopped = asyncio.create_task(stop.wait())
+    serving = asyncio.create_task(http.wait())
+    await asyncio.wait({stopped, serving}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if serving.done():
+        serving.result()  # the HTTP server failed: raise why
+    serving.cancel()

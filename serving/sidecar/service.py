@@ -8,19 +8,15 @@ SIGTERM stops the decision loop, lets HTTP requests and agent commands in flight
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import signal
 
 from kvcast.serving.agent.transport import parse_peer
-from kvcast.serving.http.server import HttpServer
+from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_signals
 from kvcast.serving.sidecar.api import build_app
 from kvcast.serving.sidecar.config import SidecarConfig
 from kvcast.serving.sidecar.core import Sidecar
 
 log = logging.getLogger("kvcast.serving.sidecar")
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class SidecarService:
@@ -49,34 +45,21 @@ class SidecarService:
 
 async def run_sidecar(config: SidecarConfig, log_level: str = "warning") -> None:
     """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised)."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in STOP_SIGNALS:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
     service = SidecarService(config, log_level)
     sc = service.sidecar
-    try:
-        http = await service.start()
-        model = sc.slot.current.info.source if sc.slot.current else "none"
-        log.info(
-            "sidecar %s ready: http=http://%s mode=%s model=%s nodes=%d engines=%d auth=%s",
-            config.sidecar_id, http, sc.mode, model, len(config.nodes), len(sc.feeds),
-            "token" if config.token else "off",
-        )  # fmt: skip
-        if sc.decision_log is not None:
-            log.info("decision log: %s", sc.decision_log.path)
-        stopped = asyncio.create_task(stop.wait())
-        serving = asyncio.create_task(service.http.wait())
-        await asyncio.wait({stopped, serving}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if serving.done():
-            serving.result()  # the HTTP server failed: raise why
-        serving.cancel()
-        log.info("sidecar %s stopping", config.sidecar_id)
-    finally:
-        await service.stop()
-        for sig in STOP_SIGNALS:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
-    log.info("sidecar %s stopped", config.sidecar_id)
+    with stop_on_signals() as stop:
+        try:
+            http = await service.start()
+            model = sc.slot.current.info.source if sc.slot.current else "none"
+            log.info(
+                "sidecar %s ready: http=http://%s mode=%s model=%s nodes=%d engines=%d auth=%s",
+                config.sidecar_id, http, sc.mode, model, len(config.nodes), len(sc.feeds),
+                "token" if config.token else "off",
+            )  # fmt: skip
+            if sc.decision_log is not None:
+                log.info("decision log: %s", sc.decision_log.path)
+            await serve_until_stopped(service.http, stop)
+            log.info("sidecar %s stopping", config.sidecar_id)
+        finally:
+            await service.stop()
+        log.info("sidecar %s stopped", config.sidecar_id)
