@@ -67,7 +67,12 @@ def up_cmd(
 ) -> None:
     """Start a sidecar and N agents on 127.0.0.1 as separate processes; Ctrl-C stops them."""
     from kvcast.serving.cluster.model_choice import choose_model
-    from kvcast.serving.cluster.supervisor import ClusterSpec, LocalCluster, ServiceFailed
+    from kvcast.serving.cluster.supervisor import (
+        ClusterSpec,
+        LocalCluster,
+        ServiceFailed,
+        StartAborted,
+    )
 
     spec = ClusterSpec(
         model=choose_model(model), agents=agents, workdir=workdir, mode=mode,
@@ -75,24 +80,22 @@ def up_cmd(
         speculative_quota_bytes=_size("--speculative-quota", speculative_quota),
         block_bytes=_size("--block-bytes", block_bytes), tick_ms=tick_ms,
     )  # fmt: skip
-    cluster = LocalCluster(spec)
-    stop = threading.Event()
+    stop = threading.Event()  # set by SIGINT / SIGTERM, whenever they come
+    cluster = LocalCluster(spec, abort=stop)
 
-    def interrupted(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # while starting: unwind start(), which stops what it started
+    def stop_requested(signum: int, frame: object) -> None:
+        stop.set()
 
-    previous = {s: signal.signal(s, interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, stop_requested) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
             console.print(f"starting {agents} agents and a sidecar in {cluster.workdir} ...")
             layout = cluster.start()
         except ServiceFailed as err:
             raise fail(str(err)) from None
-        except KeyboardInterrupt:
+        except StartAborted:
             console.print("interrupted while starting; stopped")
             raise typer.Exit(0) from None
-        for s in previous:
-            signal.signal(s, lambda signum, frame: stop.set())
         out.print(_layout_table(layout))
         print(f"cluster ready: sidecar={layout.sidecar} agents={agents} "
               f"workdir={cluster.workdir} (Ctrl-C stops it)", flush=True)  # fmt: skip

@@ -9,6 +9,7 @@ Parts, one per module: :mod:`.ports` (loopback ports and address checks), :mod:`
 :mod:`.model_choice` (the default model); for the replay, :mod:`.node_model` (an engine's
 prefix cache and queue, pure), :mod:`.router_player` (routing with a baseline rule, arrivals
 to the sidecar), :mod:`.blocks` (a block's bytes), :mod:`.event_sinks` (vLLM KV events over
-ZMQ or HTTP), :mod:`.engine_player` (blocks into the agent, events out), :mod:`.replay` (the
-schedule) and :mod:`.summary` (what the services counted).
+ZMQ or HTTP), :mod:`.engine_http` (a lean HTTP/1.1 client for the engine's many PUTs),
+:mod:`.engine_player` (blocks into the agent, events out), :mod:`.replay` (the schedule) and
+:mod:`.summary` (what the services counted).
 """

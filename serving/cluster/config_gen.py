@@ -79,3 +79,12 @@ def write_configs(workdir: Path, sidecar: dict[str, Any], decider: dict[str, Any
     load_config(DeciderConfig, decider_path)
     load_config(SidecarConfig, sidecar_path)
     return sidecar_path
+
+
+def feature_spec(sidecar_path: Path) -> Any:
+    """The feature spec the sidecar started on ``sidecar_path`` will score with."""
+    from kvcast.config import load_config
+    from kvcast.features.spec import build_spec
+    from kvcast.serving.sidecar.config import SidecarConfig
+
+    return build_spec(load_config(SidecarConfig, sidecar_path).feature_config)

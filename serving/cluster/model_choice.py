@@ -3,13 +3,17 @@
 The default is the recency model that ``python training/train.py --config
 configs/train/recency.yaml`` writes (``model.onnx`` in that config's ``out_dir``, relative to
 the working directory); without one, starting is refused with a one-line reason saying how to
-make it. An explicit ``--model`` is taken as given (an ONNX file, a folder holding
-``model.onnx``, or an MLflow ``models:/name@alias``): the sidecar itself refuses a bad one.
+make it. An explicit ``--model`` is an ONNX file, a folder holding ``model.onnx``, or an
+MLflow ``models:/name@alias``. A local model is checked before any process starts
+(:func:`check_model`: a kvcast model whose feature spec is the sidecar's), so that a bad one
+is one line, not a sidecar that dies while the agents come up; a registry URI is left to the
+sidecar, which refuses it the same way.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 TRAIN_CONFIG = Path("configs/train/recency.yaml")
 TRAIN_COMMAND = f"python training/train.py --config {TRAIN_CONFIG}"
@@ -46,3 +50,18 @@ def choose_model(model: str | None, cwd: Path | None = None) -> str:
             f"`{TRAIN_COMMAND}`, or pass --model PATH|models:/NAME@ALIAS"
         )
     return str(path)
+
+
+def check_model(model: str, spec: Any) -> None:
+    """Refuse (ValueError) a local ``model`` that is not a kvcast ONNX model for ``spec`` (a
+    :class:`FeatureSpec`)."""
+    if model.startswith(("models:/", "runs:/")):
+        return
+    from kvcast.predictor.scorer import OnnxScorer
+
+    try:
+        OnnxScorer.load(model, expected=spec)
+    except ValueError as err:  # ModelFormatError, SpecMismatch
+        raise ValueError(f"--model {model}: {err}") from None
+    except Exception as err:  # onnxruntime cannot read it
+        raise ValueError(f"--model {model}: not a usable ONNX model ({err})") from None

@@ -31,6 +31,10 @@ class ServiceFailed(RuntimeError):
     """A child exited, or did not become ready in time; the message ends with its last lines."""
 
 
+class StartAborted(Exception):
+    """Asked to stop (``abort`` set) while waiting for a child to be ready."""
+
+
 def kvcast_command() -> list[str]:
     """How to run this installation's ``kvcast`` (its script beside the interpreter)."""
     script = Path(sys.executable).with_name("kvcast")
@@ -60,11 +64,12 @@ class ServiceProcess:
     ) -> None:  # fmt: skip
         self.name, self.args, self.env, self.log_path, self.ready = name, args, env, log_path, ready
         self.match: re.Match[str] | None = None
-        self.tail: deque[str] = deque(maxlen=20)
+        self.tail: deque[str] = deque(maxlen=30)
         self._ready = threading.Event()
         self._proc: subprocess.Popen[str] | None = None
         self._pump: threading.Thread | None = None
         self._terminated = False
+        self._pump_done = False
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,6 +91,7 @@ class ServiceProcess:
                 if self.match is None and (m := self.ready.search(line)):
                     self.match = m
                     self._ready.set()
+        self._pump_done = True
         self._ready.set()  # the output ended: wake a waiter either way
 
     @property
@@ -101,12 +107,16 @@ class ServiceProcess:
         lines = "\n".join(f"  | {x}" for x in self.tail)
         return ServiceFailed(f"{self.name} {what} (log: {self.log_path})\n{lines}".rstrip())
 
-    def wait_ready(self, timeout_s: float) -> re.Match[str]:
-        """The ready line's match; :class:`ServiceFailed` if the child exits or times out."""
-        self._ready.wait(timeout_s)
+    def wait_ready(self, timeout_s: float, abort: threading.Event | None = None) -> re.Match[str]:
+        """The ready line's match; :class:`ServiceFailed` if the child exits or times out,
+        :class:`StartAborted` as soon as ``abort`` is set."""
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.05) and time.monotonic() < deadline:
+            if abort is not None and abort.is_set():
+                raise StartAborted(f"stopped while {self.name} was starting")
         if self.match is not None:
             return self.match
-        code = self.returncode()
+        code = self.wait(5.0) if self._pump_done else self.returncode()  # output over: exiting
         if code is None:
             raise self.failure(f"not ready within {timeout_s:g} s")
         raise self.failure(f"exited with status {code} before it was ready")

@@ -2,13 +2,16 @@
 loopback, started together and stopped in order.
 
 Start: loopback ports are reserved for every agent (HTTP, transfer) and engine (ZMQ PUB,
-replay), the sidecar's config is written into the workdir (:mod:`.config_gen`), then all the
-processes start at once (the sidecar polls agents that are not up yet until they are); once
-every ready line is in, the addresses go to ``<workdir>/cluster.json`` (:mod:`.layout`). Any
-failure stops what was started and raises :class:`ServiceFailed` with the failing process's
-last lines (a port taken in between shows there as "address in use"). Stop: the sidecar
-first (it commands the agents), then every agent at once; each gets SIGTERM, then SIGKILL
-after the grace period, and is reaped. Logs: ``<workdir>/logs/<name>.log``.
+replay), the sidecar's config is written into the workdir (:mod:`.config_gen`), the model is
+checked against its feature spec (:mod:`.model_choice`), then every process starts at once
+(the sidecar polls agents that are not up yet until they are); once every ready line is in,
+the addresses go to ``<workdir>/cluster.json`` (:mod:`.layout`). Any failure stops what was
+started and raises :class:`ServiceFailed` with the failing process's last lines (a port
+taken in between shows there as "address in use"), or :class:`StartAborted` when the
+``abort`` event was set meanwhile (a signal handler sets it: no exception is ever raised
+between a fork and the bookkeeping of its child). Stop: the sidecar first (it commands the
+agents), then every agent at once; each gets SIGTERM, then SIGKILL after the grace period,
+and is reaped. Logs: ``<workdir>/logs/<name>.log``.
 """
 
 from __future__ import annotations
@@ -16,24 +19,33 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvcast.serving.cluster.config_gen import decider_data, node_name, sidecar_data, write_configs
-from kvcast.serving.cluster.layout import CLUSTER_FILE, ClusterLayout, NodeAddresses
+from kvcast.serving.cluster.config_gen import (
+    decider_data,
+    feature_spec,
+    node_name,
+    sidecar_data,
+    write_configs,
+)
+from kvcast.serving.cluster.layout import CLUSTER_FILE, ClusterLayout, NodeAddresses, read_layout
+from kvcast.serving.cluster.model_choice import check_model
 from kvcast.serving.cluster.ports import LOOPBACK, free_ports, tcp_endpoint
 from kvcast.serving.cluster.process import (
     AGENT_READY,
     SIDECAR_READY,
     ServiceFailed,
     ServiceProcess,
+    StartAborted,
     kvcast_command,
 )
 from kvcast.serving.http.auth import token_from_env
 
-__all__ = ["ClusterSpec", "LocalCluster", "ServiceFailed"]
+__all__ = ["ClusterSpec", "LocalCluster", "ServiceFailed", "StartAborted"]
 MiB = 1 << 20
 
 
@@ -62,11 +74,30 @@ class ClusterSpec:
             raise ValueError("the speculative quota must be > 0 and at most the capacity")
 
 
+def _refuse_if_running(workdir: Path) -> None:
+    """A ValueError when ``workdir``'s cluster.json names processes that still run."""
+    try:
+        pids = read_layout(workdir).pids
+    except ValueError:
+        return  # none, or unreadable: nothing to protect
+    alive = []
+    for name, pid in pids.items():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, 0)
+            alive.append(f"{name} ({pid})")
+    if alive:
+        raise ValueError(f"a cluster runs in {workdir} already: {', '.join(alive)}; stop it "
+                         "(Ctrl-C) or use another --workdir")  # fmt: skip
+
+
 class LocalCluster:
     """``start()`` -> :class:`ClusterLayout`; ``stop()`` -> exit status per process."""
 
-    def __init__(self, spec: ClusterSpec, env: Mapping[str, str] | None = None) -> None:
-        self.spec = spec
+    def __init__(
+        self, spec: ClusterSpec, env: Mapping[str, str] | None = None,
+        abort: threading.Event | None = None,
+    ) -> None:  # fmt: skip
+        self.spec, self.abort = spec, abort  # abort: set it to make start() give up and stop
         self.env = dict(os.environ if env is None else env)
         self.workdir = spec.workdir.resolve()
         self.agents: list[ServiceProcess] = []
@@ -97,7 +128,8 @@ class LocalCluster:
         s = self.spec
         token = token_from_env(self.env.get(s.token_env), s.token_env)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / CLUSTER_FILE).unlink(missing_ok=True)
+        _refuse_if_running(self.workdir)
+        (self.workdir / CLUSTER_FILE).unlink(missing_ok=True)  # left by a killed supervisor
         ports = iter(free_ports(4 * s.agents))  # per node: agent HTTP and transfer, engine x2
         addresses = [[f"{LOOPBACK}:{next(ports)}" for _ in range(2)] for _ in range(s.agents)]
         engines = [(tcp_endpoint(next(ports)), tcp_endpoint(next(ports))) for _ in addresses]
@@ -108,14 +140,15 @@ class LocalCluster:
                          workdir=self.workdir, tick_ms=s.tick_ms),
             decider_data(s.speculative_quota_bytes / s.capacity_bytes),
         )  # fmt: skip
+        check_model(s.model, feature_spec(config))
         for i, (http, transfer) in enumerate(addresses):  # all at once: the sidecar waits for
             args = ["agent", "--node-id", node_name(i), "--listen", http,  # agents on its own
                     "--transfer-listen", transfer, "--capacity", str(s.capacity_bytes),
                     "--speculative-quota", str(s.speculative_quota_bytes)]  # fmt: skip
             self.agents.append(self._service(node_name(i), args, AGENT_READY))
         self.sidecar = self._service("sidecar", ["sidecar", "--config", str(config)], SIDECAR_READY)
-        found = [a.wait_ready(s.ready_timeout_s) for a in self.agents]
-        ready = self.sidecar.wait_ready(s.ready_timeout_s)
+        found = [a.wait_ready(s.ready_timeout_s, self.abort) for a in self.agents]
+        ready = self.sidecar.wait_ready(s.ready_timeout_s, self.abort)
         nodes = tuple(
             NodeAddresses(node_name(i), f"http://{m.group(2)}", m.group(3), pub, replay)
             for i, (m, (pub, replay)) in enumerate(zip(found, engines, strict=True))

@@ -25,7 +25,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound to (host, port), IPv6 when ``host`` is an IPv6 literal; OSError when
     the address is taken or not local."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY on
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

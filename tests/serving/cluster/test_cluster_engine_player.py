@@ -2,11 +2,13 @@
 stored with the bytes their checksum promises, evicted ones leave the agent, each request's
 KV events go out in routing order (removals, then one ``BlockStored`` per run of the chain
 with its parent), the queue depth reaches the agent's telemetry; over ZMQ the events are
-vLLM's wire format, and a sidecar that receives nothing is named."""
+vLLM's wire format (over HTTP, the sidecar's ``/v1/kv-events`` body), and a sidecar that
+receives nothing is named."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
 import httpx
@@ -18,11 +20,12 @@ from kvcast.serving.agent.config import AgentConfig
 from kvcast.serving.agent.service import AgentService
 from kvcast.serving.cluster.blocks import BlockMaker
 from kvcast.serving.cluster.engine_player import EnginePlayer, kv_events
-from kvcast.serving.cluster.event_sinks import ZmqSink, await_subscribers
+from kvcast.serving.cluster.event_sinks import HttpSink, ZmqSink, await_subscribers
 from kvcast.serving.cluster.node_model import Admission, NodeModel
 from kvcast.serving.cluster.ports import free_ports, tcp_endpoint
 from kvcast.serving.kv_events.decode import KvEvent
 from kvcast.serving.kv_events.subscriber import KvEventSubscriber
+from kvcast.serving.sidecar.api_models import KvEventBatch
 
 TOKEN = "engine-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -160,3 +163,28 @@ def test_a_taken_port_is_a_one_line_error() -> None:
             ZmqSink("gpu-node-1", taken.endpoint)
     finally:
         taken.close()
+
+
+def test_without_zmq_the_events_are_posted_in_the_sidecars_http_shape(run_async) -> None:
+    bodies: list[dict] = []
+
+    def sidecar(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(202 if request.headers.get("authorization") else 401, json={})
+
+    async def main() -> HttpSink:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(sidecar)) as http:
+            sink = HttpSink(2, http, "http://127.0.0.1:1", AUTH)
+            adm = Admission(2, 0, stored=(5, 6), parents=(4, 5), evicted=(("a", 1),),
+                            queue_depth=0)  # fmt: skip
+            await sink.send(kv_events(adm, node=2, block_tokens=16, ts_ms=7.0), 7.0)
+            await sink.send([], 8.0)  # nothing to say: nothing sent
+            sink.headers = {}
+            await sink.send(kv_events(adm, node=2, block_tokens=16, ts_ms=9.0), 9.0)
+        return sink
+
+    sink = run_async(main())
+    batch = KvEventBatch.model_validate(bodies[0])
+    assert batch.node == 2 and [e.type for e in batch.events] == ["BlockRemoved", "BlockStored"]
+    assert batch.events[1].parent_block_hash == 4 and batch.events[1].block_hashes == [5, 6]
+    assert (sink.events, sink.batches, sink.failures, len(bodies)) == (2, 1, 1, 2)

@@ -1,0 +1,118 @@
+"""``kvcast cluster``: bad input is one line and exit status 2; ``cluster up`` as a real
+process stops every child with exit status 0 on SIGTERM, and on Ctrl-C even mid-start."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from onnx_models import write_recency_model
+from serve_processes import start
+from typer.testing import CliRunner
+
+from kvcast.cli.app import app
+from kvcast.features.config import FeatureConfig
+from kvcast.features.spec import build_spec
+from kvcast.serving.cluster.layout import read_layout
+from kvcast.serving.cluster.ports import free_ports
+
+runner = CliRunner()
+ENV = {"KVCAST_TOKEN": None}
+
+
+def _refused(args: list[str], *needles: str) -> None:
+    r = runner.invoke(app, args, env=ENV)
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and r.output.count("error:") == 1, r.output
+    text = " ".join(r.output.split())  # the console wraps long lines
+    for needle in needles:
+        assert needle in text, r.output
+
+
+def test_cluster_is_a_command_with_up_and_replay() -> None:
+    r = runner.invoke(app, ["cluster", "--help"])
+    assert r.exit_code == 0 and "up" in r.output and "replay" in r.output
+    assert "cluster" in runner.invoke(app, ["--help"]).output
+
+
+def test_up_without_a_model_says_how_to_train_one(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _refused(["cluster", "up"], "no --model given",
+             "python training/train.py --config configs/train/recency.yaml")  # fmt: skip
+
+
+def test_up_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None:
+    model = str(write_recency_model(tmp_path / "m.onnx", build_spec(FeatureConfig())))
+    _refused(["cluster", "up", "--model", model, "--mode", "loud"], "--mode must be")
+    _refused(["cluster", "up", "--model", model, "--capacity", "1MiB", "--speculative-quota",
+              "2MiB"], "speculative quota")  # fmt: skip
+    _refused(["cluster", "up", "--model", model, "--capacity", "lots"], "--capacity")
+    _refused(["cluster", "up", "--model", str(tmp_path / "none.onnx")], "no such file")
+    assert runner.invoke(app, ["cluster", "up", "--agents", "0"], env=ENV).exit_code == 2
+
+
+def test_replay_refuses_missing_foreign_or_silent_targets(tmp_path: Path) -> None:
+    _refused(["cluster", "replay"], "give --cluster DIR")
+    _refused(["cluster", "replay", "--cluster", str(tmp_path)], "cluster up` running there")
+    _refused(["cluster", "replay", "--sidecar", "http://10.1.2.3:80", "--agents",
+              "http://127.0.0.1:1"], "not a loopback address")  # fmt: skip
+    port = free_ports(1)[0]
+    here = ["--sidecar", f"http://127.0.0.1:{port}", "--agents", f"http://127.0.0.1:{port}"]
+    _refused(["cluster", "replay", *here, "--router", "nope"], "--router 'nope'")
+    _refused(["cluster", "replay", *here, "--trace", "bundled:nope"], "unknown bundled trace")
+    _refused(["cluster", "replay", *here, "--start-s", "9999"], "no request in")
+    _refused(["cluster", "replay", *here, "--window-s", "5"], "the cluster did not answer")
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and not stat.read_text().rsplit(") ", 1)[1].startswith("Z")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the children through /proc")
+def test_up_stops_every_child_on_ctrl_c_mid_start_and_on_sigterm(tmp_path: Path) -> None:
+    model = str(write_recency_model(tmp_path / "m.onnx", build_spec(FeatureConfig())))
+    env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"}
+    args = ["cluster", "up", "--agents", "1", "--model", model, "--capacity", "8MiB",
+            "--speculative-quota", "2MiB"]  # fmt: skip
+    early = start([*args, "--workdir", str(tmp_path / "early")], env)
+    try:
+        deadline = time.monotonic() + 30.0
+        while len(children := _children(early.proc.pid)) < 2:  # the agent and the sidecar
+            assert time.monotonic() < deadline and early.proc.poll() is None, early.log
+            time.sleep(0.02)
+        assert early.stop(signal.SIGINT) == 0, "".join(early.log)
+    finally:
+        early.kill()
+    assert any("interrupted while starting" in line for line in early.log), early.log
+    assert not any(_alive(pid) for pid in children)
+
+    up = start([*args, "--workdir", str(tmp_path / "up")], env)
+    try:
+        up.wait_ready(re.compile(r"cluster ready: sidecar=(\S+) "), timeout_s=60.0)
+        pids = read_layout(tmp_path / "up").pids
+        assert up.stop(signal.SIGTERM) == 0, "".join(up.log)
+    finally:
+        up.kill()
+    assert any("cluster stopped: 2 processes exited 0" in line for line in up.log), up.log
+    assert not any(_alive(pid) for pid in pids.values())

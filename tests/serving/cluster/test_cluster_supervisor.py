@@ -1,0 +1,155 @@
+"""Supervision: a child is ready at its ready line, stopped by SIGTERM (SIGKILL when it
+ignores it) and always reaped; one that dies first is reported with its last lines; a killed
+supervisor takes its children with it. A real local cluster (one agent and the sidecar)
+starts, writes its addresses and stops with every process exiting 0 and none left; a model
+the sidecar would refuse stops the start before any process runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from onnx_models import write_recency_model
+
+from kvcast.features.config import FeatureConfig
+from kvcast.features.spec import build_spec
+from kvcast.serving.cluster.layout import CLUSTER_FILE, ClusterLayout, NodeAddresses, read_layout
+from kvcast.serving.cluster.process import ServiceFailed, ServiceProcess
+from kvcast.serving.cluster.supervisor import ClusterSpec, LocalCluster
+
+READY = re.compile(r"child ready (\d+)")
+SERVE = "print('child ready', os.getpid(), flush=True)\ntime.sleep(60)"
+
+
+def _child(tmp_path: Path, body: str) -> ServiceProcess:
+    code = f"import os, signal, sys, time\n{body}"
+    return ServiceProcess("child", [sys.executable, "-c", code], env=dict(os.environ),
+                          log_path=tmp_path / "logs" / "child.log", ready=READY)  # fmt: skip
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        stat = Path(f"/proc/{pid}/stat")
+        if stat.exists() and stat.read_text().split(") ")[1].startswith("Z"):
+            return True  # a zombie: dead, waiting for init to reap it
+        time.sleep(0.05)
+    return False
+
+
+def test_a_child_is_ready_at_its_line_and_stops_on_sigterm(tmp_path: Path) -> None:
+    child = _child(tmp_path, f"signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n{SERVE}")
+    child.start()
+    assert child.wait_ready(10.0).group(1) == str(child.pid)
+    assert child.returncode() is None
+    assert child.stop(5.0) == 0 and child.returncode() == 0
+    assert "child ready" in (tmp_path / "logs" / "child.log").read_text()
+
+
+def test_a_child_that_ignores_sigterm_is_killed_and_reaped(tmp_path: Path) -> None:
+    child = _child(tmp_path, f"signal.signal(signal.SIGTERM, signal.SIG_IGN)\n{SERVE}")
+    child.start()
+    child.wait_ready(10.0)
+    t0 = time.monotonic()
+    assert child.stop(0.5) == -signal.SIGKILL
+    assert time.monotonic() - t0 < 5.0 and _gone(child.pid, 0.1)
+
+
+def test_a_child_that_dies_before_it_is_ready_is_reported_with_its_last_lines(
+    tmp_path: Path,
+) -> None:
+    child = _child(tmp_path, "print('error: no such model', flush=True)\nsys.exit(2)")
+    child.start()
+    with pytest.raises(ServiceFailed, match=r"child exited with status 2 before it was ready"):
+        child.wait_ready(10.0)
+    assert "error: no such model" in str(child.failure("x"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_supervisor_leaves_no_orphan(tmp_path: Path) -> None:
+    supervisor = f"""
+import os, re, sys, time
+from pathlib import Path
+from kvcast.serving.cluster.process import ServiceProcess
+child = ServiceProcess("child", [sys.executable, "-c",
+    "import os, time; print('child ready', os.getpid(), flush=True); time.sleep(60)"],
+    env=dict(os.environ), log_path=Path({str(tmp_path / "child.log")!r}),
+    ready=re.compile(r"child ready (\\d+)"))
+child.start()
+print(child.wait_ready(10.0).group(1), flush=True)
+time.sleep(60)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", supervisor], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        assert not _gone(pid, 0.2)
+        proc.kill()  # no chance to stop its child: the kernel does
+        proc.wait(10)
+        assert _gone(pid), f"child {pid} outlived its killed supervisor"
+    finally:
+        proc.kill()
+
+
+def _health(cluster: LocalCluster, base: str) -> dict:
+    """``GET /healthz``; on failure, every process's status and last lines (for a flake)."""
+    try:
+        return httpx.get(f"{base}/healthz", timeout=10.0).json()
+    except httpx.HTTPError as err:
+        lines = [
+            f"{p.name}: status {p.returncode()}\n" + "\n".join(p.tail) for p in cluster.services
+        ]
+        raise AssertionError(f"{base}: {err!r}\n" + "\n".join(lines)) from err
+
+
+def test_a_local_cluster_starts_writes_its_addresses_and_stops_cleanly(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"}
+    model = write_recency_model(tmp_path / "model.onnx", build_spec(FeatureConfig()))
+    cluster = LocalCluster(ClusterSpec(model=str(model), agents=1, workdir=tmp_path / "ok"), env)
+    with cluster as layout:
+        assert read_layout(tmp_path / "ok") == layout and layout.token_env is None
+        (node,) = layout.nodes
+        assert node.agent.startswith("http://127.0.0.1:") and node.transfer.startswith("127.")
+        assert node.engine and node.engine.startswith("tcp://127.0.0.1:")
+        assert _health(cluster, layout.sidecar)["sidecar_id"] == "sidecar-local"
+        assert _health(cluster, node.agent)["node_id"] == "gpu-node-0"
+        assert set(layout.pids) == {"sidecar", "gpu-node-0"} and cluster.exited() is None
+    assert cluster.stop() == {"sidecar": 0, "gpu-node-0": 0}
+    assert not (tmp_path / "ok" / CLUSTER_FILE).exists()
+    assert all(_gone(pid) for pid in layout.pids.values())
+    assert "sidecar sidecar-local stopped" in (tmp_path / "ok/logs/sidecar.log").read_text()
+
+
+def test_a_model_the_sidecar_would_refuse_stops_the_start_before_any_process(
+    tmp_path: Path,
+) -> None:
+    spec = build_spec(FeatureConfig(queue_windows_ms=(5000.0,)))
+    wrong = write_recency_model(tmp_path / "wrong.onnx", spec)
+    cluster = LocalCluster(ClusterSpec(model=str(wrong), agents=2, workdir=tmp_path / "bad"))
+    with pytest.raises(ValueError, match="feature spec differs"):
+        cluster.start()
+    assert cluster.services == [] and not (tmp_path / "bad" / CLUSTER_FILE).exists()
+    (tmp_path / "junk.onnx").write_bytes(b"not onnx")
+    junk = LocalCluster(ClusterSpec(model=str(tmp_path / "junk.onnx"), workdir=tmp_path / "j"))
+    with pytest.raises(ValueError, match=r"junk\.onnx"):
+        junk.start()
+
+
+def test_a_workdir_whose_cluster_still_runs_is_refused(tmp_path: Path) -> None:
+    node = NodeAddresses("gpu-node-0", "http://127.0.0.1:1", "127.0.0.1:2")
+    ClusterLayout("http://127.0.0.1:3", (node,), pids={"sidecar": os.getpid()}).write(tmp_path)
+    cluster = LocalCluster(ClusterSpec(model="m.onnx", workdir=tmp_path))
+    with pytest.raises(ValueError, match=r"a cluster runs in .* already: sidecar \(\d+\)"):
+        cluster.start()
+    assert cluster.services == [] and (tmp_path / CLUSTER_FILE).exists()
