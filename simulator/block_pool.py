@@ -4,7 +4,11 @@ All blocks of a run have the same size, so the pool counts blocks; bytes are
 ``count x block_bytes``. A block lives in exactly one place on a node:
 
 - HBM ``active``: pinned by at least one request (refcount); never evicted.
-- HBM ``speculative``: a replica placed ahead of use; evicted first (expired ones first).
+- HBM ``speculative``: a replica placed ahead of use, counted against the node's speculative
+  quota. While it is *held* (until its predicted first use, plus slack) it is a reservation
+  carved from the cache: requests evict every cached block before a held replica, and a held
+  replica still never displaces an active block. Past its hold it is the first thing evicted
+  (before any cached block); past its TTL it is reclaimed.
 - HBM ``cached``: evictable, least recently used first.
 - ``dram`` / ``nvme``: lower tiers (exclusive); an HBM eviction demotes down the tiers.
 - ``shared``: an optional NVMe-oF pool shared by every node (one LRU for the cluster); what
@@ -66,7 +70,8 @@ class BlockPool:
         self.holders = holders
         self.active: dict[int, int] = {}
         self.cached: OrderedDict[int, None] = OrderedDict()
-        self.spec: OrderedDict[int, tuple[float, float]] = OrderedDict()  # -> (ready, expiry)
+        # block -> (ready, expiry, hold_until), oldest first
+        self.spec: OrderedDict[int, tuple[float, float, float]] = OrderedDict()
         self.dram: OrderedDict[int, None] = OrderedDict()
         self.nvme: OrderedDict[int, None] = OrderedDict()
         self.dram_capacity = dram_capacity
@@ -176,21 +181,29 @@ class BlockPool:
             self.on_move(block, medium_from, medium_to)
 
     def make_room(self, n: int, now: float) -> bool:
-        """Evict (speculative first, then LRU cached) until ``n`` blocks are free."""
+        """Evict until ``n`` blocks are free: speculative replicas past their hold first, then
+        LRU cached blocks, then held replicas (a request always wins over a prediction)."""
         cached, spec = self.cached, self.spec
         deficit = n - (self.capacity - len(self.active) - len(cached) - len(spec) - self.reserved)
         if deficit <= 0:
             return True
         if deficit > len(cached) + len(spec):
             return False
+        if spec:
+            released = [b for b, (_, _, hold) in spec.items() if hold <= now][:deficit]
+            for b in released:
+                del spec[b]
+                self.spec_wasted += 1
+                self._drop_hbm(b)
+            deficit -= len(released)
         holders, mask = self.holders, ~self.bit
         demote = self._demotes()
         for _ in range(deficit):
-            if spec:
+            if cached:
+                block, _ = cached.popitem(last=False)
+            else:
                 block, _ = spec.popitem(last=False)
                 self.spec_wasted += 1
-            else:
-                block, _ = cached.popitem(last=False)
             h = holders[block] & mask
             if h:
                 holders[block] = h
@@ -198,7 +211,7 @@ class BlockPool:
                 del holders[block]
             if demote:
                 self._demote(block)
-        self.evictions += deficit
+        self.evictions += max(deficit, 0)
         return True
 
     # -- request path ------------------------------------------------------------------------
@@ -213,7 +226,7 @@ class BlockPool:
                 del cached[b]
                 active[b] = 1
             else:
-                ready, _ = spec.pop(b)
+                ready, _, _ = spec.pop(b)
                 self.spec_hits += 1
                 self.spec_lead_ms += now - ready
                 active[b] = 1
@@ -265,12 +278,17 @@ class BlockPool:
                 self.nvme.pop(b, None)
 
     # -- speculative path --------------------------------------------------------------------
-    def add_speculative(self, blocks: Sequence[int], now: float, ttl_ms: float) -> int:
+    def add_speculative(
+        self, blocks: Sequence[int], now: float, ttl_ms: float, hold_until: float | None = None
+    ) -> int:
         """Place replicas that are not yet resident; returns how many were placed.
 
         Never displaces an active block; stops at the speculative quota; evicts expired
-        replicas, then LRU cached blocks, to make room.
+        replicas, then LRU cached blocks, to make room. ``hold_until``: until when the replica
+        is held against eviction by requests (default: not held; never past its TTL).
         """
+        expiry = now + ttl_ms
+        hold = min(hold_until, expiry) if hold_until is not None else now
         self.expire(now)
         placed = 0
         for b in blocks:
@@ -285,7 +303,7 @@ class BlockPool:
                 if victim in self.active:  # would mean a speculative write hit a pinned block
                     self.spec_active_evictions += 1
                 self._drop_hbm(victim)
-            self.spec[b] = (now, now + ttl_ms)
+            self.spec[b] = (now, expiry, hold)
             self.holders[b] = self.holders.get(b, 0) | self.bit
             self.dram.pop(b, None)
             self.nvme.pop(b, None)
@@ -294,7 +312,7 @@ class BlockPool:
 
     def expire(self, now: float) -> int:
         """Reclaim speculative replicas whose TTL has passed."""
-        expired = [b for b, (_, exp) in self.spec.items() if exp <= now]
+        expired = [b for b, (_, exp, _) in self.spec.items() if exp <= now]
         for b in expired:
             del self.spec[b]
             self.spec_wasted += 1

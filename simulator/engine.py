@@ -76,6 +76,11 @@ class Simulator:
         if replicator is None:
             replicator = getattr(self.policy, "replicator", None)
         self.replicator = replicator
+        # a replicator that learns from the event stream (predictive_lgbm, ...) sees all of it
+        attach = getattr(replicator, "observer_for", None)
+        consumer = attach(self) if attach is not None else None
+        if consumer is not None:
+            self.observers.append(consumer)
         self.holders: dict[int, int] = {}
         self.network = Network(cfg.network, cfg.nodes)
         cap = cfg.kv_capacity_bytes() // self.block_bytes
@@ -337,7 +342,7 @@ class Simulator:
         cmd, moved = payload
         self.nodes[cmd.source].pool.release(moved)
         dst = self.nodes[cmd.target].pool
-        placed = dst.add_speculative(moved, self.now, cmd.ttl_ms)
+        placed = dst.add_speculative(moved, self.now, cmd.ttl_ms, cmd.deadline_ms)
         self._placed += placed
         self._note_quota(dst)
         if self.observers:
@@ -376,7 +381,7 @@ class Simulator:
         pool = self.nodes[cmd.node].pool
         still = [b for b in lower if b in pool.dram or b in pool.nvme or b in pool.shared]
         pool.take_lower(still)
-        placed = pool.add_speculative(still, self.now, cmd.ttl_ms)
+        placed = pool.add_speculative(still, self.now, cmd.ttl_ms, cmd.deadline_ms)
         self._placed += placed
         self._note_quota(pool)
 

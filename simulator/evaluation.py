@@ -1,19 +1,29 @@
-"""Several policies x several loads on one trace: the table every comparison is made from."""
+"""Policies x loads x SLOs (x speculative budgets) on one trace: the table every comparison is
+made from.
+
+One *task* is a policy under one SLO and, for a replicating policy, one speculative quota: its
+capacity search (when asked) and one simulation per load. Tasks are independent and
+deterministic, so they may run in parallel processes (``jobs``); the result is the same as a
+sequential run, in the order asked.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import multiprocessing
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from kvcast.config import with_overrides
 from kvcast.features.traces.table import Trace
 from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.simulator.capacity import CapacityResult, find_capacity
-from kvcast.simulator.config import SimConfig
+from kvcast.simulator.config import SimConfig, SLOConfig
 from kvcast.simulator.engine import simulate
-from kvcast.simulator.replication_policies import make_policy
+from kvcast.simulator.replication_policies import is_replicating, make_policy
 
 Step = Callable[[str], None]
 """Called with a short label each time one simulation finishes."""
@@ -22,10 +32,97 @@ Step = Callable[[str], None]
 @dataclass
 class Evaluation:
     summaries: list[dict[str, Any]] = field(default_factory=list)
-    """One summary per (policy, time_scale), in the order asked."""
+    """One summary per (policy, SLO, budget, time_scale), in the order asked."""
     ttft: dict[tuple[str, float], pd.Series] = field(default_factory=dict)
-    """TTFT of served requests per (policy, time_scale), for the CDF plot."""
+    """TTFT of served requests per (label, time_scale), for the CDF plot."""
     capacity: dict[str, CapacityResult] = field(default_factory=dict)
+    """Per label (the policy name, plus its SLO / budget when several were asked)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    policy: str
+    label: str
+    cfg: SimConfig
+    decider: DeciderConfig | None
+    extra: tuple[tuple[str, Any], ...] = ()  # keys added to each summary (slo_label, quota)
+
+
+@dataclass
+class TaskResult:
+    summaries: list[dict[str, Any]]
+    ttft: dict[float, pd.Series]
+    capacity: CapacityResult | None
+
+
+def slo_label(slo: SLOConfig) -> str:
+    if slo.mode == "absolute":
+        return f"absolute {slo.ttft_ms:g} ms"
+    return f"length-aware {slo.floor_ms:g} ms + {slo.factor:g}x"
+
+
+def plan_tasks(
+    cfg: SimConfig,
+    policies: Sequence[str],
+    decider: DeciderConfig | None,
+    slos: Sequence[SLOConfig] | None,
+    quotas_gib: Sequence[float] | None,
+) -> list[Task]:
+    """Every (policy, SLO, quota) task; quotas apply to replicating policies only."""
+    slo_list = list(slos) if slos else [cfg.slo]
+    tasks = []
+    base = decider if decider is not None else DeciderConfig()
+    for name in policies:
+        replicating = is_replicating(name)
+        for slo in slo_list:
+            c = with_overrides(cfg, slo=slo.model_dump()) if slos else cfg
+            slo_part = [("slo_label", slo_label(slo))] if len(slo_list) > 1 else []
+            quota_list = list(quotas_gib) if quotas_gib and replicating else [None]
+            for q in quota_list:
+                d = decider
+                quota_part: list[tuple[str, Any]] = []
+                if q is not None:
+                    budgets = base.budgets.model_copy(update={"speculative_quota_gib": q})
+                    d = base.model_copy(update={"budgets": budgets})
+                    quota_part = [("speculative_quota_gib", q)]
+                label = name + "".join(
+                    f" [{v:g} GiB]" if k == "speculative_quota_gib" else f" [{v}]"
+                    for k, v in (*slo_part, *quota_part)
+                )
+                tasks.append(Task(name, label, c, d, (*slo_part, *quota_part)))
+    return tasks
+
+
+def run_task(
+    trace: Trace,
+    task: Task,
+    time_scales: Sequence[float],
+    capacity: bool,
+    models: Mapping[str, str] | None,
+    on_step: Step | None = None,
+) -> TaskResult:
+    name, cfg, decider = task.policy, task.cfg, task.decider
+    cap = None
+    if capacity:
+
+        def attainment(x: float) -> float:
+            res = simulate(trace, cfg, make_policy(name, cfg, decider, models), time_scale=x)
+            if on_step is not None:
+                on_step(f"{task.label} capacity probe x{x:.3g}")
+            return float(res.summary["slo_attainment"])
+
+        cap = find_capacity(attainment, target=cfg.slo.target_attainment)
+    summaries, ttft = [], {}
+    for x in time_scales:
+        res = simulate(trace, cfg, make_policy(name, cfg, decider, models), time_scale=x)
+        s = res.summary | dict(task.extra)
+        if cap is not None:
+            s["capacity_time_scale"] = cap.time_scale
+        summaries.append(s)
+        ttft[x] = res.requests.loc[~res.requests["rejected"], "ttft_ms"].reset_index(drop=True)
+        if on_step is not None:
+            on_step(f"{task.label} x{x:g}")
+    return TaskResult(summaries, ttft, cap)
 
 
 def evaluate(
@@ -37,37 +134,59 @@ def evaluate(
     capacity: bool = False,
     on_step: Step | None = None,
     decider: DeciderConfig | None = None,
+    models: Mapping[str, str] | None = None,
+    slos: Sequence[SLOConfig] | None = None,
+    quotas_gib: Sequence[float] | None = None,
+    jobs: int = 1,
 ) -> Evaluation:
-    """Run every policy at every time-scale (and its capacity search when asked).
+    """Run every policy at every time-scale (and its capacity search when asked), under each
+    SLO of ``slos`` (default: ``cfg.slo``) and, for the replicating policies, each speculative
+    quota of ``quotas_gib`` (default: the decider's).
 
     Replicating policies (``oracle``, ``predictive_*``) use ``decider`` (default: the
-    embedded decider config); each simulation gets a fresh policy."""
-    for name in policies:  # fail fast on a bad name, before any work
-        make_policy(name, cfg, decider)
-    out = Evaluation()
-    for name in policies:
-        if capacity:
-
-            def attainment(x: float, name: str = name) -> float:
-                res = simulate(trace, cfg, make_policy(name, cfg, decider), time_scale=x)
+    embedded decider config) and the model policies ``models`` (kind -> ONNX path or MLflow
+    URI); each simulation gets a fresh policy. ``jobs`` > 1 runs tasks in that many worker
+    processes (``on_step`` is then called as each task finishes)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    for name in policies:  # fail fast on a bad name or model, before any work
+        make_policy(name, cfg, decider, models)
+    tasks = plan_tasks(cfg, policies, decider, slos, quotas_gib)
+    results: dict[int, TaskResult] = {}
+    if jobs == 1 or len(tasks) == 1:
+        for i, task in enumerate(tasks):
+            results[i] = run_task(trace, task, time_scales, capacity, models, on_step)
+    else:
+        ctx = multiprocessing.get_context("spawn")  # no fork of threads (onnxruntime, BLAS)
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx) as pool:
+            futures = {
+                pool.submit(run_task, trace, task, time_scales, capacity, models): i
+                for i, task in enumerate(tasks)
+            }
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
                 if on_step is not None:
-                    on_step(f"{name} capacity probe x{x:.3g}")
-                return float(res.summary["slo_attainment"])
-
-            out.capacity[name] = find_capacity(attainment, target=cfg.slo.target_attainment)
-        for x in time_scales:
-            res = simulate(trace, cfg, make_policy(name, cfg, decider), time_scale=x)
-            s = res.summary
-            if capacity:
-                s["capacity_time_scale"] = out.capacity[name].time_scale
-            out.summaries.append(s)
-            served = res.requests.loc[~res.requests["rejected"], "ttft_ms"]
-            out.ttft[(name, x)] = served.reset_index(drop=True)
-            if on_step is not None:
-                on_step(f"{name} x{x:g}")
+                    for x in time_scales:
+                        on_step(f"{tasks[i].label} x{x:g}")
+    out = Evaluation()
+    for i, task in enumerate(tasks):
+        r = results[i]
+        out.summaries.extend(r.summaries)
+        for x, series in r.ttft.items():
+            out.ttft[(task.label, x)] = series
+        if r.capacity is not None:
+            out.capacity[task.label] = r.capacity
     return out
 
 
-def count_steps(policies: Sequence[str], time_scales: Sequence[float]) -> int:
+def count_steps(
+    policies: Sequence[str],
+    time_scales: Sequence[float],
+    slos: int = 1,
+    quotas: int = 1,
+) -> int:
     """Simulations an evaluation runs, not counting capacity probes (unknown in advance)."""
-    return len(policies) * len(time_scales)
+    replicating = sum(is_replicating(n) for n in policies)
+    tasks = (len(policies) - replicating + replicating * max(quotas, 1)) * max(slos, 1)
+    return tasks * len(time_scales)

@@ -1,8 +1,11 @@
-"""Plots of an evaluation: TTFT CDFs and P99 TTFT / SLO attainment against load."""
+"""Plots of an evaluation: TTFT CDFs, P99 TTFT / SLO attainment / goodput against load, and the
+replicating policies' hit rate, lead time and wasted bytes (against load and against the
+speculative budget)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -11,6 +14,30 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from kvcast.simulator.evaluation import Evaluation
+
+
+def label_of(s: dict[str, Any]) -> str:
+    """The policy, plus its SLO / speculative budget when the evaluation swept them."""
+    out = s["policy"]
+    if "slo_label" in s:
+        out += f" [{s['slo_label']}]"
+    if "speculative_quota_gib" in s:
+        out += f" [{s['speculative_quota_gib']:g} GiB]"
+    return out
+
+
+def _by_label(ev: Evaluation) -> dict[str, list[dict[str, Any]]]:
+    by: dict[str, list[dict[str, Any]]] = {}
+    for s in ev.summaries:
+        by.setdefault(label_of(s), []).append(s)
+    return {k: sorted(v, key=lambda s: s["time_scale"]) for k, v in by.items()}
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def plot_ttft_cdf(ev: Evaluation, path: Path, time_scale: float | None = None) -> Path:
@@ -40,11 +67,7 @@ def plot_ttft_cdf(ev: Evaluation, path: Path, time_scale: float | None = None) -
 def plot_p99_vs_load(ev: Evaluation, path: Path) -> Path:
     """P99 TTFT and SLO attainment against time-scale, one line per policy."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    by_policy: dict[str, list[dict[str, float]]] = {}
-    for s in ev.summaries:
-        by_policy.setdefault(s["policy"], []).append(s)
-    for name, rows in by_policy.items():
-        rows = sorted(rows, key=lambda s: s["time_scale"])
+    for name, rows in _by_label(ev).items():
         xs = [s["time_scale"] for s in rows]
         ax1.plot(xs, [s["ttft_ms"]["p99"] / 1e3 for s in rows], marker="o", label=name)
         ax2.plot(xs, [s["slo_attainment"] for s in rows], marker="o", label=name)
@@ -61,3 +84,85 @@ def plot_p99_vs_load(ev: Evaluation, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_goodput_vs_load(ev: Evaluation, path: Path) -> Path:
+    """Goodput (requests/s within SLO) and P50 TTFT against time-scale, one line per policy."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for name, rows in _by_label(ev).items():
+        xs = [s["time_scale"] for s in rows]
+        ax1.plot(xs, [s["goodput_rps"] for s in rows], marker="o", label=name)
+        ax2.plot(xs, [s["ttft_ms"]["p50"] / 1e3 for s in rows], marker="o", label=name)
+    ax1.set_ylabel("goodput (requests/s within SLO)")
+    ax2.set_ylabel("P50 TTFT (s)")
+    ax2.set_yscale("log")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("time-scale (load multiplier)")
+        ax.grid(True, alpha=0.3)
+    ax1.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _replicating(ev: Evaluation) -> dict[str, list[dict[str, Any]]]:
+    return {k: v for k, v in _by_label(ev).items() if any(s["bytes_replicated"] for s in v)}
+
+
+def plot_replication(ev: Evaluation, path: Path) -> Path | None:
+    """Replication hit rate, mean lead time and wasted share of replicated bytes against
+    load, for the policies that replicated anything (None if none did)."""
+    groups = _replicating(ev)
+    if not groups:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    for name, rows in groups.items():
+        xs = [s["time_scale"] for s in rows]
+        waste = [s["bytes_wasted"] / s["bytes_replicated"] if s["bytes_replicated"] else 0.0
+                 for s in rows]  # fmt: skip
+        axes[0].plot(xs, [s["replication_hit_rate"] for s in rows], marker="o", label=name)
+        axes[1].plot(xs, [s["mean_lead_time_ms"] / 1e3 for s in rows], marker="o", label=name)
+        axes[2].plot(xs, waste, marker="o", label=name)
+    axes[0].set_ylabel("replication hit rate (blocks used / placed)")
+    axes[1].set_ylabel("mean lead time of used replicas (s)")
+    axes[2].set_ylabel("wasted share of replicated bytes")
+    axes[2].axhline(0.25, color="grey", linestyle="--", linewidth=1)
+    for ax in axes:
+        ax.set_xlabel("time-scale (load multiplier)")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_waste_vs_budget(ev: Evaluation, path: Path) -> Path | None:
+    """Replicated and wasted bytes against the speculative quota, per policy and load (None
+    unless the evaluation swept quotas)."""
+    rows = [s for s in ev.summaries if "speculative_quota_gib" in s]
+    if len({s["speculative_quota_gib"] for s in rows}) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series: dict[str, list[dict[str, Any]]] = {}
+    for s in rows:
+        key = s["policy"] + (f" [{s['slo_label']}]" if "slo_label" in s else "")
+        series.setdefault(f"{key} x{s['time_scale']:g}", []).append(s)
+    for name, pts in series.items():
+        pts.sort(key=lambda s: s["speculative_quota_gib"])
+        qs = [s["speculative_quota_gib"] for s in pts]
+        line = ax.plot(qs, [s["bytes_replicated"] / 1e9 for s in pts], marker="o", label=name)
+        ax.plot(qs, [s["bytes_wasted"] / 1e9 for s in pts], marker="x", linestyle="--",
+                color=line[0].get_color())  # fmt: skip
+    ax.set_xlabel("speculative quota per node (GiB)")
+    ax.set_ylabel("GB replicated (solid) / wasted (dashed)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def write_plots(ev: Evaluation, out: Path) -> list[Path]:
+    """Every plot that applies to ``ev``, into ``out``; returns the files written."""
+    written = [
+        plot_ttft_cdf(ev, out / "ttft_cdf.png"),
+        plot_p99_vs_load(ev, out / "p99_vs_load.png"),
+        plot_goodput_vs_load(ev, out / "goodput_vs_load.png"),
+        plot_replication(ev, out / "replication.png"),
+        plot_waste_vs_budget(ev, out / "waste_vs_budget.png"),
+    ]
+    return [p for p in written if p is not None]

@@ -7,12 +7,15 @@ used within the decider's window, and runs the decider. It sees only arrivals up
 past of the simulator's own trace), exactly what a live sidecar sees from its router.
 
 A scorer is anything with ``score(now_ms, candidates, sim) -> np.ndarray``: the recency rule
-of :mod:`kvcast.simulator.recency_scorer` today, the ONNX models later.
+of :mod:`kvcast.simulator.recency_scorer`, or an ONNX model over the sidecar's feature state
+(:mod:`kvcast.simulator.model_scorer`), which also takes the run's event stream through
+``observer_for(sim)``.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -22,6 +25,7 @@ from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.simulator.replicating_policy import DeciderReplicator
 
 if TYPE_CHECKING:
+    from kvcast.features.events import Event
     from kvcast.simulator.engine import Simulator
 
 
@@ -102,6 +106,10 @@ class PredictiveReplicator(DeciderReplicator):
         super().__init__(cfg)
         self.scorer = scorer
         self.recent = RecentChains(cfg.loop.lookback_ms, cfg.loop.max_candidates)
+
+    def observer_for(self, sim: Simulator) -> Callable[[Event], None] | None:
+        attach = getattr(self.scorer, "observer_for", None)
+        return attach(sim) if attach is not None else None
 
     def candidates(self, now_ms: float, sim: Simulator) -> ChainCandidates:
         self.recent.update(now_ms, sim)

@@ -15,7 +15,7 @@ decider starts from an empty ledger, so one policy object may serve several runs
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +29,7 @@ from kvcast.simulator.policies.base import RoutingContext, RoutingDecision, Rout
 from kvcast.simulator.policies.registry import create_policy
 
 if TYPE_CHECKING:
+    from kvcast.features.events import Event
     from kvcast.simulator.engine import Simulator
 
 
@@ -54,6 +55,10 @@ class DeciderReplicator:
             self.cfg.loop.router, sim.cfg.routing, num_nodes=sim.cfg.nodes, seed=sim.cfg.seed
         )
         self._view = SimulatorView(sim, reactive_pull=self.reactive_pull, probe_router=probe)
+
+    def observer_for(self, sim: Simulator) -> Callable[[Event], None] | None:
+        """What to feed with the run's event stream (None: this replicator needs none)."""
+        return None
 
     def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
         if self._view is None or self._view.sim is not sim:
@@ -95,6 +100,11 @@ class ReplicatingPolicy:
     @property
     def replicator(self) -> ReplicatingPolicy:
         return self
+
+    def observer_for(self, sim: Simulator) -> Callable[[Event], None] | None:
+        """Called by the simulator when it is built, before any event: the replicator's
+        event consumer for that run, if it has one."""
+        return self.inner.observer_for(sim)
 
     def route(self, ctx: RoutingContext) -> RoutingDecision:
         return self.router.route(ctx)

@@ -24,7 +24,7 @@ console = Console(stderr=True)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-USER_ERRORS = (ConfigError, ValueError, OSError)  # TraceError is a ValueError
+USER_ERRORS = (ConfigError, ValueError, OSError, NotImplementedError)  # TraceError: ValueError
 
 
 def fail(message: str) -> typer.Exit:
@@ -62,6 +62,24 @@ def parse_floats(text: str, what: str) -> list[float]:
 
 def parse_names(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def parse_models(items: list[str] | None) -> dict[str, str]:
+    """``KIND=PATH_OR_URI`` options -> {kind: reference}; one-line errors for bad items."""
+    from kvcast.simulator.model_scorer import MODEL_KINDS
+
+    models: dict[str, str] = {}
+    for item in items or []:
+        kind, sep, ref = item.partition("=")
+        kind, ref = kind.strip(), ref.strip()
+        if not sep or not ref:
+            raise ValueError(f"--model {item!r}: expected KIND=PATH or KIND=models:/NAME@ALIAS")
+        if kind not in MODEL_KINDS:
+            raise ValueError(
+                f"--model {item!r}: unknown kind {kind!r}; valid: {', '.join(MODEL_KINDS)}"
+            )
+        models[kind] = ref
+    return models
 
 
 def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,16 +13,17 @@ from rich.console import Console
 from kvcast.cli.common import (
     open_trace,
     parse_floats,
+    parse_models,
     parse_names,
     progress_bar,
     user_errors,
     write_json,
 )
 from kvcast.cli.summary_table import summary_table
-from kvcast.config import with_overrides
+from kvcast.config import parse_config, with_overrides
 from kvcast.features.traces import TRACE_FORMATS
 from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
-from kvcast.simulator.config import SimConfig, load_sim_config
+from kvcast.simulator.config import SimConfig, SLOConfig, load_sim_config
 from kvcast.simulator.engine import simulate as run_simulation
 from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate
 from kvcast.simulator.policies import policy_names
@@ -49,6 +51,16 @@ DeciderOpt = Annotated[
 ]
 
 
+ModelOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model",
+        help="KIND=ONNX_PATH or KIND=models:/NAME@ALIAS for predictive_rule / predictive_lgbm "
+        "(repeatable; default: models:/kvcast-KIND@champion in the local MLflow store).",
+    ),
+]
+
+
 def sim_config(config: Path | None, nodes: int | None) -> SimConfig:
     cfg = load_sim_config(config)
     return with_overrides(cfg, nodes=nodes)
@@ -67,16 +79,18 @@ def simulate_cmd(
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("kvcast-out"),
     skip_bad: SkipBadOpt = False,
     decider_config: DeciderOpt = None,
+    model: ModelOpt = None,
 ) -> None:
     """Replay a trace under one routing policy; write summary.json and requests.parquet."""
     parse_floats(str(time_scale), "--time-scale")
+    models = parse_models(model)
     cfg = sim_config(config, nodes)
     decider = load_decider_config(decider_config)
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
     with progress_bar(len(tr), f"simulate {policy}") as update:
-        pol = make_policy(policy, cfg, decider)
+        pol = make_policy(policy, cfg, decider, models)
         res = run_simulation(tr, cfg, pol, time_scale=time_scale, progress=update)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "summary.json", res.summary)
@@ -96,9 +110,13 @@ def run_evaluation(
     out: Path,
     skip_bad: bool = False,
     decider: DeciderConfig | None = None,
+    models: dict[str, str] | None = None,
+    slos: list[SLOConfig] | None = None,
+    quotas_gib: list[float] | None = None,
+    jobs: int = 1,
 ) -> Evaluation:
     tr = open_trace(tr_spec, fmt, skip_bad=skip_bad)
-    total = count_steps(policies, scales)
+    total = count_steps(policies, scales, len(slos or []), len(quotas_gib or []))
     done = 0
     with progress_bar(None if capacity else total, "evaluate") as update:
 
@@ -107,17 +125,45 @@ def run_evaluation(
             done += 1
             update(done, max(done, total))
 
-        ev = evaluate(tr, cfg, policies, scales, capacity=capacity, on_step=step, decider=decider)
+        ev = evaluate(
+            tr, cfg, policies, scales, capacity=capacity, on_step=step, decider=decider,
+            models=models, slos=slos, quotas_gib=quotas_gib, jobs=jobs,
+        )  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "summary.json", ev.summaries)
-    from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf  # matplotlib: lazily
+    from kvcast.simulator.plots import write_plots  # matplotlib: lazily
 
-    plot_ttft_cdf(ev, out / "ttft_cdf.png")
-    plot_p99_vs_load(ev, out / "p99_vs_load.png")
+    written = write_plots(ev, out)
     out_console.print(
         summary_table(ev.summaries, f"{tr.name}: {len(tr)} requests, {cfg.nodes} nodes")
     )
-    out_console.print(f"wrote {out}/summary.json, ttft_cdf.png, p99_vs_load.png")
+    out_console.print(f"wrote {out}/summary.json, " + ", ".join(p.name for p in written))
     return ev
+
+
+def parse_slo(text: str, base: SLOConfig) -> SLOConfig:
+    """``length_aware``, ``length_aware:FLOOR_MS:FACTOR`` or ``absolute:TTFT_MS``."""
+    mode, *args = [p.strip() for p in text.split(":")]
+    update: dict[str, object] | None = None
+    try:
+        if mode == "length_aware" and len(args) in (0, 2):
+            update = {"mode": mode}
+            if args:
+                update |= {"floor_ms": float(args[0]), "factor": float(args[1])}
+        elif mode == "absolute" and len(args) == 1:
+            update = {"mode": mode, "ttft_ms": float(args[0])}
+    except ValueError:
+        update = None
+    if update is None:
+        raise ValueError(
+            f"--slo {text!r}: expected length_aware, length_aware:FLOOR_MS:FACTOR "
+            "or absolute:TTFT_MS"
+        )
+    return parse_config(SLOConfig, base.model_dump() | update, source=f"--slo {text}")
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 @user_errors
@@ -138,10 +184,53 @@ def evaluate_cmd(
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("kvcast-out"),
     skip_bad: SkipBadOpt = False,
     decider_config: DeciderOpt = None,
+    model: ModelOpt = None,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--slo",
+            help="SLO to judge by (repeatable): length_aware, length_aware:FLOOR_MS:FACTOR, "
+            "absolute:TTFT_MS (default: the simulator config's).",
+        ),
+    ] = None,
+    quota_gib: Annotated[
+        str | None,
+        typer.Option(
+            "--quota-gib",
+            help="Comma-separated speculative quotas (GiB per node) to sweep for the "
+            "replicating policies (default: the decider config's).",
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", help="Worker processes (default: the CPU count, at most 8)."),
+    ] = None,
 ) -> None:
-    """Compare policies across loads; write summary.json (a list) and plots."""
+    """Compare policies across loads; write summary.json (a list) and plots.
+
+    'all' runs every policy except the model policies (predictive_rule, predictive_lgbm,
+    predictive_tcn) whose model was not given with --model."""
     scales = parse_floats(time_scale, "--time-scale")
-    names = policy_names() if policies == "all" else parse_names(policies)
+    models = parse_models(model)
+    names = default_policies(models) if policies == "all" else parse_names(policies)
     cfg = sim_config(config, nodes)
     decider = load_decider_config(decider_config)
-    run_evaluation(trace, format, cfg, names, scales, capacity, out, skip_bad, decider)
+    slos = [parse_slo(t, cfg.slo) for t in slo] if slo else None
+    quotas = parse_floats(quota_gib, "--quota-gib") if quota_gib else None
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    run_evaluation(
+        trace, format, cfg, names, scales, capacity, out, skip_bad, decider, models, slos,
+        quotas, jobs or default_jobs(),
+    )  # fmt: skip
+
+
+def default_policies(models: dict[str, str]) -> list[str]:
+    """Every registered policy, less the model policies without a model given."""
+    from kvcast.simulator.model_scorer import is_model_policy
+
+    return [
+        n
+        for n in policy_names()
+        if not is_model_policy(n) or n.removeprefix("predictive_") in models
+    ]

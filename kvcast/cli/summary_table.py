@@ -16,9 +16,13 @@ def _ms(x: float | None) -> str:
 
 def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
     cap = any("capacity_time_scale" in s for s in summaries)
+    slo = any("slo_label" in s for s in summaries)
+    quota = any("speculative_quota_gib" in s for s in summaries)
     t = Table(title=title, title_justify="left")
     cols = [
         "policy",
+        *(["SLO"] if slo else []),
+        *(["quota GiB"] if quota else []),
         "load x",
         "TTFT p50",
         "p99",
@@ -33,8 +37,11 @@ def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
     for c in cols:
         t.add_column(c, justify="left" if c == "policy" else "right")
     for s in summaries:
+        q = s.get("speculative_quota_gib")
         row = [
             s["policy"],
+            *([s.get("slo_label", "")] if slo else []),
+            *([f"{q:g}" if q is not None else "-"] if quota else []),
             f"{s['time_scale']:g}",
             _ms(s["ttft_ms"]["p50"]),
             _ms(s["ttft_ms"]["p99"]),

@@ -119,3 +119,34 @@ def test_shared_pool_receives_what_falls_out_of_local_tiers_and_serves_every_nod
     fill_cached(a, [3])
     fill_cached(a, [4])  # shared holds at most 2: the oldest goes
     assert len(shared) == 2 and 1 not in shared
+
+
+def test_a_held_replica_outlives_every_cached_block() -> None:
+    p = pool(4, spec_quota=2)
+    fill_cached(p, [1, 2, 3])
+    assert p.add_speculative([9], now=0.0, ttl_ms=1e9, hold_until=500.0) == 1
+    assert p.make_room(2, 100.0)  # a request needs two blocks before the replica's use
+    assert p.in_hbm(9) and not p.in_hbm(1) and not p.in_hbm(2)
+
+
+def test_a_replica_past_its_hold_is_evicted_before_any_cached_block() -> None:
+    p = pool(4, spec_quota=2)
+    fill_cached(p, [1, 2, 3])
+    p.add_speculative([9], now=0.0, ttl_ms=1e9, hold_until=500.0)
+    assert p.make_room(1, 500.0)
+    assert not p.in_hbm(9) and p.in_hbm(1) and p.in_hbm(2)
+    assert p.spec_wasted == 1
+
+
+def test_a_request_wins_over_a_held_replica_when_nothing_else_is_left() -> None:
+    p = pool(3, spec_quota=2)
+    p.add_speculative([8, 9], now=0.0, ttl_ms=1e9, hold_until=1e6)
+    assert p.make_room(3, 10.0)
+    assert not p.spec and p.free == 3
+
+
+def test_a_hold_never_outlasts_the_replicas_ttl() -> None:
+    p = pool(4, spec_quota=2)
+    p.add_speculative([9], now=0.0, ttl_ms=100.0, hold_until=1e6)
+    assert p.spec[9][2] == 100.0
+    assert p.expire(100.0) == 1 and p.used == 0

@@ -29,13 +29,10 @@ from kvcast.simulator.replication_policies import (
 
 def test_replicating_policies_are_listed_with_the_routers() -> None:
     assert {"oracle", "predictive_recency"} <= set(policy_names())
-    assert replicating_policy_names() == ["oracle", "predictive_recency"]
+    assert replicating_policy_names() == [
+        "oracle", "predictive_lgbm", "predictive_recency", "predictive_rule", "predictive_tcn"
+    ]  # fmt: skip
     assert not is_replicating("dynamo_kv")
-
-
-def test_learned_scorers_are_not_registered_until_they_exist() -> None:
-    for name in ("predictive_rule", "predictive_lgbm", "predictive_tcn"):
-        assert name not in policy_names()
 
 
 def test_make_policy_builds_routers_and_replicating_policies() -> None:

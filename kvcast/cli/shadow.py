@@ -1,0 +1,149 @@
+"""``kvcast shadow-eval``: judge a shadow run's decision log against the trace that arrived."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvcast.cli.common import open_trace, progress_bar, user_errors, write_json
+from kvcast.cli.simulate import FormatOpt, SkipBadOpt, TraceOpt
+
+out_console = Console(width=None if sys.stdout.isatty() else 120)
+
+
+def _num(x: Any, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.4g}{unit}" if abs(x) < 1e4 else f"{x:,.0f}{unit}"
+    return f"{x:,}{unit}"
+
+
+def shadow_table(s: dict[str, Any], title: str) -> Table:
+    t = Table("measure", "value", title=title, title_justify="left")
+    kinds = ", ".join(f"{k} {v}" for k, v in s["by_kind"].items())
+    rate = None if s["hit_rate"] is None else f"{s['hit_rate']:.1%}"
+    covered = s["lead_covers_transfer_fraction"]
+    rows = [
+        ("decisions judged", f"{s['decisions']:,} ({kinds}; {s['evictions']} evictions set aside)"),
+        ("hits (hit rate)", f"{s['hits']:,} ({rate or '-'})"),
+        ("misses censored by the trace's end", _num(s["censored"])),
+        ("mean / p50 lead time", f"{_num(s['mean_lead_time_ms'], ' ms')} / "
+                                 f"{_num(s['p50_lead_time_ms'], ' ms')}"),
+        ("mean transfer time of hits", f"{_num(s['mean_transfer_ms_of_hits'], ' ms')} "
+                                       f"({s['transfer_ms_source']})"),
+        ("transfer time hidden", _num(s["transfer_hidden_ms"], " ms")),
+        ("bytes decided", _num(s["bytes_decided"])),
+        ("bytes wasted", f"{_num(s['bytes_wasted'])} ({_num(s['wasted_fraction'])})"),
+        ("TTFT saved by hits", _num(s["ttft_saved_ms"], " ms")),
+        ("TTFT saved, decider's expectation", _num(s["ttft_saved_expected_ms"], " ms")),
+        ("hits whose lead >= transfer", "-" if covered is None else f"{covered:.1%}"),
+    ]  # fmt: skip
+    for name, value in rows:
+        t.add_row(name, value)
+    return t
+
+
+@user_errors
+def shadow_eval_cmd(
+    decisions: Annotated[
+        Path, typer.Option("--decisions", help="The decision log (Parquet) of a shadow run.")
+    ],
+    trace: TraceOpt,
+    format: FormatOpt = "auto",
+    skip_bad: SkipBadOpt = False,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="The load the run replayed the trace at.")
+    ] = 1.0,
+    spread: Annotated[
+        str,
+        typer.Option(
+            "--spread",
+            help="De-quantise arrivals like the simulator: auto, off or a quantum in ms.",
+        ),
+    ] = "auto",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the de-quantisation.")] = 0,
+    clock_offset_ms: Annotated[
+        float,
+        typer.Option("--clock-offset-ms", help="The log's clock (ms) at trace time 0."),
+    ] = 0.0,
+    decider_config: Annotated[
+        Path | None,
+        typer.Option("--decider-config", help="Decider YAML that made the log (transfer weights)."),
+    ] = None,
+    min_covered: Annotated[
+        float,
+        typer.Option("--min-covered", help="Go-live: share of hits whose lead covers transfer."),
+    ] = 0.9,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the summary here.")] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit with status 1 when the go-live rule fails.")
+    ] = False,
+) -> None:
+    """Replay a decision log against the trace: hit rate, lead time, hidden transfer, waste,
+    TTFT saved, and the go-live rule (lead time covers the transfer time)."""
+    from kvcast.features.traces.dequantize import spread_quantized
+    from kvcast.predictor.decider_config import load_decider_config
+    from kvcast.predictor.shadow_eval import ShadowConfig, evaluate_shadow, read_decisions
+
+    if not time_scale > 0:
+        raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
+    if not 0 <= min_covered <= 1:
+        raise ValueError(f"--min-covered must be within [0, 1], got {min_covered}")
+    quantum = _spread(spread)
+    costs = load_decider_config(decider_config).costs
+    log = read_decisions(decisions)
+    tr = open_trace(trace, format, skip_bad=skip_bad)
+    if quantum != 0.0:
+        tr = spread_quantized(tr, quantum, seed=seed)
+    if time_scale != 1.0:
+        tr = tr.time_scaled(time_scale)
+    cfg = ShadowConfig(clock_offset_ms, min_covered, costs.transfer_weight,
+                       costs.promote_transfer_weight)  # fmt: skip
+    with progress_bar(None, "shadow-eval") as update:
+        try:
+            res = evaluate_shadow(log, tr, cfg, progress=update)
+        except ValueError as err:
+            raise ValueError(f"{decisions}: {err}") from None
+    summary = {"decisions_file": str(decisions), "trace": tr.name, "time_scale": time_scale,
+               **res.summary}  # fmt: skip
+    if out is not None:
+        write_json(out, summary)
+    passed = summary["go_live"]["pass"]
+    if json_out:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        out_console.print(shadow_table(summary, f"shadow-eval: {decisions.name} vs {tr.name}"))
+        covered = summary["lead_covers_transfer_fraction"]
+        share = "no hits" if covered is None else f"{covered:.1%} of hits"
+        verdict = "PASS" if passed else "FAIL"
+        out_console.print(
+            f"go-live {verdict}: lead time >= transfer time for {share} (needs {min_covered:.0%})",
+            highlight=False,
+        )
+        if out is not None:
+            out_console.print(f"wrote {out}")
+    if check and not passed:
+        raise typer.Exit(1)
+
+
+def _spread(text: str) -> float | None:
+    """auto -> None (detect), off -> 0, else a positive quantum in ms."""
+    if text == "auto":
+        return None
+    if text == "off":
+        return 0.0
+    try:
+        q = float(text)
+    except ValueError:
+        raise ValueError(f"--spread: {text!r} is not auto, off or a number of ms") from None
+    if not q > 0:
+        raise ValueError(f"--spread: {text!r} must be a positive number of ms")
+    return q

@@ -1,0 +1,531 @@
+"""Write the notebooks of this folder from the cells below (outputs cleared).
+
+Run ``python notebooks/make_notebooks.py`` after editing a cell here; the ``.ipynb`` files are
+generated, never edited by hand (``tests/notebooks`` checks they match this script). Every
+notebook runs end to end on the bundled trace samples, in a minute or less on two cores, and
+writes nothing outside a temporary directory.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.notebooknode import NotebookNode
+
+HERE = Path(__file__).resolve().parent
+Cell = tuple[str, str]  # ("md" | "py", source)
+
+
+def md(text: str) -> Cell:
+    return ("md", text.strip("\n"))
+
+
+def py(text: str) -> Cell:
+    return ("py", text.strip("\n"))
+
+
+TRACE_EXPLORATION: list[Cell] = [
+    md("""
+# Trace exploration: arrival bursts, reuse gaps, prefix trees
+
+The bundled samples are 10-minute excerpts of the Mooncake FAST'25 traces (`conversation`,
+`synthetic`): one row per request with its arrival, token counts and the hash of each
+512-token prompt block. A block is *bursty* when several requests that contain it arrive
+close together: that is what kvcast predicts (`burst(b, t) = 1` if at least `k` requests
+containing `b` arrive in `(t, t + H]`, H = 30 s by default).
+"""),
+    py("""
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from kvcast.data import BUNDLED_TRACES, bundled_trace_path
+from kvcast.features.traces import load_trace
+from kvcast.features.traces.dequantize import detect_quantum_ms, spread_quantized
+
+H_MS = 30_000.0  # the label window
+traces = {name: load_trace(bundled_trace_path(name), name=name) for name in BUNDLED_TRACES}
+overview = pd.DataFrame(
+    {
+        name: {
+            "requests": len(t),
+            "minutes": t.duration_ms / 60_000,
+            "block tokens": t.block_size,
+            "mean input tokens": t.requests["input_tokens"].mean(),
+            "mean blocks / request": t.requests["block_hashes"].map(len).mean(),
+            "timestamp quantum (ms)": detect_quantum_ms(t.requests["arrival_ms"].to_numpy()),
+        }
+        for name, t in traces.items()
+    }
+).T
+overview
+"""),
+    md("""
+## Arrival bursts
+
+Mooncake's conversation trace records arrivals on a ~3 s grid; the simulator spreads the
+requests of one timestamp uniformly across the quantum (`spread_quantized`), and so do we
+here. The peak-to-mean ratio and the coefficient of variation of per-window counts show how
+far the traffic is from a smooth (Poisson) stream: for Poisson arrivals the CV of the counts
+is `1 / sqrt(mean)`.
+"""),
+    py("""
+fig, axes = plt.subplots(len(traces), 1, figsize=(10, 3 * len(traces)), sharex=True)
+rows = {}
+for ax, (name, t) in zip(np.atleast_1d(axes), traces.items(), strict=True):
+    arr = spread_quantized(t, seed=0).requests["arrival_ms"].to_numpy() / 1000.0
+    for width, style in ((1, "-"), (10, "-")):
+        edges = np.arange(0, arr.max() + width, width)
+        counts, _ = np.histogram(arr, edges)
+        ax.step(
+            edges[:-1],
+            counts / width,
+            style,
+            where="post",
+            label=f"{width} s bins",
+            alpha=0.5 if width == 1 else 1.0,
+        )
+        rows[(name, f"{width} s")] = {
+            "mean req/s": counts.mean() / width,
+            "peak req/s": counts.max() / width,
+            "peak / mean": counts.max() / counts.mean(),
+            "CV of counts": counts.std() / counts.mean(),
+            "Poisson CV": 1 / np.sqrt(counts.mean()),
+        }
+    ax.set(title=name, ylabel="requests / s")
+    ax.legend(fontsize=8)
+np.atleast_1d(axes)[-1].set_xlabel("trace time (s)")
+fig.tight_layout()
+pd.DataFrame(rows).T.round(2)
+"""),
+    md("""
+## Reuse gaps
+
+For every use of a block, the time until the next request that contains the same block.
+The share of gaps below H is the share of uses followed by a burst label of `k = 1`; a
+gap far beyond H is a block that a replica would have to survive in HBM for a long time.
+"""),
+    py("""
+def block_uses(t):
+    df = t.requests
+    n = df["block_hashes"].map(len).to_numpy()
+    blocks = np.fromiter((int(b) for chain in df["block_hashes"] for b in chain), np.int64, n.sum())
+    arr = np.repeat(df["arrival_ms"].to_numpy(), n)
+    order = np.lexsort((arr, blocks))
+    return blocks[order], arr[order]
+
+
+def reuse_gaps(t):
+    blocks, arr = block_uses(spread_quantized(t, seed=0))
+    same = blocks[1:] == blocks[:-1]
+    return np.diff(arr)[same]
+
+
+gaps = {name: reuse_gaps(t) for name, t in traces.items()}
+fig, ax = plt.subplots(figsize=(7, 4))
+for name, g in gaps.items():
+    v = np.sort(np.maximum(g, 1.0)) / 1000.0
+    ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name)
+ax.axvline(H_MS / 1000, color="grey", linestyle="--", label="H = 30 s")
+ax.set(
+    xscale="log",
+    xlabel="gap to the block's next use (s, log)",
+    ylabel="fraction of reuses",
+    title="reuse-gap CDF",
+)
+ax.legend()
+fig.tight_layout()
+pd.DataFrame(
+    {
+        name: {
+            "reuses": len(g),
+            "p10 s": np.quantile(g, 0.1) / 1e3,
+            "p50 s": np.quantile(g, 0.5) / 1e3,
+            "p90 s": np.quantile(g, 0.9) / 1e3,
+            "share <= H": float(np.mean(g <= H_MS)),
+        }
+        for name, g in gaps.items()
+    }
+).T.round(3)
+"""),
+    md("""
+## Prefix trees
+
+Each request's block chain is a path from a root in the prefix tree of the trace; requests
+that share a prefix share its KV blocks. Nodes are keyed by (parent node, block), so the tree
+is exact even if one block hash appeared under two different parents. Below: how many nodes
+and requests each depth has, how much of each prompt an *earlier* request already computed
+(the ceiling of any prefix cache), and the busiest subtree.
+"""),
+    py("""
+def prefix_tree(t):
+    # the tree as a table (one row per node), and per request the share of its chain that
+    # was already in the tree when it arrived
+    index, count, parent, depth, shared = {}, [], [], [], []
+    for chain in t.requests["block_hashes"]:
+        node, seen = -1, 0
+        for b in chain:
+            key = (node, int(b))
+            nxt = index.get(key)
+            if nxt is None:
+                nxt = index[key] = len(count)
+                count.append(0)
+                parent.append(node)
+                depth.append(depth[node] + 1 if node >= 0 else 0)
+            seen += count[nxt] > 0
+            count[nxt] += 1
+            node = nxt
+        shared.append(seen / max(len(chain), 1))
+    tree = pd.DataFrame({"parent": parent, "depth": depth, "requests": count})
+    return tree, np.array(shared)
+
+
+trees, shared = {}, {}
+for name, t in traces.items():
+    trees[name], shared[name] = prefix_tree(t)
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+for name, tree in trees.items():
+    by_depth = tree.groupby("depth").agg(nodes=("requests", "size"), requests=("requests", "sum"))
+    ax1.plot(by_depth.index, by_depth["nodes"], label=f"{name}: nodes")
+    ax1.plot(
+        by_depth.index,
+        by_depth["requests"] / by_depth["nodes"],
+        "--",
+        label=f"{name}: requests per node",
+    )
+    ax2.hist(shared[name], bins=20, range=(0, 1), alpha=0.6, label=name)
+ax1.set(xlabel="depth (blocks)", yscale="log", title="prefix tree by depth")
+ax2.set(
+    xlabel="share of the prompt an earlier request computed",
+    ylabel="requests",
+    title="prefix reuse per request",
+)
+ax1.legend(fontsize=8)
+ax2.legend()
+fig.tight_layout()
+pd.DataFrame(
+    {
+        name: {
+            "nodes": len(tree),
+            "roots": int((tree["parent"] < 0).sum()),
+            "max depth": int(tree["depth"].max()),
+            "nodes used by >= 2 requests": int((tree["requests"] >= 2).sum()),
+        }
+        for name, tree in trees.items()
+    }
+).T
+"""),
+    py("""
+import networkx as nx
+
+tree = trees["conversation"]
+children = tree.groupby("parent").groups
+# the node below the roots where the most reused branches fork (the roots fork too much)
+forks = tree[tree["requests"] >= 2].groupby("parent").size()
+forks = forks[(forks.index >= 0) & (tree["depth"].reindex(forks.index) > 0).to_numpy()]
+top = int(forks.idxmax())
+g, frontier = nx.DiGraph(), [int(top)]
+g.add_node(int(top), layer=0)
+for level in range(1, 6):  # five levels; at most 4 children per node, each used >= 2 times
+    nxt = []
+    for n in frontier:
+        kids = tree.loc[list(children.get(n, []))]
+        for c in kids[kids["requests"] >= 2].nlargest(4, "requests").index:
+            g.add_node(int(c), layer=level)
+            g.add_edge(n, int(c))
+            nxt.append(int(c))
+    frontier = nxt
+pos = nx.multipartite_layout(g, subset_key="layer")
+counts = {n: int(tree.at[n, "requests"]) for n in g.nodes}
+fig, ax = plt.subplots(figsize=(10, 5))
+nx.draw(
+    g,
+    pos,
+    ax=ax,
+    node_size=[30 + 3 * counts[n] for n in g.nodes],
+    arrows=False,
+    node_color="tab:blue",
+    alpha=0.7,
+    labels=counts,
+    font_size=7,
+)
+depth0 = int(tree.at[top, "depth"])
+ax.set_title(
+    f"where reused prefixes fork most: the subtree below depth {depth0}, 5 levels, "
+    "top 4 children (label: requests through the node)"
+)
+fig.tight_layout()
+"""),
+]
+
+
+MODEL_EVALUATION: list[Cell] = [
+    md("""
+# Model evaluation: PR curves, reliability, feature importance
+
+Trains the `recency` baseline, the `rule` model and the LightGBM model on the bundled
+conversation sample with the training API (the same path as
+`python training/train.py --config configs/train/<kind>.yaml`), with MLflow tracking off and
+every artefact in a temporary directory. All scores are the *served* ones: the test window
+is scored through each exported ONNX file by `OnnxScorer`, calibration included.
+
+To evaluate registered models instead, point `MLFLOW_TRACKING_URI` at your store and load
+`models:/kvcast-lgbm@champion` with `kvcast.predictor.model_uri.download_model`.
+"""),
+    py("""
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without ipywidgets
+"""),
+    py("""
+import tempfile
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from kvcast.config import parse_config
+from kvcast.predictor.metrics import average_precision, pr_curve, reliability
+from kvcast.predictor.scorer import OnnxScorer
+from kvcast.training.config import TrainConfig
+from kvcast.training.evaluate import predict_rows
+from kvcast.training.pipeline import load_data, run_training
+from kvcast.training.registry import model_kind
+
+%matplotlib inline
+
+KINDS = ("recency", "rule", "lgbm")
+work = Path(tempfile.mkdtemp(prefix="kvcast-nb-"))
+cfgs = {
+    kind: parse_config(
+        TrainConfig,
+        {
+            "data": {"trace": "bundled:conversation"},
+            "model": {"kind": kind},
+            "tracking": {"enabled": False},
+            "out_dir": str(work / kind),
+        },
+        source="notebook",
+    )
+    for kind in KINDS
+}
+data = load_data(cfgs["lgbm"])  # one replay and feature table, shared by every kind
+pd.Series(data.describe()).to_frame("training table")
+"""),
+    py("""
+results = {kind: run_training(cfg, data=data) for kind, cfg in cfgs.items()}
+pd.DataFrame({kind: r.metrics["test"] for kind, r in results.items()}).T
+"""),
+    md("""
+## Precision-recall on the test window
+
+The test window is the last 20% of the decision ticks (purged of rows whose label window
+crosses a split boundary); rows carry the negative-sampling weights, so precision is that of
+the full population.
+"""),
+    py("""
+te = data.rows("test")
+y, w = data.y[te], data.w[te]
+probs = {}
+for kind, r in results.items():
+    scorer = OnnxScorer.load(r.model_path, expected=data.spec)
+    probs[kind] = predict_rows(scorer.score, data.x, te)
+fig, ax = plt.subplots(figsize=(6, 4.5))
+for kind, p in probs.items():
+    rec, prec = pr_curve(y, p, w)
+    ax.plot(rec, prec, label=f"{kind} (AP {average_precision(y, p, w):.3f})")
+base = float(np.sum(w * y) / np.sum(w))
+ax.axhline(base, color="grey", linestyle=":", label=f"base rate {base:.3f}")
+ax.set(xlabel="recall", ylabel="precision", title="precision-recall, test window")
+ax.legend()
+fig.tight_layout()
+"""),
+    md("""
+## Reliability diagram
+
+The decider multiplies `P(hit)` by the time a hit saves, so the probabilities must be
+calibrated, not only well ranked. Points on the diagonal are calibrated; the bar below
+shows how much weight each bin holds.
+"""),
+    py("""
+fig, (ax, axw) = plt.subplots(2, 1, figsize=(6, 6), sharex=True, height_ratios=(3, 1))
+ax.plot([0, 1], [0, 1], color="grey", linestyle="--", label="perfect")
+for i, (kind, p) in enumerate(probs.items()):
+    mean_p, rate, ww = reliability(y, p, w, 15)
+    used = ww > 0
+    ax.plot(mean_p[used], rate[used], marker="o", label=kind)
+    axw.bar(
+        np.arange(15) / 15 + (i + 0.5) / (15 * len(probs)),
+        ww / ww.sum(),
+        width=1 / (15 * len(probs)),
+        label=kind,
+    )
+ax.set(ylabel="observed burst rate", title="reliability, test window")
+axw.set(xlabel="predicted probability", ylabel="weight share")
+ax.legend()
+fig.tight_layout()
+"""),
+    md("""
+## Feature importance
+
+The rule model's importance is the weight of each of its signals; LightGBM's is the total
+split gain. (The fitted models are refitted here: the training run keeps only the ONNX file
+and a plot.)
+"""),
+    py("""
+fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+for ax, kind in zip(axes, ("rule", "lgbm"), strict=True):
+    fitted = model_kind(kind).fit(data, cfgs[kind].model, cfgs[kind].seed)
+    imp = pd.Series(fitted.importance(data)).sort_values().tail(15)
+    ax.barh(imp.index, imp.to_numpy())
+    ax.set(title=f"{kind}: feature importance", xlabel="importance")
+fig.tight_layout()
+"""),
+]
+
+
+POLICY_COMPARISON: list[Cell] = [
+    md("""
+# Policy comparison: anchors' routers, the oracle and predictive replication
+
+Replays the bundled conversation sample through the default 8-node Llama-3-70B cluster
+(100 Gb/s links at 87% efficiency, the length-aware TTFT SLO) under four of the anchors'
+routers, the `oracle` (knows future arrivals; same budgets) and `predictive_recency` (the
+decider fed by an online recency scorer), at three loads. This is
+`kvcast evaluate --trace bundled:conversation --policies ... --time-scale 0.5,1,2` in Python.
+"""),
+    py("""
+import tempfile
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Image, display
+
+from kvcast.data import bundled_trace_path
+from kvcast.features.traces import load_trace
+from kvcast.simulator.config import SimConfig
+from kvcast.simulator.evaluation import evaluate
+from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf
+
+%matplotlib inline
+
+POLICIES = [
+    "round_robin",
+    "dynamo_kv",
+    "llmd_precise",
+    "mooncake_conductor",
+    "oracle",
+    "predictive_recency",
+]
+LOADS = [0.5, 1.0, 2.0]
+trace = load_trace(bundled_trace_path("conversation"), name="conversation")
+cfg = SimConfig()
+t0 = time.perf_counter()
+ev = evaluate(trace, cfg, POLICIES, LOADS)
+print(f"{len(ev.summaries)} simulations in {time.perf_counter() - t0:.1f} s")
+"""),
+    md("""
+## The evaluation table
+
+One row per (policy, load); the keys are those of `summary.json` (DESIGN.md section 5).
+"""),
+    py("""
+table = pd.DataFrame(
+    [
+        {
+            "policy": s["policy"],
+            "load x": s["time_scale"],
+            "TTFT p50 ms": s["ttft_ms"]["p50"],
+            "TTFT p99 ms": s["ttft_ms"]["p99"],
+            "SLO ok": s["slo_attainment"],
+            "goodput rps": s["goodput_rps"],
+            "prefix hit": s["prefix_hit_ratio"],
+            "pulled GB": s["bytes_pulled"] / 1e9,
+            "replicated GB": s["bytes_replicated"] / 1e9,
+            "wasted GB": s["bytes_wasted"] / 1e9,
+            "replication hit rate": s["replication_hit_rate"],
+            "mean lead ms": s["mean_lead_time_ms"],
+            "active evictions by spec.": s["active_evictions_by_speculative"],
+        }
+        for s in ev.summaries
+    ]
+)
+table.round(3)
+"""),
+    py("""
+p50 = table.pivot(index="policy", columns="load x", values="TTFT p50 ms").loc[POLICIES]
+anchors = ["round_robin", "dynamo_kv", "llmd_precise", "mooncake_conductor"]
+best = p50.loc[anchors].min()
+pd.concat(
+    {"TTFT p50 ms": p50.round(0), "vs best anchor": (p50 / best - 1).map(lambda x: f"{x:+.1%}")},
+    axis=1,
+)
+"""),
+    md("""
+## Plots
+
+The TTFT CDF at load 1 and P99 TTFT / SLO attainment against load, as `kvcast evaluate`
+writes them, then what the replicating policies moved.
+"""),
+    py("""
+plots = Path(tempfile.mkdtemp(prefix="kvcast-nb-"))
+display(Image(filename=str(plot_ttft_cdf(ev, plots / "ttft_cdf.png", time_scale=1.0))))
+display(Image(filename=str(plot_p99_vs_load(ev, plots / "p99_vs_load.png"))))
+"""),
+    py("""
+rep = table[table["policy"].isin(["oracle", "predictive_recency"])]
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+for name, rows in rep.groupby("policy"):
+    ax1.plot(rows["load x"], rows["replicated GB"], marker="o", label=f"{name}: replicated")
+    ax1.plot(rows["load x"], rows["wasted GB"], marker="x", linestyle="--", label=f"{name}: wasted")
+    ax2.plot(rows["load x"], rows["replication hit rate"], marker="o", label=name)
+ax1.set(xlabel="load x", ylabel="GB", title="speculative bytes")
+ax2.set(
+    xlabel="load x", ylabel="share of replications used", title="replication hit rate", ylim=(0, 1)
+)
+ax1.legend(fontsize=8)
+ax2.legend(fontsize=8)
+fig.tight_layout()
+"""),
+]
+
+NOTEBOOKS: dict[str, list[Cell]] = {
+    "01_trace_exploration.ipynb": TRACE_EXPLORATION,
+    "02_model_evaluation.ipynb": MODEL_EVALUATION,
+    "03_policy_comparison.ipynb": POLICY_COMPARISON,
+}
+
+
+def build(cells: list[Cell]) -> NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.metadata["language_info"] = {"name": "python"}
+    for i, (kind, src) in enumerate(cells):
+        new = nbformat.v4.new_markdown_cell if kind == "md" else nbformat.v4.new_code_cell
+        cell = new(src)
+        cell["id"] = f"cell-{i:02d}"  # stable ids: regenerating changes nothing
+        nb.cells.append(cell)
+    return nb
+
+
+def render(name: str) -> str:
+    return nbformat.writes(build(NOTEBOOKS[name])) + "\n"
+
+
+def main(out_dir: Path = HERE) -> None:
+    for name in NOTEBOOKS:
+        (out_dir / name).write_text(render(name))
+        print(out_dir / name)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)

@@ -1,0 +1,93 @@
+"""``kvcast evaluate`` over SLOs and speculative budgets, in worker processes, and
+``kvcast quickstart`` end to end (training, ONNX export, the model policies) on a small trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvcast.cli.app import app
+
+runner = CliRunner()
+SAMPLE = Path(__file__).resolve().parents[2] / "kvcast/data/traces/conversation_sample.jsonl"
+
+
+def head(tmp_path: Path, lines: int) -> Path:
+    p = tmp_path / f"head{lines}.jsonl"
+    p.write_text("".join(SAMPLE.read_text().splitlines(keepends=True)[:lines]))
+    return p
+
+
+def test_evaluate_sweeps_slos_and_quotas_for_replicating_policies_only(tmp_path: Path) -> None:
+    out = tmp_path / "ev"
+    r = runner.invoke(
+        app,
+        [
+            "evaluate", "--trace", str(head(tmp_path, 300)), "--policies", "dynamo_kv,oracle",
+            "--time-scale", "2", "--slo", "length_aware", "--slo", "absolute:1500",
+            "--quota-gib", "8,32", "--jobs", "2", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = json.loads((out / "summary.json").read_text())
+    got = [(s["policy"], s["slo_label"], s.get("speculative_quota_gib")) for s in rows]
+    assert got == [
+        ("dynamo_kv", "length-aware 100 ms + 2x", None),
+        ("dynamo_kv", "absolute 1500 ms", None),
+        ("oracle", "length-aware 100 ms + 2x", 8.0),
+        ("oracle", "length-aware 100 ms + 2x", 32.0),
+        ("oracle", "absolute 1500 ms", 8.0),
+        ("oracle", "absolute 1500 ms", 32.0),
+    ]
+    assert rows[1]["slo"] == {"ttft_ms": 1500.0}
+    # the same runs judged by two SLOs: same TTFTs, different attainment rules
+    assert rows[0]["ttft_ms"] == rows[1]["ttft_ms"]
+    for png in ("ttft_cdf.png", "p99_vs_load.png", "goodput_vs_load.png"):
+        assert (out / png).stat().st_size > 1000
+    if any(s["bytes_replicated"] for s in rows):
+        assert (out / "replication.png").is_file() and (out / "waste_vs_budget.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--slo", "absolute"], "--slo 'absolute': expected"),
+        (["--slo", "absolute:-5"], "ttft_ms"),
+        (["--quota-gib", "x"], "--quota-gib: 'x' is not a number"),
+        (["--jobs", "0"], "--jobs must be >= 1"),
+        (["--model", "lgbm"], "expected KIND=PATH"),
+        (["--model", "xgb=a.onnx"], "unknown kind 'xgb'"),
+        (["--policies", "predictive_lgbm", "--model", "lgbm=nope.onnx"], "no such model file"),
+    ],
+)
+def test_bad_sweep_options_give_one_line_errors(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    r = runner.invoke(
+        app, ["evaluate", "--trace", str(head(tmp_path, 50)), *args, "--out", str(tmp_path / "o")]
+    )
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output
+
+
+def test_quickstart_trains_and_compares_the_model_policies(tmp_path: Path) -> None:
+    out = tmp_path / "qs"
+    r = runner.invoke(
+        app,
+        [
+            "quickstart", "--trace", str(head(tmp_path, 600)), "--no-track", "--jobs", "1",
+            "--policies", "dynamo_kv,predictive_rule,predictive_lgbm", "--time-scale", "2",
+            "--no-capacity", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    for kind in ("rule", "lgbm"):
+        assert (out / "train" / kind / "model.onnx").stat().st_size > 0
+    rows = json.loads((out / "summary.json").read_text())
+    assert [s["policy"] for s in rows] == ["dynamo_kv", "predictive_rule", "predictive_lgbm"]
+    assert all(s["time_scale"] == 2.0 for s in rows)
+    assert all(s["peak_speculative_bytes_over_quota"] == 0 for s in rows)
+    assert all(s["active_evictions_by_speculative"] == 0 for s in rows)

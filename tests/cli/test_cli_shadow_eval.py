@@ -1,0 +1,194 @@
+"""``kvcast shadow-eval`` on the decision log of a real shadow run: the simulator replays the
+bundled trace, the real decider (predictive_recency's scorer and Decider) decides on every
+tick without acting, and the sidecar's own DecisionLog writes what it decided."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from kvcast.cli.app import app
+from kvcast.data import bundled_trace_path
+from kvcast.features.traces import load_trace
+from kvcast.features.traces.dequantize import spread_quantized
+from kvcast.predictor.cluster_view import ChainCandidates
+from kvcast.predictor.commands import Command
+from kvcast.serving.sidecar.decision_log import DecisionLog
+from kvcast.serving.sidecar.decisions import make_decision
+from kvcast.simulator.config import SimConfig
+from kvcast.simulator.engine import Simulator, simulate
+from kvcast.simulator.replicating_policy import ReplicatingPolicy
+from kvcast.simulator.replication_policies import make_policy
+
+runner = CliRunner()
+LOAD = 2.0  # the time-scale of the shadow run (enough load for the decider to act)
+
+
+class ScoreTap:
+    """Wraps a scorer; keeps the tick's candidates and probabilities for the log."""
+
+    def __init__(self, scorer: Any) -> None:
+        self.scorer = scorer
+        self.reset()
+
+    def reset(self) -> None:
+        self.cands, self.probs = ChainCandidates.build([]), np.zeros(0)
+
+    def score(self, now_ms: float, candidates: ChainCandidates, sim: Simulator) -> np.ndarray:
+        p = np.asarray(self.scorer.score(now_ms, candidates, sim), dtype=float)
+        self.cands, self.probs = candidates, p
+        return p
+
+
+class ShadowReplicator:
+    """Runs a replicating policy's decider on its tick, logs every command, executes none."""
+
+    def __init__(self, policy: ReplicatingPolicy, log: DecisionLog) -> None:
+        self.policy, self.log = policy, log
+        self.tick_ms, self.speculative_quota_bytes = policy.tick_ms, policy.speculative_quota_bytes
+        self.tap = ScoreTap(policy.inner.scorer)  # type: ignore[attr-defined]
+        policy.inner.scorer = self.tap  # type: ignore[attr-defined]
+        self.ticks = self.serial = 0
+
+    def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
+        self.tap.reset()
+        out = []
+        for cmd in self.policy.on_tick(now_ms, sim):
+            self.serial += 1
+            out.append(make_decision(
+                cmd, ident=f"sim-{self.serial}", tick=self.ticks, now_ms=now_ms, mode="shadow",
+                block_bytes=sim.block_bytes, cands=self.tap.cands, probs=self.tap.probs,
+                model="recency",
+            ))  # fmt: skip
+        self.log.add(out)
+        self.ticks += 1
+        return []  # shadow: nothing is executed
+
+
+@pytest.fixture(scope="module")
+def shadow_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cfg = SimConfig()
+    trace = load_trace(bundled_trace_path("conversation"), name="conversation")
+    policy = make_policy("predictive_recency", cfg)
+    assert isinstance(policy, ReplicatingPolicy)
+    names = tuple(f"node{i}" for i in range(cfg.nodes))
+    log = DecisionLog(tmp_path_factory.mktemp("shadow") / "decisions.parquet", names, 256, 3600)
+    simulate(trace, cfg, policy, time_scale=LOAD, replicator=ShadowReplicator(policy, log))
+    log.close()
+    return log.path
+
+
+def brute_force(log: pd.DataFrame) -> dict[str, Any]:
+    """The definitions, naively: every judged decision against every request."""
+    tr = spread_quantized(load_trace(bundled_trace_path("conversation")), seed=0)
+    reqs = tr.time_scaled(LOAD).requests
+    arrivals = reqs["arrival_ms"].to_numpy()
+    chains = [set(int(b) for b in c) for c in reqs["block_hashes"]]
+    tenants = reqs["tenant"].tolist()
+    hits, leads, wasted = 0, [], 0
+    for d in log[log["kind"].isin(["replicate", "promote"])].itertuples():
+        first = int(d.block_hashes[len(d.block_hashes) - d.blocks_moved])
+        uses = [
+            a for a, c, t in zip(arrivals, chains, tenants, strict=True)
+            if d.ts_ms < a <= d.ts_ms + d.ttl_ms and first in c and t == d.tenant
+        ]  # fmt: skip
+        if uses:
+            hits += 1
+            leads.append(min(uses) - d.ts_ms)
+        else:
+            wasted += d.bytes
+    return {"hits": hits, "lead": float(np.mean(leads)) if leads else None, "wasted": wasted}
+
+
+def run(*args: str) -> Any:
+    return runner.invoke(app, ["shadow-eval", *args])
+
+
+def test_real_shadow_log_agrees_with_a_brute_force_replay(shadow_log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "summary.json"
+    r = run("--decisions", str(shadow_log), "--trace", "bundled:conversation",
+            "--time-scale", str(LOAD), "--json", "--out", str(out))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert json.loads(out.read_text()) == s
+    log = pq.read_table(shadow_log).to_pandas()
+    judged = int(log["kind"].isin(["replicate", "promote"]).sum())
+    assert s["decisions"] == judged > 0  # the real decider acted on the sample
+    want = brute_force(log)
+    assert s["hits"] == want["hits"]
+    assert s["bytes_wasted"] == want["wasted"]
+    if want["lead"] is None:
+        assert s["mean_lead_time_ms"] is None
+    else:
+        assert s["mean_lead_time_ms"] == pytest.approx(want["lead"])
+    assert s["hit_rate"] == pytest.approx(want["hits"] / judged)
+    assert s["evictions"] == int((log["kind"] == "evict").sum())
+
+
+def test_table_output_ends_with_the_go_live_verdict(shadow_log: Path) -> None:
+    r = run("--decisions", str(shadow_log), "--trace", "bundled:conversation",
+            "--time-scale", str(LOAD))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "hits (hit rate)" in r.stdout and "bytes wasted" in r.stdout
+    verdict = r.stdout.strip().splitlines()[-1]
+    assert verdict.startswith(("go-live PASS", "go-live FAIL"))
+
+
+def test_check_exits_1_when_lead_does_not_cover_transfer(shadow_log: Path, tmp_path: Path) -> None:
+    # a decider config whose transfer weight makes every logged transfer last ~forever
+    cfg = tmp_path / "decider.yaml"
+    cfg.write_text("costs:\n  transfer_weight: 0.000001\n  promote_transfer_weight: 0.000001\n")
+    args = ["--decisions", str(shadow_log), "--trace", "bundled:conversation",
+            "--time-scale", str(LOAD), "--decider-config", str(cfg), "--json"]  # fmt: skip
+    r = run(*args, "--check")
+    s = json.loads(r.stdout)
+    if s["hits"]:
+        assert s["lead_covers_transfer_fraction"] == 0.0 and r.exit_code == 1
+    else:
+        assert s["go_live"]["pass"] is False and r.exit_code == 1
+    assert run(*args).exit_code == 0  # without --check the verdict is only reported
+
+
+def one_line_error(r: Any) -> str:
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    lines = [x for x in r.output.strip().splitlines() if x.strip()]
+    assert lines[0].startswith("error:")
+    return " ".join(r.output.split())
+
+
+def test_bad_inputs_fail_with_one_line_naming_the_file_or_column(
+    shadow_log: Path, tmp_path: Path
+) -> None:
+    trace = ["--trace", "bundled:conversation"]
+    missing = tmp_path / "nope.parquet"
+    assert "no such decision log" in one_line_error(run("--decisions", str(missing), *trace))
+    junk = tmp_path / "junk.parquet"
+    junk.write_text("{}")
+    assert "not a readable Parquet" in one_line_error(run("--decisions", str(junk), *trace))
+    table = pq.read_table(shadow_log)
+    dropped = tmp_path / "no_ttl.parquet"
+    pq.write_table(table.drop_columns(["ttl_ms"]), dropped)
+    msg = one_line_error(run("--decisions", str(dropped), *trace))
+    assert "no_ttl.parquet" in msg and "missing column 'ttl_ms'" in msg
+    msg = one_line_error(run("--decisions", str(shadow_log), *trace, "--clock-offset-ms", "1e12"))
+    assert "decisions.parquet" in msg and "--clock-offset-ms" in msg
+    msg = one_line_error(run("--decisions", str(shadow_log), "--trace", str(tmp_path / "x.jsonl")))
+    assert "x.jsonl" in msg
+    assert "--spread" in one_line_error(run("--decisions", str(shadow_log), *trace,
+                                            "--spread", "soon"))  # fmt: skip
+
+
+def test_help_lists_the_options() -> None:
+    r = runner.invoke(app, ["shadow-eval", "--help"])
+    assert r.exit_code == 0
+    for opt in ("--decisions", "--trace", "--clock-offset-ms", "--json", "--out", "--check"):
+        assert opt in r.output

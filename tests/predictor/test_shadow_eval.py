@@ -1,0 +1,219 @@
+"""Shadow evaluation on a hand-built decision log and trace whose hits, lead times, hidden
+transfer and waste are known by construction."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kvcast.features.traces import Trace
+from kvcast.features.traces.table import make_table
+from kvcast.predictor.shadow_eval import (
+    DecisionLogError,
+    ShadowConfig,
+    evaluate_shadow,
+    read_decisions,
+)
+from kvcast.serving.sidecar.decision_log import SCHEMA
+
+BLOCK = 100  # bytes per block in these logs
+
+
+def trace() -> Trace:
+    """Arrivals (trace ms): 1000 [1,2,3]; 5000 [1,2,4]; 20000 [7,8]; 40000 tenant b [9];
+    100000 [1] (the last arrival)."""
+    df = make_table(
+        arrival_ms=[1000.0, 5000.0, 20000.0, 40000.0, 100000.0],
+        input_tokens=[48, 48, 32, 16, 16],
+        output_tokens=[1] * 5,
+        block_hashes=[[1, 2, 3], [1, 2, 4], [7, 8], [9], [1]],
+        tenant=["a", "a", "a", "b", "a"],
+    )
+    return Trace(df, "hand", 16)
+
+
+def decision(
+    ts: float, chain: list[int], moved: int, *, kind: str = "replicate", tenant: str = "a",
+    ttl: float = 10_000.0, transfer: float = 100.0, saved: float = 0.0, p: float = 0.5,
+) -> dict[str, Any]:  # fmt: skip
+    nan = math.nan
+    return {
+        "ts_ms": ts, "decision_id": f"d{ts}", "tick": 0, "mode": "shadow", "kind": kind,
+        "source": 0, "target": 1, "source_name": "n0", "target_name": "n1", "tenant": tenant,
+        "block_hashes": chain, "blocks_moved": moved, "bytes": moved * BLOCK,
+        "p_blocks": [p] * len(chain), "p_hit": p if kind != "evict" else nan,
+        "saved_ms": saved, "transfer_ms": transfer, "congestion_ms": 0.0, "memory_ms": 0.0,
+        "reclaim_ms": 0.0, "holder_queue_ms": 0.0, "target_queue_ms": 0.0, "net_ms": 0.0,
+        "priority": 0, "ttl_ms": ttl, "deadline_ms": nan, "reason": "", "model": "m",
+    }  # fmt: skip
+
+
+# name -> decision; the comment says what it must be, and why
+LOG = {
+    # block 4 is used at 5000: hit, lead 3000, transfer 100 / 0.25 = 400, covered
+    "A": decision(2000.0, [1, 2, 4], 1, saved=50.0),
+    # the copy is blocks 2, 3; the request at 5000 uses block 2: hit, lead 3000, covered
+    "B": decision(2000.0, [1, 2, 3], 2, saved=70.0),
+    # [7, 8] is used at 20000, after the TTL (19000 + 500): miss
+    "C": decision(19000.0, [7, 8], 2, ttl=500.0, saved=1000.0),
+    # block 8 used 10 ms later; transfer 25 / 0.25 = 100: hit, hidden 10, not covered
+    "D": decision(19990.0, [7, 8], 1, transfer=25.0, saved=30.0),
+    # block 9 is used at 40000 by tenant b only: miss
+    "E": decision(39000.0, [9], 1, saved=1000.0),
+    # at 5000 exactly: the request at 5000 is not after it, and 4 is never used again: miss
+    "G": decision(5000.0, [1, 2, 4], 1, saved=1000.0),
+    # 95000 + 30000 runs past the last arrival: a censored miss
+    "H": decision(95000.0, [5], 1, ttl=30_000.0, saved=1000.0),
+    # a promotion of block 4 at 4000: hit, lead 1000, transfer 40 / 0.2 = 200, covered
+    "I": decision(4000.0, [1, 2, 4], 1, kind="promote", transfer=40.0, saved=20.0),
+    # evictions are set aside
+    "F": decision(3000.0, [1, 2], 2, kind="evict"),
+}
+JUDGED = ["A", "B", "C", "D", "E", "G", "H", "I"]  # the log's order without F
+
+
+def write_log(path: Path, rows: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    return write_log(tmp_path / "decisions.parquet", list(LOG.values()))
+
+
+def outcome(res: Any, name: str) -> dict[str, Any]:
+    return res.outcomes.iloc[JUDGED.index(name)].to_dict()
+
+
+def test_hit_needs_the_copys_first_block_used_after_the_decision_within_its_ttl(
+    log_path: Path,
+) -> None:
+    res = evaluate_shadow(read_decisions(log_path), trace())
+    hits = {n: bool(outcome(res, n)["hit"]) for n in JUDGED}
+    assert hits == {"A": True, "B": True, "C": False, "D": True, "E": False, "G": False,
+                    "H": False, "I": True}  # fmt: skip
+    assert res.summary["hits"] == 4 and res.summary["decisions"] == 8
+    assert res.summary["hit_rate"] == pytest.approx(0.5)
+
+
+def test_hit_needs_the_same_tenant_unless_the_log_has_none(tmp_path: Path) -> None:
+    other = write_log(tmp_path / "b.parquet", [decision(39000.0, [9], 1, tenant="b")])
+    anyone = write_log(tmp_path / "any.parquet", [decision(39000.0, [9], 1, tenant="")])
+    wrong = write_log(tmp_path / "a.parquet", [decision(39000.0, [9], 1, tenant="a")])
+    assert evaluate_shadow(read_decisions(other), trace()).summary["hits"] == 1
+    assert evaluate_shadow(read_decisions(anyone), trace()).summary["hits"] == 1
+    assert evaluate_shadow(read_decisions(wrong), trace()).summary["hits"] == 0
+
+
+def test_lead_hidden_transfer_and_cover_follow_the_definitions(log_path: Path) -> None:
+    res = evaluate_shadow(read_decisions(log_path), trace())
+    want = {"A": (3000.0, 400.0, 400.0, True), "B": (3000.0, 400.0, 400.0, True),
+            "D": (10.0, 100.0, 10.0, False), "I": (1000.0, 200.0, 200.0, True)}  # fmt: skip
+    for name, (lead, transfer, hidden, covered) in want.items():
+        o = outcome(res, name)
+        assert (o["lead_ms"], o["transfer_ms"], o["hidden_ms"], o["covered"]) == pytest.approx(
+            (lead, transfer, hidden, covered)
+        ), name
+    s = res.summary
+    assert s["mean_lead_time_ms"] == pytest.approx((3000 + 3000 + 10 + 1000) / 4)
+    assert s["transfer_hidden_ms"] == pytest.approx(400 + 400 + 10 + 200)
+    assert s["lead_covers_transfer_fraction"] == pytest.approx(0.75)
+    assert s["transfer_ms_source"] == "transfer_ms / transfer_weight"
+
+
+def test_wasted_bytes_are_the_bytes_of_decisions_never_hit(log_path: Path) -> None:
+    s = evaluate_shadow(read_decisions(log_path), trace()).summary
+    assert s["bytes_decided"] == BLOCK * (1 + 2 + 2 + 1 + 1 + 1 + 1 + 1)
+    assert s["bytes_wasted"] == BLOCK * (2 + 1 + 1 + 1)  # C, E, G, H
+    assert s["wasted_fraction"] == pytest.approx(5 / 10)
+
+
+def test_ttft_saved_sums_the_hits_logged_saved_ms(log_path: Path) -> None:
+    s = evaluate_shadow(read_decisions(log_path), trace()).summary
+    assert s["ttft_saved_ms"] == pytest.approx(50 + 70 + 30 + 20)
+    expected = 0.5 * (50 + 70 + 1000 + 30 + 1000 + 1000 + 1000 + 20)
+    assert s["ttft_saved_expected_ms"] == pytest.approx(expected)
+
+
+def test_evictions_are_set_aside_and_censored_misses_counted(log_path: Path) -> None:
+    res = evaluate_shadow(read_decisions(log_path), trace())
+    assert res.summary["evictions"] == 1
+    assert res.summary["by_kind"] == {"replicate": 7, "promote": 1}
+    assert [n for n in JUDGED if outcome(res, n)["censored"]] == ["H"]
+
+
+def test_go_live_passes_only_when_enough_hits_have_lead_covering_transfer(
+    log_path: Path,
+) -> None:
+    log = read_decisions(log_path)
+    assert (
+        evaluate_shadow(log, trace(), ShadowConfig(min_covered=0.9)).summary["go_live"]["pass"]
+        is False
+    )
+    assert (
+        evaluate_shadow(log, trace(), ShadowConfig(min_covered=0.75)).summary["go_live"]["pass"]
+        is True
+    )
+    none = read_decisions(write_log(log_path.with_name("none.parquet"), [LOG["C"]]))
+    s = evaluate_shadow(none, trace(), ShadowConfig(min_covered=0.0)).summary
+    assert s["hits"] == 0 and s["go_live"]["pass"] is False  # no hit proves nothing
+
+
+def test_transfer_weight_and_eta_column_set_the_transfer_time(tmp_path: Path) -> None:
+    rows = [LOG["D"]]
+    log = read_decisions(write_log(tmp_path / "d.parquet", rows))
+    s = evaluate_shadow(log, trace(), ShadowConfig(transfer_weight=2.5)).summary
+    assert s["mean_transfer_ms_of_hits"] == pytest.approx(10.0)  # 25 / 2.5: now covered
+    assert s["lead_covers_transfer_fraction"] == 1.0
+    schema = SCHEMA.append(pa.field("eta_ms", pa.float64()))
+    eta = read_decisions(write_log(tmp_path / "eta.parquet", [{**LOG["D"], "eta_ms": 7.0}], schema))
+    s = evaluate_shadow(eta, trace()).summary
+    assert s["transfer_ms_source"] == "eta_ms" and s["mean_transfer_ms_of_hits"] == 7.0
+
+
+def test_clock_offset_maps_the_logs_clock_onto_the_trace(tmp_path: Path) -> None:
+    offset = 1.7e12  # a live sidecar logs unix milliseconds
+    shifted = [{**r, "ts_ms": r["ts_ms"] + offset} for r in LOG.values()]
+    log = read_decisions(write_log(tmp_path / "live.parquet", shifted))
+    s = evaluate_shadow(log, trace(), ShadowConfig(clock_offset_ms=offset)).summary
+    assert s["hits"] == 4 and s["mean_lead_time_ms"] == pytest.approx(1752.5)
+    with pytest.raises(DecisionLogError, match="--clock-offset-ms"):
+        evaluate_shadow(log, trace())
+
+
+KIND_INT = SCHEMA.set(SCHEMA.get_field_index("kind"), pa.field("kind", pa.int32()))
+NO_TTL = SCHEMA.remove(SCHEMA.get_field_index("ttl_ms"))
+
+
+@pytest.mark.parametrize(
+    ("schema", "change", "message"),
+    [
+        (NO_TTL, {}, "missing column 'ttl_ms'"),
+        (KIND_INT, {"kind": 1}, "column 'kind' is int32, expected string"),
+        (SCHEMA, {"blocks_moved": 4}, "row 0: column 'blocks_moved' = 4 exceeds the number"),
+        (SCHEMA, {"ttl_ms": 0.0}, "row 0: column 'ttl_ms' = 0.0 must be > 0"),
+        (SCHEMA, {"ts_ms": math.nan}, "row 0: column 'ts_ms' = nan is not a finite time"),
+    ],
+)
+def test_bad_log_names_the_file_and_the_column(
+    tmp_path: Path, schema: pa.Schema, change: dict[str, Any], message: str
+) -> None:
+    path = write_log(tmp_path / "bad.parquet", [{**LOG["A"], **change}], schema)
+    with pytest.raises(DecisionLogError) as err:
+        read_decisions(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value)
+
+
+def test_missing_or_unreadable_log_is_refused_with_its_path(tmp_path: Path) -> None:
+    with pytest.raises(DecisionLogError, match="no such decision log"):
+        read_decisions(tmp_path / "nope.parquet")
+    junk = tmp_path / "junk.parquet"
+    junk.write_text("not parquet")
+    with pytest.raises(DecisionLogError, match=f"{junk}: not a readable Parquet"):
+        read_decisions(junk)
