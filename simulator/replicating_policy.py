@@ -47,6 +47,10 @@ class DeciderReplicator:
         self.speculative_quota_bytes = int(cfg.budgets.speculative_quota_gib * GIB)
         self.decider = Decider(cfg)
         self._view: SimulatorView | None = None
+        self.last_scored: tuple[ChainCandidates, np.ndarray] = (
+            ChainCandidates.build([]),
+            np.zeros(0),
+        )
 
     def start(self, sim: Simulator) -> None:
         """A new run: fresh ledger, fresh cluster adapter with its own probe router."""
@@ -66,6 +70,7 @@ class DeciderReplicator:
         assert self._view is not None
         cands = self.candidates(now_ms, sim)
         probs = self.probabilities(now_ms, cands, sim) if len(cands) else np.zeros(0)
+        self.last_scored = (cands, probs)  # what this tick decided from (the shadow log's)
         return self.decider.decide(cands, probs, self._view.view())
 
     def candidates(self, now_ms: float, sim: Simulator) -> ChainCandidates:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ from kvcast.cli.common import (
 )
 from kvcast.cli.summary_table import summary_table
 from kvcast.config import parse_config, with_overrides
-from kvcast.features.traces import TRACE_FORMATS
+from kvcast.features.traces import TRACE_FORMATS, Trace
 from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
 from kvcast.simulator.config import SimConfig, SLOConfig, load_sim_config
 from kvcast.simulator.engine import simulate as run_simulation
@@ -80,6 +80,15 @@ def simulate_cmd(
     skip_bad: SkipBadOpt = False,
     decider_config: DeciderOpt = None,
     model: ModelOpt = None,
+    shadow_log: Annotated[
+        Path | None,
+        typer.Option(
+            "--shadow-log",
+            help="Shadow mode (replicating policies): decide on every tick, act on nothing, "
+            "and write each decision to this Parquet file (the sidecar's decision log, read "
+            "by kvcast shadow-eval).",
+        ),
+    ] = None,
 ) -> None:
     """Replay a trace under one routing policy; write summary.json and requests.parquet."""
     parse_floats(str(time_scale), "--time-scale")
@@ -89,15 +98,52 @@ def simulate_cmd(
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
+    pol = make_policy(policy, cfg, decider, models)
+    log, replicator = None, None
+    if shadow_log is not None:
+        log, replicator = shadow_logger(pol, shadow_log, cfg, tr)
     with progress_bar(len(tr), f"simulate {policy}") as update:
-        pol = make_policy(policy, cfg, decider, models)
-        res = run_simulation(tr, cfg, pol, time_scale=time_scale, progress=update)
+        res = run_simulation(
+            tr, cfg, pol, time_scale=time_scale, progress=update, replicator=replicator
+        )
+    if log is not None:
+        log.close()
+        out_console.print(f"shadow mode: {replicator.decisions} decisions in {log.path}")
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "summary.json", res.summary)
     res.requests.to_parquet(out / "requests.parquet", index=False)
     res.timeline.to_parquet(out / "timeline.parquet", index=False)
     out_console.print(summary_table([res.summary], f"{tr.name}: {len(tr)} requests"))
     out_console.print(f"wrote {out}/summary.json, requests.parquet, timeline.parquet")
+
+
+def shadow_logger(pol: object, path: Path, cfg: SimConfig, trace: Trace) -> tuple[Any, Any]:
+    """A decision log at ``path`` and the shadow replicator that fills it."""
+    from kvcast.serving.sidecar.decision_log import DecisionLog
+    from kvcast.serving.sidecar.decisions import make_decision
+    from kvcast.simulator.replicating_policy import ReplicatingPolicy
+    from kvcast.simulator.shadow import ShadowReplicator
+
+    if not isinstance(pol, ReplicatingPolicy):
+        raise ValueError(
+            f"--shadow-log: {getattr(pol, 'name', pol)!r} does not replicate; use oracle or "
+            "a predictive_* policy"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = tuple(f"node{i}" for i in range(cfg.nodes))
+    log = DecisionLog(path, names, rows_per_chunk=4096, flush_s=1e9)
+    block_bytes = cfg.block_bytes(cfg.block_tokens or trace.block_size)
+
+    def sink(now: float, tick: int, commands: list[Any], cands: Any, probs: Any) -> None:
+        log.add([
+            make_decision(
+                cmd, ident=f"sim-{tick}-{i}", tick=tick, now_ms=now, mode="shadow",
+                block_bytes=block_bytes, cands=cands, probs=probs, model=pol.name,
+            )
+            for i, cmd in enumerate(commands)
+        ])  # fmt: skip
+
+    return log, ShadowReplicator(pol, sink)
 
 
 def run_evaluation(
