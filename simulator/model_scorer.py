@@ -12,13 +12,19 @@ The model comes from an ONNX path or an MLflow URI (:func:`make_model_policy`'s 
 without one, ``models:/kvcast-<kind>@champion`` in the local MLflow store. The model's own
 feature config is used, with the cluster facts (nodes, block size, LLM, prefill) taken from
 the simulator, and its feature spec must equal the one the state produces, or the policy is
-refused with the features that differ. Sequence models (``predictive_tcn``) need a history of
-rows per block at the training tick period; that is not built yet and they are refused with
-:class:`NotImplementedError` (README roadmap).
+refused with the features that differ.
+
+Sequence models (``predictive_tcn``) score a window of ``L`` rows per block. Training builds
+it from the block's rows at the feature ticks (every ``ticks.period_ms``, the candidates of
+each tick), oldest first, edge-padded (:mod:`kvcast.predictor.windows`). Online the same
+history is kept: just before the first event past a feature tick, the rows of that tick's
+candidates are appended to each block's history (the last ``L - 1`` are kept); a decision
+tick's window is that history plus the block's row at the decision time, edge-padded.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from functools import lru_cache
 from itertools import chain
@@ -65,22 +71,64 @@ class ModelScorer:
     """Probabilities from an ONNX model over the rows of a :class:`FeatureState`."""
 
     def __init__(self, scorer: OnnxScorer) -> None:
-        if scorer.window > 0:
-            raise NotImplementedError(
-                f"model kind {scorer.kind!r} scores windows of {scorer.window} rows per block; "
-                "the simulator feeds flat rows only (predictive_tcn is on the README roadmap)"
-            )
         self.scorer = scorer
         self.state: FeatureState | None = None
+        self.history: dict[int, deque[np.ndarray]] = {}
         self._sim: Simulator | None = None
 
     def observer_for(self, sim: Simulator) -> Callable[[Event], None]:
         """A fresh feature state for the run ``sim``; returns what feeds it."""
         fcfg = feature_config_for(sim.cfg, sim.trace, model_feature_config(self.scorer))
         build_spec(fcfg).require_equal(self.scorer.spec)
-        self.state = FeatureState(fcfg)
+        self.state = state = FeatureState(fcfg)
+        self.history = {}
         self._sim = sim
-        return self.state.update
+        if self.scorer.window == 0:
+            return state.update
+        period, keep = fcfg.ticks.period_ms, self.scorer.window - 1
+        next_tick = fcfg.ticks.start_ms
+
+        def observe(ev: Event) -> None:
+            nonlocal next_tick
+            if next_tick is None:
+                next_tick = ev.ts_ms
+            while ev.ts_ms > next_tick:
+                self._snapshot(next_tick, keep)
+                next_tick += period
+            state.update(ev)
+
+        return observe
+
+    def _snapshot(self, tick_ms: float, keep: int) -> None:
+        """Append every candidate's row at ``tick_ms`` to its history (the training rule)."""
+        assert self.state is not None
+        blocks = self.state.candidates(tick_ms)
+        if keep < 1 or not blocks:
+            return
+        rows = self.state.rows(tick_ms, blocks)
+        history = self.history
+        for b, row in zip(blocks, rows, strict=True):
+            h = history.get(b)
+            if h is None:
+                h = history[b] = deque(maxlen=keep)
+            h.append(row)
+        if len(history) > 4 * len(blocks) + 1024:  # bounded: forget blocks no longer candidates
+            live = set(blocks)
+            for b in [b for b in history if b not in live]:
+                del history[b]
+
+    def _windows(self, blocks: list[int], rows: np.ndarray) -> np.ndarray:
+        """``[n, L, F]``: each block's history then its current row, edge-padded."""
+        n, f = rows.shape
+        length = self.scorer.window
+        out = np.empty((n, length, f), dtype=np.float32)
+        for i, b in enumerate(blocks):
+            past = list(self.history.get(b, ()))[-(length - 1) :] if length > 1 else []
+            seq = [*past, rows[i]]
+            pad = length - len(seq)
+            out[i, pad:] = seq
+            out[i, :pad] = seq[0]
+        return out
 
     def score(self, now_ms: float, candidates: ChainCandidates, sim: Simulator) -> np.ndarray:
         if self.state is None or self._sim is not sim:
@@ -90,7 +138,9 @@ class ModelScorer:
             return np.zeros(0)
         blocks = list(dict.fromkeys(flat))  # distinct, first-seen order
         position = {b: i for i, b in enumerate(blocks)}
-        p = np.asarray(self.scorer.score(self.state.rows(now_ms, blocks)), dtype=float)
+        rows = self.state.rows(now_ms, blocks)
+        x = self._windows(blocks, rows) if self.scorer.window > 0 else rows
+        p = np.asarray(self.scorer.score(x), dtype=float)
         return p[np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=len(flat))]
 
 

@@ -98,6 +98,55 @@ def test_a_model_of_another_kind_is_refused_with_both_kinds_named(lgbm_model: Pa
 
 def test_a_missing_model_file_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no such model file"):
-        make_policy(
-            "predictive_lgbm", SimConfig(), None, {"lgbm": str(tmp_path / "absent.onnx")}
-        )
+        make_policy("predictive_lgbm", SimConfig(), None, {"lgbm": str(tmp_path / "absent.onnx")})
+
+
+@pytest.fixture(scope="module")
+def tcn_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tcn")
+    cfg = TrainConfig.model_validate(
+        {
+            "data": {"trace": "bundled:conversation", "negative_keep": 1.0},
+            "model": {"kind": "tcn", "window": 3, "channels": 4, "epochs": 1,
+                      "batch_size": 256, "max_train_windows": 2000},
+            "tracking": {"enabled": False},
+            "out_dir": str(out),
+        }
+    )  # fmt: skip
+    return run_training(cfg).model_path
+
+
+def test_a_sequence_model_scores_each_block_over_its_feature_tick_history(
+    tcn_model: Path, bundled_head: Trace
+) -> None:
+    cfg = SimConfig()
+    policy = make_policy("predictive_tcn", cfg, DeciderConfig(), {"tcn": str(tcn_model)})
+    events: list[Event] = []
+    sim = Simulator(bundled_head, cfg, policy, observers=[events.append])
+    res = sim.run()
+    assert res.summary["peak_speculative_bytes_over_quota"] == 0
+    scorer = policy.inner.scorer  # type: ignore[attr-defined]
+    assert scorer.scorer.window == 3 and scorer.history
+    # the history kept online is the rows of the offline rule: every candidate of every
+    # feature tick, from a state that has seen exactly the events up to that tick
+    fcfg = scorer.state.cfg
+    replay = FeatureState(fcfg)
+    period, tick = fcfg.ticks.period_ms, events[0].ts_ms
+    expected: dict[int, list[np.ndarray]] = {}
+    i = 0
+    last_ts = max(e.ts_ms for e in events)
+    while tick < last_ts:
+        while i < len(events) and events[i].ts_ms <= tick:
+            replay.update(events[i])
+            i += 1
+        blocks = replay.candidates(tick)
+        if blocks:
+            for b, row in zip(blocks, replay.rows(tick, blocks), strict=True):
+                expected.setdefault(b, []).append(row)
+        tick += period
+    checked = 0
+    for b, h in scorer.history.items():
+        want = expected[b][-len(h) :]
+        np.testing.assert_array_equal(np.array(list(h)), np.array(want))
+        checked += 1
+    assert checked > 0
