@@ -272,7 +272,7 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
         c0, w0, inp = timed(lambda t=t: snapshot(keeper, t, 512))
         c1, w1, probs = timed(lambda inp=inp: scorer.score(inp.rows)[inp.where])
         c2, w2, cmds = timed(lambda inp=inp, p=probs, t=t: Decider().decide(
-            inp.cands, p, view.view(t, inp.hbm, {}, inp.removals)))  # fmt: skip
+            inp.cands, p, view.view(t, inp.hbm, {}, inp.removals), inp.holders))  # fmt: skip
         blocks = len(inp.blocks)
         parts["snapshot"].append(c0)
         parts["features"].append(inp.features_s)
@@ -282,7 +282,7 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
         walls.append(w0 + w1 + w2)
         made.append(len(cmds))
         c3, _, _ = timed(lambda inp=inp, p=probs, t=t: steady.decide(
-            inp.cands, p, view.view(t, inp.hbm, {}, inp.removals)))  # fmt: skip
+            inp.cands, p, view.view(t, inp.hbm, {}, inp.removals), inp.holders))  # fmt: skip
         parts["steady"].append(c0 + c1 + c3)
 
         def recency_tick(t: float = t, inp: TickInput = inp) -> None:
@@ -290,7 +290,9 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
             age = np.array([t - last_use.get(b, -np.inf) for c in cands.chains for b in c])
             gpu = keeper.state.residency.masks(inp.blocks)[0]
             hbm = {b: m for b, m in zip(inp.blocks, gpu, strict=True) if m}
-            Decider().decide(cands, np.exp(-age / 30_000.0), view.view(t, hbm, {}, inp.removals))
+            holders = np.asarray(gpu, dtype=np.int64)[inp.where]
+            p = np.exp(-age / 30_000.0)
+            Decider().decide(cands, p, view.view(t, hbm, {}, inp.removals), holders)
 
         parts["base"].append(timed(recency_tick)[0])
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from kvcast.predictor.decider_config import BudgetConfig
 
 
@@ -38,6 +40,8 @@ class BudgetLedger:
         self.replicas: dict[tuple[int, int], float] = {}  # (node, block) -> expiry
         self.pending: dict[int, int] = {}  # block -> bitmask of nodes it is on its way to
         self._copies: dict[int, int] = {}  # block -> live replicas of it the ledger placed
+        self._to: dict[int, int] = {}  # node -> bytes in flight to it
+        self._to_array: np.ndarray | None = None  # the same as an array (None: stale)
 
     # -- time ----------------------------------------------------------------------------------
     def settle(self, now: float) -> None:
@@ -45,7 +49,10 @@ class BudgetLedger:
         if any(t.done_ms <= now for t in self.in_flight):
             self.in_flight = [t for t in self.in_flight if t.done_ms > now]
             self.pending = {}
+            self._to = {}
+            self._to_array = None
             for t in self.in_flight:
+                self._to[t.target] = self._to.get(t.target, 0) + t.nbytes
                 bit = 1 << t.target
                 for b in t.blocks:
                     self.pending[b] = self.pending.get(b, 0) | bit
@@ -80,24 +87,37 @@ class BudgetLedger:
 
     # -- budgets -------------------------------------------------------------------------------
     def in_flight_bytes(self, node: int) -> int:
-        return sum(t.nbytes for t in self.in_flight if t.target == node)
+        return self._to.get(node, 0)
+
+    def in_flight_to(self, n: int) -> np.ndarray:
+        """[n] bytes in flight to each node (the same array until a transfer starts or lands;
+        read only)."""
+        out = self._to_array
+        if out is None or len(out) != n:
+            out = np.zeros(n)
+            for node, nbytes in self._to.items():
+                if node < n:
+                    out[node] = nbytes
+            self._to_array = out
+        return out
 
     def refusal(self, source: int, target: int, nbytes: int, quota_room: float) -> str | None:
         """Why a transfer of ``nbytes`` may not start now, or None if every budget admits it.
 
-        ``quota_room``: the target's quota minus its resident speculative bytes.
+        ``quota_room``: the target's quota minus its resident speculative bytes. A budget
+        that is not a number (NaN) admits nothing.
         """
         cfg = self.cfg
         if len(self.in_flight) >= cfg.max_in_flight:
             return "in_flight"
-        if self.in_flight_bytes(target) + nbytes > quota_room:
+        if not self.in_flight_bytes(target) + nbytes <= quota_room:
             return "quota"
         if source == target:
             return None
         link = cfg.link_bytes()
-        if self._level("out", source, link) <= 0 or self._level("in", target, link) <= 0:
+        if not (self._level("out", source, link) > 0 and self._level("in", target, link) > 0):
             return "link_bandwidth"
-        if self._level("all", -1, cfg.global_bytes()) <= 0:
+        if not self._level("all", -1, cfg.global_bytes()) > 0:
             return "global_bandwidth"
         return None
 
@@ -106,6 +126,8 @@ class BudgetLedger:
 
     def record(self, t: Transfer, expiry_ms: float) -> None:
         self.in_flight.append(t)
+        self._to[t.target] = self._to.get(t.target, 0) + t.nbytes
+        self._to_array = None
         if t.source != t.target:
             cfg = self.cfg
             for kind, node, cap in (

@@ -1,19 +1,26 @@
-"""One candidate chain as the decider reasons about it: where its prefix already lives.
+"""Candidate chains as the decider reasons about them: where each prefix already lives.
 
 A child block is useless on a node without its parents, so everything here is per prefix:
 ``held[n]`` is the length of the longest prefix of the chain node n holds, and the chain's
 probabilities are made non-increasing with depth (a request that uses block i uses every
-block before it, so ``P(i) <= P(i-1)``; a scorer's raw output is clipped to that).
+block before it, so ``P(i) <= P(i-1)``; a scorer's raw output is clipped to that). A
+probability that is not a number (NaN) counts as 0, one above 1 as 1.
+
+:func:`build_plans` weighs every candidate at once in numpy (:class:`PlanBatch`: one row per
+chain kept); the decider makes a :class:`ChainPlan` only for the few chains it acts on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 import numpy as np
 
 from kvcast.predictor.cluster_view import ChainCandidates, ClusterView
+
+MAX_MASK_NODES = 62  # node bitmasks as int64 (the arrays); beyond, per chain in Python
 
 
 def prefix_lengths(
@@ -80,6 +87,66 @@ class ChainPlan:
         return view.prefill.span_ms(0, depth * bt) * float(self.p[depth - 1]) * self.life_ms
 
 
+@dataclass(frozen=True)
+class PlanBatch:
+    """The chains kept by :func:`build_plans`, one row each (chain order kept)."""
+
+    cands: ChainCandidates
+    index: np.ndarray  # [P] the chain's index among the candidates
+    lens: np.ndarray  # [P] blocks in the chain
+    held: np.ndarray  # [P, n] per node, prefix length in HBM or on its way
+    p: np.ndarray  # [P, L] effective P per depth (beyond a chain's length: its last value)
+    time_left_ms: np.ndarray  # [P]
+    known: np.ndarray  # [P] bool: the first use is predicted
+    tail_tokens: np.ndarray  # [P]
+    life_ms: np.ndarray  # [P]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def depth(self) -> np.ndarray:
+        """[P] the deepest prefix any node holds (or is being sent)."""
+        return self.held.max(axis=1, initial=0)
+
+    @property
+    def p_request(self) -> np.ndarray:
+        """[P] probability that the whole chain is used."""
+        return self.p[np.arange(len(self)), self.lens - 1]
+
+    def priority(self, view: ClusterView) -> np.ndarray:
+        """[P] :meth:`ChainPlan.priority` of every chain (0 where no node holds its root)."""
+        depth = self.depth
+        e = (depth * view.block_tokens).astype(float)
+        pf = view.prefill
+        span = pf.b_ms_per_token * e + pf.c_ms_per_token2 * (e * e)
+        p = self.p[np.arange(len(self)), np.maximum(depth - 1, 0)]
+        with np.errstate(invalid="ignore"):
+            out = np.where(depth > 0, span * p * self.life_ms, 0.0)
+        return np.where(np.isnan(out), -np.inf, out)  # 0 x -inf life: last
+
+    def plan(self, j: int) -> ChainPlan:
+        """Row ``j`` as a :class:`ChainPlan`."""
+        c = self.cands
+        i, size = int(self.index[j]), int(self.lens[j])
+        return ChainPlan(
+            i,
+            c.chains[i],
+            self.p[j, :size],
+            self.held[j].tolist(),
+            c.tenants[i] if c.tenants else "default",
+            int(c.public_blocks[i]) if len(c.public_blocks) else 0,
+            float(self.time_left_ms[j]),
+            bool(self.known[j]),
+            int(self.tail_tokens[j]),
+            float(self.life_ms[j]),
+        )
+
+
+def _per_chain(values: np.ndarray, k: int, fill: float) -> np.ndarray:
+    return values if len(values) else np.full(k, fill)
+
+
 def build_plans(
     cands: ChainCandidates,
     probs: np.ndarray,
@@ -89,40 +156,86 @@ def build_plans(
     window_ms: float,
     min_p: float,
     known_within_ms: float = float("inf"),
-) -> list[ChainPlan]:
-    """One plan per chain whose root is likely enough; probabilities clipped to [0, 1].
+    holders: np.ndarray | None = None,
+) -> PlanBatch:
+    """Every chain whose root is likely enough, with its placement and probabilities.
 
     Chains whose first use is known to be further than ``known_within_ms`` away are left
-    for a later tick (nothing would be decided or forecast for them now)."""
-    probs = np.clip(np.asarray(probs, dtype=float), 0.0, 1.0)
+    for a later tick (nothing would be decided or forecast for them now). ``holders``: per
+    block of the concatenated chains, its ``view.hbm`` bitmask, when the caller has them."""
+    probs = np.asarray(probs, dtype=float)
     if len(probs) != cands.total_blocks:
         raise ValueError(f"{len(probs)} probabilities for {cands.total_blocks} candidate blocks")
-    offsets = cands.offsets
-    now = view.now_ms
-    plans = []
-    for i, chain in enumerate(cands.chains):
-        if not chain:
-            continue
-        first = float(cands.first_use_ms[i]) if len(cands.first_use_ms) else float("nan")
-        if first - now > known_within_ms:
-            continue
-        p = np.minimum.accumulate(probs[offsets[i] : offsets[i + 1]])
-        if p[0] < min_p:
-            continue
-        known = not np.isnan(first)
-        life = float(cands.life_ms[i]) if len(cands.life_ms) else float("nan")
-        plans.append(
-            ChainPlan(
-                i,
-                chain,
-                p,
-                prefix_lengths(chain, view.n, view.hbm, pending),
-                cands.tenants[i] if cands.tenants else "default",
-                int(cands.public_blocks[i]) if len(cands.public_blocks) else 0,
-                first - now if known else window_ms,
-                known,
-                int(cands.tail_tokens[i]) if len(cands.tail_tokens) else 0,
-                window_ms if np.isnan(life) else min(life, window_ms),
-            )
-        )
-    return plans
+    probs = np.fmin(np.fmax(probs, 0.0), 1.0)  # NaN: 0
+    k, n, now = len(cands), view.n, view.now_ms
+    lens = np.fromiter(map(len, cands.chains), np.int64, k)
+    first = _per_chain(np.asarray(cands.first_use_ms, dtype=float), k, np.nan)
+    with np.errstate(invalid="ignore"):
+        keep = (lens > 0) & ~(first - now > known_within_ms)
+    starts = np.zeros(k, np.int64)
+    np.cumsum(lens[:-1], out=starts[1:])
+    longest = int(lens.max(initial=0))
+    # [k, L + 1]: each chain's flat positions, then the sentinel (position total_blocks)
+    at = starts[:, None] + np.arange(longest + 1)
+    at = np.where(np.arange(longest + 1) < lens[:, None], at, len(probs))
+    p = np.minimum.accumulate(np.append(probs, 1.0)[at[:, :longest]], axis=1)
+    if longest:
+        keep &= ~(p[:, 0] < min_p)
+    rows = np.flatnonzero(keep)
+    at, p, lens, first = at[rows], p[rows], lens[rows], first[rows]
+    held = _held(cands, rows, at, n, view.hbm, pending, holders)
+    known = ~np.isnan(first)
+    life = _per_chain(np.asarray(cands.life_ms, dtype=float), k, np.nan)[rows]
+    tail = _per_chain(np.asarray(cands.tail_tokens, dtype=np.int64), k, 0)[rows]
+    return PlanBatch(
+        cands,
+        rows,
+        lens,
+        held,
+        p,
+        np.where(known, first - now, window_ms),
+        known,
+        tail,
+        np.where(np.isnan(life), window_ms, np.minimum(life, window_ms)),
+    )
+
+
+def _held(
+    cands: ChainCandidates,
+    rows: np.ndarray,
+    at: np.ndarray,
+    n: int,
+    hbm: Mapping[int, int],
+    pending: Mapping[int, int],
+    holders: np.ndarray | None,
+) -> np.ndarray:
+    """[len(rows), n]: :func:`prefix_lengths` of the chains ``rows`` (``at``: their flat
+    positions, then a sentinel)."""
+    if n > MAX_MASK_NODES:
+        chains = cands.chains
+        out = [prefix_lengths(chains[i], n, hbm, pending) for i in rows.tolist()]
+        return np.array(out, dtype=np.int64).reshape(len(rows), n)
+    total = cands.total_blocks
+    alive = (1 << n) - 1
+    masks = np.zeros(total + 1, np.int64)  # the sentinel: held by none
+    flat: list[int] = []
+    if holders is not None:
+        masks[:total] = np.asarray(holders, dtype=np.int64) & alive
+    else:
+        flat = list(chain.from_iterable(cands.chains))
+        masks[:total] = _masks(hbm, flat, alive)
+    if pending:
+        flat = flat or list(chain.from_iterable(cands.chains))
+        masks[:total] |= _masks(pending, flat, alive)
+    bits = (masks[at][:, :, None] >> np.arange(n)) & 1  # [P, L + 1, n]
+    return bits.argmin(axis=1)  # the first block a node lacks (the sentinel at worst)
+
+
+def _masks(holders: Mapping[int, int], flat: list[int], alive: int) -> np.ndarray:
+    """Each block's node bitmask, limited to the nodes ``alive`` (C-level unless a mask has
+    bits beyond 63)."""
+    try:
+        out = np.fromiter(map(holders.get, flat, repeat(0)), np.int64, len(flat))
+    except OverflowError:
+        out = np.fromiter((m & alive for m in map(holders.get, flat, repeat(0))), np.int64)
+    return out & alive

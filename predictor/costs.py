@@ -39,6 +39,7 @@ tenant.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,7 @@ import numpy as np
 from kvcast.predictor.chains import ChainPlan
 from kvcast.predictor.cluster_view import ClusterView
 from kvcast.predictor.commands import DecisionReason
+from kvcast.predictor.copy_terms import CopyTerms, TickTerms, copy_terms
 from kvcast.predictor.decider_config import GIB, DeciderConfig
 
 
@@ -66,6 +68,9 @@ class Option:
         return self.reason.net_ms
 
 
+ZERO = np.zeros(())  # a term that is 0 for every target and cut
+
+
 def replication_option(
     plan: ChainPlan,
     view: ClusterView,
@@ -75,94 +80,119 @@ def replication_option(
     queue: np.ndarray,
     hot: np.ndarray,
     in_flight_bytes: np.ndarray,
+    terms: TickTerms | None = None,
+    copy: tuple[CopyTerms, int] | None = None,
 ) -> Option | None:
     """The best (target, cut) for copying this chain, over every node and depth, or None.
 
     ``real``: per node, the prefix it holds in HBM now (sources hold the deepest);
     ``plan.held`` also counts replicas on their way. Vectorised: rows are target nodes,
-    columns the depth ``end`` the copy would reach.
+    columns the depth ``end`` the copy would reach. ``copy``: the chain's row of terms
+    computed for this placement by :func:`~kvcast.predictor.copy_terms.copy_terms` (else
+    computed here).
     """
-    depth = max(real)
-    if depth == 0:
+    if terms is None:
+        terms = TickTerms.of(view, cfg)
+    if copy is None:
+        copy = (_copy_terms(plan, view, cfg, terms, real), 0)
+    ct, i = copy
+    k = int(ct.cuts[i])
+    if k == 0 or not ct.any_ok[i]:  # no cut and target admissible whatever the queues
         return None
-    c, links, pf = cfg.costs, view.links, view.prefill
-    n, bb, bt = view.n, view.block_bytes, view.block_tokens
-    nodes = np.arange(n)
-    held = np.asarray(plan.held)
-    lo = int(held.min()) + 1
-    if lo > depth:
-        return None
-    ends = np.arange(lo, depth + 1)
-    if len(ends) > c.max_cuts:  # a coarse grid of cuts (always the whole chain), for speed
-        ends = np.unique(np.linspace(lo, depth, c.max_cuts).round().astype(np.int64))
-    sources = np.flatnonzero(np.asarray(real) == depth)
-    full = np.maximum(depth - held, 0) * bb
-    eta = links.backlog_ms[sources] + links.latency_ms[sources] + full / links.bytes_per_ms[sources]
-    src = sources[np.argmin(eta, axis=0)]  # per target, the fastest source
-    backlog = links.backlog_ms[src, nodes][:, None]
-    nblk = ends[None, :] - held[:, None]
-    valid = nblk > 0
-    bw = links.bytes_per_ms[src, nodes][:, None]
-    wire = links.latency_ms[src, nodes][:, None] + nblk * bb / bw
-    transfer = backlog + wire
-    te, th = (ends * bt)[None, :], (held * bt)[:, None]
-    recompute = pf.b_ms_per_token * (te - th) + pf.c_ms_per_token2 * (te**2 - th**2)
-    fetch = np.where(valid, recompute, 0.0)
-    if view.reactive_pull:  # the router would pull the missing blocks on the critical path
-        fetch = np.minimum(fetch, np.where(valid, wire, 0.0))
-    tokens = len(plan.blocks) * bt + plan.tail_tokens
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return _best(plan, view, cfg, ct, i, k, queue, hot, in_flight_bytes, terms)
+
+
+def _copy_terms(
+    plan: ChainPlan, view: ClusterView, cfg: DeciderConfig, terms: TickTerms, real: list[int]
+) -> CopyTerms:
+    return copy_terms(
+        view,
+        cfg,
+        terms,
+        held=np.asarray([plan.held]),
+        real=np.asarray([real]),
+        p=plan.p[None, :],
+        lens=np.array([len(plan.blocks)]),
+        tail_tokens=np.array([plan.tail_tokens]),
+        tenants=[plan.tenant],
+        public_blocks=np.array([plan.public_blocks]),
+        time_left_ms=np.array([plan.time_left_ms]),
+        known=np.array([plan.known_first_use]),
+    )
+
+
+def _best(
+    plan: ChainPlan,
+    view: ClusterView,
+    cfg: DeciderConfig,
+    ct: CopyTerms,
+    i: int,
+    k: int,
+    queue: np.ndarray,
+    hot: np.ndarray,
+    in_flight_bytes: np.ndarray,
+    terms: TickTerms,
+) -> Option | None:
+    """The inequality and the gates over targets x cuts (``ct`` holds what the tick's state
+    does not change; the arithmetic is the one of the module doc, term by term)."""
+    c, bb = cfg.costs, view.block_bytes
+    fetch, nblk = ct.fetch[i, :, :k], ct.nblk_f[i, :, :k]
+    qcol = queue[:, None]
+    tokens = int(ct.tokens[i])
     if view.would_route is not None:  # where the router would send it without the copy
         home = view.would_route(plan.blocks, tokens, plan.held)
         without = queue[home] + fetch[home]
     else:  # a router that picks the least TTFT
-        without = (queue[:, None] + fetch).min(axis=0)
-    saved = np.clip(without[None, :] - queue[:, None], 0.0, None)
-    p_hit = plan.p[ends - 1][None, :]
-    free_now = np.clip((view.free_bytes - in_flight_bytes) / bb, 0.0, None)[:, None]
-    if view.evict_blocks_per_ms is not None:
-        until_use = plan.time_left_ms + queue
-        evictions = (view.evict_blocks_per_ms * until_use)[:, None]
-        excess = np.clip(evictions - np.clip(free_now - nblk, 0.0, None), 0.0, None)
-        p = p_hit * np.exp(-excess)
+        without = np.minimum.reduce(fetch + qcol, axis=0)
+    saved = without - qcol
+    np.maximum(saved, 0.0, out=saved)
+    free_now, room, least = terms.memory(in_flight_bytes, hot, bb, c.safety_margin_gib * GIB)
+    if terms.no_evictions:
+        p, reclaim = ct.p[i, :, :k], ct.reclaim[i, :, :k]
     else:
-        p = p_hit * np.ones_like(transfer)
-    util = np.clip(backlog / cfg.budgets.budget_window_ms, 0.0, 1.0)
-    memory = np.clip(nblk - free_now, 0, None) * c.displaced_reuse_prob * pf.span_ms(0, bt)
-    reclaim = (1.0 - p) * nblk * c.reclaim_ms_per_block
-    tier = np.asarray(cfg.targets.tier_penalty_ms)[links.tier[src, nodes]][:, None]
-    cost_transfer = c.transfer_weight * transfer + tier
-    congestion = c.congestion_weight * wire * util
-    net = p * saved - cost_transfer - congestion - memory - reclaim
-    margin = c.safety_margin_gib * GIB
-    room = view.capacity_bytes - view.pinned_bytes - view.spec_bytes - in_flight_bytes - margin
-    cap = np.array([depth if view.serves(t, plan.tenant) else plan.public_blocks for t in nodes])
-    ok = (
-        valid
-        & (ends[None, :] <= cap[:, None])  # tenant rule: only the public prefix crosses
-        & ~hot[:, None]
-        & (without[None, :] > c.queue_gate_factor * transfer)
-        & (plan.time_left_ms > transfer)
-        & (~plan.known_first_use | (plan.time_left_ms - transfer <= c.lead_ms))
-        & (nblk <= (room / bb)[:, None])
-        & (net > 0)
-    )
-    if not ok.any():
-        return None
-    t, k = _routed_choice(plan, view, cfg, np.where(ok, net, -np.inf), ends, tokens)
+        until_use = plan.time_left_ms + queue
+        evictions = (view.evict_blocks_per_ms * until_use)[:, None]  # type: ignore[operator]
+        excess = evictions - np.maximum(free_now - nblk, 0.0)
+        np.maximum(excess, 0.0, out=excess)
+        p = ct.p_hit[i, :k] * np.exp(-excess)
+        reclaim = (1.0 - p) * nblk * c.reclaim_ms_per_block
+    cost_transfer, congestion = ct.cost_transfer[i, :, :k], ct.congestion[i, :, :k]
+    net = p * saved
+    net -= cost_transfer
+    if not ct.no_congestion[i]:  # (x - 0.0 is x: a term that is 0 everywhere is skipped)
+        net -= congestion
+    if least >= ct.most[i]:  # every copy fits in free HBM: nothing displaced
+        memory = ZERO
+    else:
+        memory = nblk - free_now
+        np.maximum(memory, 0.0, out=memory)
+        memory *= c.displaced_reuse_prob
+        memory *= terms.block_ms
+        net -= memory
+    if not (terms.no_evictions and ct.no_reclaim[i]):
+        net -= reclaim
+    ok = without > ct.gate[i, :, :k]
+    ok &= ct.static_ok[i, :, :k]
+    ok &= nblk <= room  # the safety margin; never a hot node
+    ok &= net > 0
+    ends = ct.ends[i, :k]
+    t, j = _routed_choice(plan, view, cfg, np.where(ok, net, -np.inf), ends, tokens)
     if t < 0:
         return None
     reason = DecisionReason(
-        float(p[t, k]),
-        float(saved[t, k]),
-        float(cost_transfer[t, k]),
-        float(congestion[t, k]),
-        float(memory[t, k]),
-        float(reclaim[t, k]),
-        float(without[k]),
+        float(p[t, j]),
+        float(saved[t, j]),
+        float(cost_transfer[t, j]),
+        float(congestion[t, j]),
+        float(memory[t, j] if memory.ndim else memory),
+        float(reclaim[t, j]),
+        float(without[j]),
         float(queue[t]),
-        int(nblk[t, k]),
+        int(ct.nblk[i, t, j]),
     )
-    return Option(int(src[t]), int(t), int(held[t]), int(ends[k]), float(transfer[t, k]), reason)
+    start, src = int(ct.start[i, t]), int(ct.src[i, t])
+    return Option(src, t, start, int(ends[j]), float(ct.transfer[i, t, j]), reason)
 
 
 def _routed_choice(
@@ -175,11 +205,17 @@ def _routed_choice(
 ) -> tuple[int, int]:
     """The best admissible (target, depth index) that the router would actually use: a
     replica on a node the router would not send the request to saves nothing."""
-    order = np.argsort(net, axis=None)[::-1]
+    order = np.argsort(net, axis=None)
+    width = net.shape[1]
+    if view.would_route is None:  # the best, as the router follows the replicas
+        flat = int(order[-1])
+        return divmod(flat, width) if math.isfinite(net.flat[flat]) else (-1, -1)
+    values = net.ravel().tolist()
+    order = order[::-1].tolist()
     tried: set[int] = set()
     for flat in order:
-        t, k = (int(i) for i in np.unravel_index(int(flat), net.shape))
-        if not np.isfinite(net[t, k]) or len(tried) >= cfg.targets.route_checks:
+        t, k = divmod(flat, width)
+        if not math.isfinite(values[flat]) or len(tried) >= cfg.targets.route_checks:
             break
         if view.would_route is None:
             return t, k

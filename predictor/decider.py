@@ -17,6 +17,14 @@ and returns:
 
 The decider keeps only its ledger between calls; it never reads a simulator, so the live
 sidecar can drive it from the same plain data.
+
+Cost: numpy over all candidates at once for the plans, the load forecast and the object
+choice (:func:`~kvcast.predictor.chains.build_plans`), and over the chains weighed x target
+nodes x cuts for every term that the tick's own decisions do not change
+(:mod:`kvcast.predictor.copy_terms`). What they do change (predicted queues, hot nodes,
+bytes in flight, copies on their way) is applied chain by chain in priority order, so each
+decision sees the ones before it and the budgets are applied greedily, as a plain loop
+would; a few numpy passes per chain weighed.
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ from collections import Counter
 import numpy as np
 
 from kvcast.predictor.budgets import BudgetLedger, Transfer
-from kvcast.predictor.chains import ChainPlan, build_plans, prefix_lengths
+from kvcast.predictor.chains import ChainPlan, PlanBatch, build_plans, prefix_lengths
 from kvcast.predictor.cluster_view import ChainCandidates, ClusterView
 from kvcast.predictor.commands import Command, EvictCommand, PromoteCommand, ReplicateCommand
+from kvcast.predictor.copy_terms import CopyTerms, TickTerms, copy_terms
 from kvcast.predictor.costs import Option, replication_option
 from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.predictor.promotion import promotion_option
@@ -41,7 +50,16 @@ class Decider:
         self.ledger = BudgetLedger(self.cfg.budgets)
         self.refused: Counter[str] = Counter()  # budget refusals by budget name
 
-    def decide(self, cands: ChainCandidates, probs: np.ndarray, view: ClusterView) -> list[Command]:
+    def decide(
+        self,
+        cands: ChainCandidates,
+        probs: np.ndarray,
+        view: ClusterView,
+        holders: np.ndarray | None = None,
+    ) -> list[Command]:
+        """The tick's commands. ``probs``: per block of the concatenated chains; ``holders``
+        (optional): per such block, its ``view.hbm`` bitmask, when the caller has them at
+        hand (else read from ``view.hbm``)."""
         now = view.now_ms
         ledger = self.ledger
         ledger.settle(now)
@@ -56,7 +74,7 @@ class Decider:
         # of that use (the replica itself must land no earlier than that, see costs.py)
         ms_per_block = view.block_bytes / float(np.min(view.links.bytes_per_ms))
         lead = cfg.costs.lead_ms + float(np.max(view.links.backlog_ms, initial=0.0))
-        longest = max((len(c) for c in cands.chains), default=0)
+        longest = max(map(len, cands.chains), default=0)
         plans = build_plans(
             cands,
             probs,
@@ -65,19 +83,27 @@ class Decider:
             window_ms=cfg.window_ms,
             min_p=cfg.costs.min_p,
             known_within_ms=max(cfg.targets.horizon_ms, lead + longest * ms_per_block),
+            holders=holders,
         )
         forecast = LoadForecast(view, plans, cfg.targets, cfg.window_ms)
-        ready = [
-            p
-            for p in plans
-            if not p.known_first_use or p.time_left_ms <= lead + len(p.blocks) * ms_per_block
-        ]
-        ready.sort(key=lambda p: p.priority(view), reverse=True)
+        with np.errstate(invalid="ignore"):
+            ready = ~plans.known | (plans.time_left_ms <= lead + plans.lens * ms_per_block)
+        rows = np.flatnonzero(ready)
+        order = rows[np.argsort(-plans.priority(view)[rows], kind="stable")]
+        order = order[: cfg.targets.max_chains_per_tick]
+        weighed = [plans.plan(j) for j in order.tolist()]
+        copies, terms = self._copy_terms(plans, order, weighed, view)
         rank = 0
-        for plan in ready[: cfg.targets.max_chains_per_tick]:
+        for i, plan in enumerate(weighed):
             for _ in range(cfg.targets.max_targets_per_chain):
-                plan.held = prefix_lengths(plan.blocks, view.n, view.hbm, ledger.pending)
-                opt = self._best_option(plan, view, forecast)
+                copy: tuple[CopyTerms, int] | None = (copies, i)
+                real = plan.held
+                if self._touched(plan):  # a copy of some of its blocks is on its way
+                    plan.held = prefix_lengths(plan.blocks, view.n, view.hbm, ledger.pending)
+                    real = prefix_lengths(plan.blocks, view.n, view.hbm, None)
+                    if not _placed_as(copies, i, plan.held, real):
+                        copy = None
+                opt = self._best_option(plan, view, forecast, real, terms, copy)
                 if opt is None:
                     break
                 cmd = self._commit(opt, plan, view, forecast, priority=rank)
@@ -87,25 +113,70 @@ class Decider:
                 rank += 1
         return out
 
+    def _touched(self, plan: ChainPlan) -> bool:
+        """Whether some block of the chain is on its way somewhere."""
+        pending = self.ledger.pending
+        return bool(pending) and any(map(pending.__contains__, plan.blocks))
+
+    def _copy_terms(
+        self, plans: PlanBatch, rows: np.ndarray, weighed: list[ChainPlan], view: ClusterView
+    ) -> tuple[CopyTerms, TickTerms]:
+        """The copy terms of the weighed chains (``rows`` of ``plans``), as placed now."""
+        n, hbm = view.n, view.hbm
+        held = plans.held[rows]
+        real = held.copy()
+        for i, p in enumerate(weighed):
+            if self._touched(p):
+                real[i] = prefix_lengths(p.blocks, n, hbm, None)
+        cands, index = plans.cands, plans.index[rows]
+        public = cands.public_blocks[index] if len(cands.public_blocks) else np.zeros(len(rows))
+        terms = TickTerms.of(view, self.cfg)
+        copies = copy_terms(
+            view,
+            self.cfg,
+            terms,
+            held=held,
+            real=real,
+            p=plans.p[rows],
+            lens=plans.lens[rows],
+            tail_tokens=plans.tail_tokens[rows],
+            tenants=[p.tenant for p in weighed],
+            public_blocks=public,
+            time_left_ms=plans.time_left_ms[rows],
+            known=plans.known[rows],
+        )
+        return copies, terms
+
     # -- choice ------------------------------------------------------------------------------
     def _best_option(
-        self, plan: ChainPlan, view: ClusterView, forecast: LoadForecast
+        self,
+        plan: ChainPlan,
+        view: ClusterView,
+        forecast: LoadForecast,
+        real: list[int],
+        terms: TickTerms,
+        copy: tuple[CopyTerms, int] | None,
     ) -> Option | None:
         cfg = self.cfg
         ledger = self.ledger
-        pending = ledger.pending
-        touched = pending and any(b in pending for b in plan.blocks)
-        real = prefix_lengths(plan.blocks, view.n, view.hbm, None) if touched else plan.held
         depth = max(real)
         if depth and ledger.has_replica(plan.blocks[depth - 1]):
             return None  # one live speculative copy per chain: a second is noise-chasing
         queue = forecast.queue_without(plan)
         hot = forecast.hot()
-        in_flight = np.array([ledger.in_flight_bytes(t) for t in range(view.n)], dtype=float)
+        in_flight = ledger.in_flight_to(view.n)
         best = None
         if depth and self._worth_a_look(plan, queue, depth):
             best = replication_option(
-                plan, view, cfg, real=real, queue=queue, hot=hot, in_flight_bytes=in_flight
+                plan,
+                view,
+                cfg,
+                real=real,
+                queue=queue,
+                hot=hot,
+                in_flight_bytes=in_flight,
+                terms=terms,
+                copy=copy,
             )
         if cfg.promote and view.lower:
             for n in range(view.n):
@@ -121,8 +192,8 @@ class Decider:
     def _worth_a_look(self, plan: ChainPlan, queue: np.ndarray, depth: int) -> bool:
         """Cheap pre-check: some holder of the prefix is more queued than the least queued
         node (else nothing can be saved)."""
-        holder_q = max(float(queue[i]) for i, h in enumerate(plan.held) if h >= depth)
-        return holder_q > float(np.min(queue))
+        q = queue.tolist()
+        return max(x for x, h in zip(q, plan.held, strict=True) if h >= depth) > min(q)
 
     # -- commitment ---------------------------------------------------------------------------
     def _commit(
@@ -156,3 +227,8 @@ class Decider:
         if opt.source == opt.target:
             return PromoteCommand(opt.target, moved, ttl, opt.reason, priority, deadline)
         return ReplicateCommand(opt.source, opt.target, chain, ttl, opt.reason, priority, deadline)
+
+
+def _placed_as(copies: CopyTerms, i: int, held: list[int], real: list[int]) -> bool:
+    """Whether chain ``i``'s copy terms were computed for this placement."""
+    return copies.start[i].tolist() == held and copies.real[i].tolist() == real

@@ -38,6 +38,7 @@ def record_events(
 ) -> list[Event]:
     """Replay ``trace`` and return every event the simulator emitted, in order."""
     events: list[Event] = []
-    simulate(trace, sim, policy, time_scale=time_scale, observers=[events.append],
-             progress=progress)
+    simulate(
+        trace, sim, policy, time_scale=time_scale, observers=[events.append], progress=progress
+    )
     return events

@@ -69,6 +69,21 @@ class TrackingConfig(FrozenConfig):
     champion_metric: Literal["pr_auc", "roc_auc"] = "pr_auc"  # validation window, higher wins
 
 
+class DistributedConfig(FrozenConfig):
+    """Where the fit runs. ``engine: dask`` trains LightGBM with ``lightgbm.dask`` on the
+    cluster at ``scheduler`` (``tcp://host:8786``, or ``local``: a new cluster of ``workers``
+    processes); ``strategy: ddp`` trains the TCN with Lightning DDP over ``devices`` processes
+    per node on ``num_nodes`` nodes (CPU, gloo; multi-node runs are started by ``torchrun``
+    or SLURM on every node)."""
+
+    engine: Literal["local", "dask"] = "local"
+    scheduler: str = "local"
+    workers: int = Field(2, ge=1)  # local scheduler only
+    strategy: Literal["auto", "ddp"] = "auto"
+    devices: int = Field(1, ge=1)
+    num_nodes: int = Field(1, ge=1)
+
+
 class TrainConfig(FrozenConfig):
     data: DataConfig = DataConfig()
     split: SplitConfig = SplitConfig()
@@ -78,6 +93,16 @@ class TrainConfig(FrozenConfig):
     tracking: TrackingConfig = TrackingConfig()
     out_dir: str = "kvcast-out/train/{kind}"  # model.onnx, metrics.json, plots, model card
     seed: int = 0
+    distributed: DistributedConfig = DistributedConfig()
+
+    @model_validator(mode="after")
+    def _distributed_fits_kind(self) -> TrainConfig:
+        d = self.distributed
+        if d.engine == "dask" and self.kind != "lgbm":
+            raise ValueError(f"distributed.engine: dask trains lgbm only, not {self.kind}")
+        if d.strategy == "ddp" and self.kind != "tcn":
+            raise ValueError(f"distributed.strategy: ddp trains tcn only, not {self.kind}")
+        return self
 
     @property
     def kind(self) -> str:

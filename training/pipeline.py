@@ -25,6 +25,7 @@ from kvcast.training import report
 from kvcast.training.calibrate import fit_calibration
 from kvcast.training.config import TrainConfig
 from kvcast.training.data import TrainingData, load_frame
+from kvcast.training.distributed import fit_model, secondary_rank
 from kvcast.training.evaluate import metrics_of, predict_rows
 from kvcast.training.export import parity, write_onnx
 from kvcast.training.models.recency import fit_table
@@ -58,18 +59,18 @@ def run_training(
     t0 = time.perf_counter()
     say("data")
     data = data if data is not None else load_data(cfg)
-    kind = model_kind(cfg.kind)
+    model_kind(cfg.kind)  # an unknown kind fails before any work
     out = cfg.output_dir
     out.mkdir(parents=True, exist_ok=True)
     tracker = (
         Tracker(cfg.tracking, cfg.registered_model, f"{cfg.kind}-{int(time.time())}")
-        if cfg.tracking.enabled
+        if cfg.tracking.enabled and not secondary_rank()
         else None
     )
     with tracker if tracker is not None else contextlib.nullcontext():
         say(f"fit {cfg.kind}")
         t_fit = time.perf_counter()
-        fitted = kind.fit(data, cfg.model, cfg.seed)
+        fitted = fit_model(cfg, data)
         fit_s = time.perf_counter() - t_fit
         windows = data.window_index(fitted.window) if fitted.window else None
         va, te = data.rows("validation"), data.rows("test")

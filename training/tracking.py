@@ -61,7 +61,10 @@ class Tracker:
     def __enter__(self) -> Tracker:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
+        # both: the model is registered through the global registry URI, which a model load
+        # earlier in this process may have pointed at another store
         mlflow.set_tracking_uri(self.uri)
+        mlflow.set_registry_uri(self.uri)
         self.client = MlflowClient(self.uri)
         exp = self.client.get_experiment_by_name(self.cfg.experiment)
         exp_id = (

@@ -11,43 +11,69 @@ Decayed counts are scaled sums ``S_k = sum_i 2^((t_i - T0)/h_k)``; a read is
 grow large and drops runs unseen for ``horizon``. A run last requested ``horizon`` or more
 before a new request is treated as new (the offline rule: a gap >= horizon starts afresh).
 Distinct children/sessions/tenants are kept as in :mod:`kvcast.features.online.keys`.
-``off_of`` gives a block's offset in the request that created its run's lineage; runs only
-split, so a block's index in its run is ``off_of[h] - run[BASE]`` (read without a scan).
+A run holds a slot (``slot_runs[slot] is run``; dropped runs' slots are reused) and a block
+is one int, ``code_of[h]`` (:mod:`kvcast.features.online.codes`): its run's slot and index.
 """
 
 from __future__ import annotations
 
-from itertools import count, repeat
+from collections import deque
 from typing import Any
 
+from kvcast.features.online.codes import MASK, SHIFT, RunOf, named
 from kvcast.features.online.keys import EMPTY, KEY, KEY2, OLDER, T2, T, switch
 
 FIRST, LAST, REQ, POS0, HASHES, CHILD, SESS, TENANT = 0, 1, 2, 3, 4, 5, 10, 15  # after sums
-BASE = 20  # offset of the run's first block within the request that created its lineage
+SLOT = 20  # after sums: the run's index in ``BlockTable.slot_runs``
 Run = list[Any]
 NO_REQUEST = (float("nan"), -1, None, 0, 0, 0.0, 0.0)
 
 
 class BlockTable:
-    def __init__(self, half_lives_ms: tuple[float, ...], window_ms: float, horizon_ms: float):
+    def __init__(
+        self,
+        half_lives_ms: tuple[float, ...],
+        window_ms: float,
+        horizon_ms: float,
+        max_blocks: int | None = None,
+    ):
+        if max_blocks is not None and max_blocks < 1:
+            raise ValueError(f"max_blocks must be >= 1 or None, got {max_blocks}")
         self.half_lives = half_lives_ms
+        self.max_blocks = max_blocks
+        self.shed_blocks = 0  # blocks dropped by the cap (not by the horizon)
         self.k = k = len(half_lives_ms)
-        self.window = window_ms
-        self.horizon = horizon_ms
-        self.run_of: dict[int, Run] = {}  # block hash -> its run
-        self.off_of: dict[int, int] = {}  # block hash -> its index in run[HASHES] plus run[BASE]
+        self.window, self.horizon = window_ms, horizon_ms
+        self.code_of: dict[int, int] = {}  # block hash -> slot << SHIFT | index in its run
         self.runs: dict[int, Run] = {}  # id -> run
         self.t0 = 0.0
-        self.sweep_every = min(horizon_ms, 500.0 * min(half_lives_ms))
-        self.next_sweep = self.sweep_every
+        self.next_sweep = self.sweep_every = min(horizon_ms, 500.0 * min(half_lives_ms))
         self._last, self._hashes, self._pos0 = k + LAST, k + HASHES, k + POS0
         self._fresh: Run = [0.0] * k + [0.0, 0.0, None, 0, (), *EMPTY, *EMPTY, *EMPTY, 0]
         self.dead: Run = self._fresh.copy()  # stands in for a block without state
-        self.dead[k + FIRST] = self.dead[k + LAST] = float("-inf")
-        self.dead[k + REQ] = NO_REQUEST
+        self.dead[k + FIRST : k + REQ + 1] = [float("-inf"), float("-inf"), NO_REQUEST]
+        self.slot_runs: list[Run | None] = [self.dead]  # code 0: a block without state
+        self.run_of = RunOf(self.code_of, self.slot_runs)  # block hash -> its run
+        self._free: list[int] = []  # slots of dropped runs
+
+    def _place(self, run: Run, hashes: tuple[int, ...]) -> None:
+        """Give ``run`` a slot and its blocks their codes."""
+        if self._free:
+            slot = self._free.pop()
+            self.slot_runs[slot] = run
+        else:
+            slot = len(self.slot_runs)
+            self.slot_runs.append(run)
+        run[self.k + SLOT] = slot
+        code = slot << SHIFT
+        self.code_of.update(zip(hashes, range(code, code + len(hashes)), strict=False))
 
     def live(self, run: Run | None, now: float) -> bool:
         return run is not None and run[self._last] + self.horizon > now
+
+    def _run_of(self, h: int) -> Run | None:
+        code = self.code_of.get(h)
+        return None if code is None else self.slot_runs[code >> SHIFT]
 
     def _new_run(self, ts: float, hashes: tuple[int, ...]) -> Run:
         run = self._fresh.copy()
@@ -55,8 +81,7 @@ class BlockTable:
         run[k + FIRST] = run[k + LAST] = ts
         run[k + HASHES] = hashes
         self.runs[id(run)] = run
-        self.run_of.update(zip(hashes, repeat(run)))
-        self.off_of.update(zip(hashes, count()))
+        self._place(run, hashes)
         return run
 
     def _split(self, run: Run, at: int) -> Run:
@@ -65,27 +90,27 @@ class BlockTable:
         hs = run[self._hashes]
         tail = run.copy()
         tail[self._hashes], tail[self._pos0] = hs[at:], run[self._pos0] + at
-        tail[k + BASE] = run[k + BASE] + at
         for older in (k + SESS + OLDER, k + TENANT + OLDER):
             if tail[older]:
                 tail[older] = tail[older].copy()
         run[self._hashes] = hs[:at]
         run[c : c + len(EMPTY)] = [hs[at], run[self._last], *EMPTY[KEY2:]]
         self.runs[id(tail)] = tail
-        self.run_of.update(zip(hs[at:], repeat(tail)))
+        self._place(tail, hs[at:])
         return tail
 
     def cover(self, ts: float, hashes: tuple[int, ...]) -> list[tuple[Run, int, int]]:
         """Split runs so whole runs cover ``hashes``: ``(run, start, end)`` in request order."""
-        run_of, n, out, i = self.run_of, len(hashes), [], 0
+        code_of, slot_runs, n, out, i = self.code_of, self.slot_runs, len(hashes), [], 0
         hi, horizon, last = self._hashes, self.horizon, self._last
         while i < n:
             h = hashes[i]
-            run = run_of.get(h)
+            code = code_of.get(h)
+            run = None if code is None else slot_runs[code >> SHIFT]
             if run is None or run[last] + horizon <= ts:
                 j = i + 1
-                if any(map(run_of.__contains__, hashes[j:])):
-                    while j < n and not self.live(run_of.get(hashes[j]), ts):
+                if any(map(code_of.__contains__, hashes[j:])):
+                    while j < n and not self.live(self._run_of(hashes[j]), ts):
                         j += 1
                 else:
                     j = n
@@ -98,7 +123,7 @@ class BlockTable:
                 out.append((run, i, i + size))
                 i += size
                 continue
-            off = hs.index(h)
+            off = code & MASK  # type: ignore[operator]
             m = 1
             while i + m < n and off + m < size and hashes[i + m] == hs[off + m]:
                 m += 1
@@ -164,21 +189,40 @@ class BlockTable:
             else:
                 switch(run, t, ten, ts, window)
 
+    def over_cap(self) -> bool:
+        return self.max_blocks is not None and len(self.code_of) > self.max_blocks
+
     def sweep(self, now: float) -> None:
-        """Drop runs unseen for ``horizon``; rebase the scaled sums to ``T0 = now``."""
+        """Drop runs unseen for ``horizon``; rebase the scaled sums to ``T0 = now``.
+
+        Over ``max_blocks``, also drop the least recently requested runs until at most 90% of
+        the cap is left: an operational bound on memory whatever the block rate. A dropped
+        block is treated as never seen (as past the horizon); the count is in ``shed_blocks``.
+        """
         factors = [2.0 ** ((self.t0 - now) / h) for h in self.half_lives]
         for key, run in list(self.runs.items()):
             if self.live(run, now):
                 for i, f in enumerate(factors):
                     run[i] *= f
                 continue
-            del self.runs[key]
-            for h in run[self._hashes]:
-                if self.run_of.get(h) is run:
-                    del self.run_of[h]
-                    del self.off_of[h]
+            self._drop(key, run)
+        if self.over_cap():
+            assert self.max_blocks is not None
+            target = int(self.max_blocks * 0.9)
+            for key, run in sorted(self.runs.items(), key=lambda kv: kv[1][self._last]):
+                if len(self.code_of) <= target:
+                    break
+                before = len(self.code_of)
+                self._drop(key, run)
+                self.shed_blocks += before - len(self.code_of)
         self.t0 = now
         self.next_sweep = now + self.sweep_every
 
+    def _drop(self, key: int, run: Run) -> None:
+        del self.runs[key]
+        self.slot_runs[slot := run[self.k + SLOT]] = None
+        self._free.append(slot)
+        deque(map(self.code_of.pop, named(self.code_of, run[self._hashes], slot)), maxlen=0)
+
     def __len__(self) -> int:
-        return len(self.run_of)
+        return len(self.code_of)

@@ -47,21 +47,24 @@ def count_keys(st: list[Any], at: int, now: float, window: float) -> int:
     return n
 
 
-def count_many(runs: list[list[Any]], at: int, now: float, window: float) -> np.ndarray:
-    """:func:`count_keys` of many state lists at once, with C-level passes only."""
-    r = len(runs)
-    counts = np.fromiter(map(itemgetter(at + T), runs), float, r) + window > now  # the newest
+def count_many(
+    runs: list[list[Any]], at: int, now: float, window: float, newest: np.ndarray | None = None
+) -> np.ndarray:
+    """:func:`count_keys` of many state lists at once, in C-level passes; ``newest``: their
+    newest keys' times (``st[at + T]``) where already gathered."""
+    if newest is None:
+        newest = np.fromiter(map(itemgetter(at + T), runs), float, len(runs))
+    out = (newest + window > now).astype(float)
     olders = list(map(itemgetter(at + OLDER), runs))
     has = list(map(bool, olders))
     if not any(has):
-        return counts.astype(float)
+        return out
     dicts = list(compress(olders, has))
     sizes = list(map(len, dicts))
-    newest = chain.from_iterable(map(repeat, compress(map(itemgetter(at + KEY), runs), has), sizes))
+    keys = chain.from_iterable(map(repeat, compress(map(itemgetter(at + KEY), runs), has), sizes))
     total = sum(sizes)
     times = np.fromiter(chain.from_iterable(map(dict.values, dicts)), float, total)
-    other = np.fromiter(map(ne, chain.from_iterable(dicts), newest), bool, total)
+    other = np.fromiter(map(ne, chain.from_iterable(dicts), keys), bool, total)
     live = ((times + window > now) & other).astype(float)
-    out = counts.astype(float)
     out[np.flatnonzero(has)] += np.add.reduceat(live, np.cumsum([0, *sizes[:-1]]))
     return out

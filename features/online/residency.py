@@ -5,15 +5,19 @@ the node does not hold is counted as ``removed_not_resident``. ``AllBlocksCleare
 every tier of the node. A successful ``ReplicationDone`` makes the blocks resident in the
 target's GPU memory (idempotent with a ``BlockStored`` for the same copy). Every update is a
 C-level set operation; masks are built per candidate at a decision tick, and the feature
-columns (:meth:`Residency.columns`) from each node's intersection with the candidates.
+columns (:meth:`Residency.columns`) from each node's C-level intersection with the candidates.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import chain
 
 import numpy as np
 
 from kvcast.features.counters import BadInputCounters
 from kvcast.features.derive import MASK_NODES
+from kvcast.features.online.packing import pack
 
 
 class Residency:
@@ -25,17 +29,19 @@ class Residency:
         return self.gpu if medium == "GPU" else self.lower
 
     def store(self, medium: str, node: int, hashes: tuple[int, ...]) -> None:
-        self.tier(medium)[node].update(hashes)
+        (self.gpu if medium == "GPU" else self.lower)[node].update(hashes)
 
     def remove(
         self, medium: str, node: int, hashes: tuple[int, ...], bad: BadInputCounters
     ) -> None:
-        held = self.tier(medium)[node]
-        gone = set(hashes)
-        missing = len(gone - held)
-        if missing:
-            bad.counts["removed_not_resident"] += missing
-        held -= gone
+        held = (self.gpu if medium == "GPU" else self.lower)[node]
+        before = len(held)
+        held.difference_update(hashes)
+        removed = before - len(held)
+        if removed != len(hashes):  # some not held, or named twice
+            missing = len(set(hashes)) - removed
+            if missing:
+                bad.counts["removed_not_resident"] += missing
 
     def clear(self, node: int) -> None:
         self.gpu[node].clear()
@@ -49,13 +55,11 @@ class Residency:
         """replicas_gpu, replicas_lower, replica_mask and home_holds of each block; ``homes``
         is each block's home node, -1 for none (home_holds NaN)."""
         n = len(hashes)
-        held_by = _Membership(hashes)
+        find = _finder(hashes)
+        nodes, rows = find(self.gpu)
         gpu = np.zeros((len(self.gpu), n), bool)  # node x block
-        for node, held in enumerate(self.gpu):
-            held_by.mark(held, gpu[node])
-        lower = np.zeros(n)
-        for held in self.lower:
-            held_by.count(held, lower)
+        gpu[nodes, rows] = True
+        lower = np.bincount(find(self.lower)[1], minlength=n).astype(float)
         low = gpu[:MASK_NODES]
         mask = np.ldexp(1.0, np.arange(len(low))) @ low  # sums of distinct powers of 2: exact
         mine = homes >= 0
@@ -67,47 +71,33 @@ class Residency:
         return sum(map(len, self.gpu)) + sum(map(len, self.lower))
 
 
-class _Membership:
-    """Which of ``hashes`` a held set holds: a membership test per hash when the set is at
-    least as large, else a C-level intersection (it walks the set) mapped back to rows."""
+def _finder(hashes: list[int]) -> Callable[[list[set[int]]], tuple[np.ndarray, np.ndarray]]:
+    """``tier -> (node, index)`` of every held one of ``hashes``: C-level intersections (each
+    walks the smaller set) mapped to indices by a dict; a membership test per hash and node
+    where the hashes repeat."""
+    n = len(hashes)
+    cands = set(hashes)
+    if len(cands) < n:
 
-    def __init__(self, hashes: list[int]) -> None:
-        self.hashes = hashes
-        self._index: dict[int, int] | None = None
-        self._cands: set[int] | None = None
+        def test(tier: list[set[int]]) -> tuple[np.ndarray, np.ndarray]:
+            held = np.array([list(map(s.__contains__, hashes)) for s in tier], bool).reshape(-1, n)
+            return np.nonzero(held)
 
-    def _rows(self, held: set[int]) -> np.ndarray | None:
-        """Rows held, or None to test each hash (large sets, or repeated hashes)."""
-        n = len(self.hashes)
-        if len(held) >= n:
-            return None
-        if self._index is None:
-            self._index = dict(zip(self.hashes, range(n), strict=False))
-            self._cands = set(self._index) if len(self._index) == n else None
-        if self._cands is None:
-            return None
-        both = held & self._cands
-        return np.fromiter(map(self._index.__getitem__, both), np.intp, len(both))
+        return test
+    if len(_INTS) < n:
+        _INTS.extend(range(len(_INTS), n))
+    index = dict(zip(hashes, _INTS, strict=False))
 
-    def mark(self, held: set[int], out: np.ndarray) -> None:
-        """Set ``out[i]`` where ``held`` holds hash ``i``."""
-        if not held:
-            return
-        rows = self._rows(held)
-        if rows is None:
-            out[:] = np.fromiter(map(held.__contains__, self.hashes), bool, len(self.hashes))
-        else:
-            out[rows] = True
+    def find(tier: list[set[int]]) -> tuple[np.ndarray, np.ndarray]:
+        both = [held & cands for held in tier]
+        sizes = list(map(len, both))
+        rows = pack(map(index.__getitem__, chain.from_iterable(both)), sum(sizes), np.int64)
+        return np.repeat(np.arange(len(tier)), sizes), rows
 
-    def count(self, held: set[int], out: np.ndarray) -> None:
-        """Add 1 to ``out[i]`` where ``held`` holds hash ``i``."""
-        if not held:
-            return
-        rows = self._rows(held)
-        if rows is None:
-            out += np.fromiter(map(held.__contains__, self.hashes), bool, len(self.hashes))
-        else:
-            out[rows] += 1.0
+    return find
+
+
+_INTS: list[int] = []  # 0, 1, 2, ...: the dict values, made once
 
 
 def _masks(tier: list[set[int]], hashes: list[int]) -> list[int]:

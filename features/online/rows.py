@@ -4,24 +4,24 @@ A block's *home* node is the node its last request was routed to; the queue and 
 families describe that node. A block without live state (never requested, or unseen for
 ``horizon_ms``) gets NaN everywhere except its residency columns.
 
-Vectorised: the blocks are looked up and grouped by run in C-level passes (``map`` over the
-dicts, ``np.unique`` of the run ids), each distinct run's values are read once into arrays
-(``itemgetter``, again C-level), and each row takes its run's values by fancy indexing. No
-Python step runs per row or per run.
+Vectorised: one C-level dict pass reads each block's code (its run's slot and its index in
+the run, :mod:`kvcast.features.online.codes`), the rows are grouped by slot in numpy, each
+distinct run's values are read once into arrays (``itemgetter`` and ``struct``, C-level) and
+made into the run's row; a block's row is its run's row (one ``take``) with the few columns
+that depend on the block's own position (depth, fan-out, block meta, public) and residency
+written over. No Python step runs per row or per run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kvcast.features.derive import meta_columns, session_columns
 from kvcast.features.online.blocks import (
-    BASE,
     CHILD,
     FIRST,
     HASHES,
@@ -32,7 +32,9 @@ from kvcast.features.online.blocks import (
     TENANT,
     Run,
 )
-from kvcast.features.online.keys import count_many
+from kvcast.features.online.codes import MASK, SHIFT
+from kvcast.features.online.keys import OLDER, T, count_many
+from kvcast.features.online.packing import pack, pack_rows
 
 if TYPE_CHECKING:
     from kvcast.features.online.state import FeatureState
@@ -42,86 +44,104 @@ NO_SESSION = (NAN, NAN, NAN, NAN)  # last, turns, gap EWMA, gap variance
 REC = itemgetter(1, 3, 4, 5, 6)  # of a request record: node, tokens, public, tenant, explicit
 
 
-def _table(getter: Callable[[Any], Iterable[float]], items: list, width: int) -> np.ndarray:
-    """``[len(items), width]`` floats: ``getter`` (``width`` fields) of each item."""
-    flat = chain.from_iterable(map(getter, items))
-    return np.fromiter(flat, float, len(items) * width).reshape(len(items), width)
-
-
-def _runs_of(state: FeatureState, hashes: list[int]) -> tuple[list[Run], np.ndarray]:
-    """The distinct runs of ``hashes`` (a dead stand-in for blocks without state) and each
-    hash's index among them."""
+def _runs_of(state: FeatureState, hashes: list[int]) -> tuple[list[Run], np.ndarray, np.ndarray]:
+    """The distinct runs of ``hashes`` (a dead stand-in for blocks without state), each hash's
+    index among them and its index in its run."""
     table = state.blocks
-    found = list(map(table.run_of.get, hashes, repeat(table.dead)))
-    ids = np.fromiter(map(id, found), np.int64, len(found))
-    _, first, at = np.unique(ids, return_index=True, return_inverse=True)
-    return list(map(found.__getitem__, first.tolist())), at
+    codes = pack(map(table.code_of.get, hashes, repeat(0)), len(hashes), np.int64)
+    slot = codes >> SHIFT
+    if len(table.slot_runs) > 16 * len(hashes):
+        slots, at = np.unique(slot, return_inverse=True)
+    else:  # few slots in all: mark them, cheaper than sorting
+        used = np.zeros(len(table.slot_runs), bool)
+        used[slot] = True
+        slots, at = np.flatnonzero(used), (np.cumsum(used) - 1)[slot]
+    return list(map(table.slot_runs.__getitem__, slots.tolist())), at, codes & MASK
 
 
-def _per_run(state: FeatureState, now: float, runs: list[Run]) -> dict[str, np.ndarray]:
-    """Arrays over ``runs``: ``cols`` (the columns that are a function of the run alone:
-    session, heat, distinct sessions and tenants, ages, tenant) and the parts of the others."""
-    table, k, window = state.blocks, state.blocks.k, state.blocks.window
-    fields = itemgetter(*range(k), k + FIRST, k + LAST, k + POS0, k + BASE)
-    v = _table(fields, runs, k + 4)
-    first, last, pos0, base = v[:, k], v[:, k + 1], v[:, k + 2], v[:, k + 3]
-    size = np.fromiter(map(len, map(itemgetter(k + HASHES), runs)), np.intp, len(runs))
+def _per_run(state: FeatureState, now: float, runs: list[Run]) -> tuple[np.ndarray, np.ndarray]:
+    """``[R, width]``: each run's row (the columns that are a function of the run alone:
+    session, heat, distinct sessions and tenants, ages, home node, tenant; NaN for a run
+    without live state), and ``[R, 7]`` what the other columns are made of (see ``PARTS``)."""
+    table, k, window, r = state.blocks, state.blocks.k, state.blocks.window, len(runs)
+    c, s, t = k + CHILD, k + SESS, k + TENANT
     recs = list(map(itemgetter(k + REQ), runs))
-    rec = _table(REC, recs, 5)
+    fields = itemgetter(*range(k), k + FIRST, k + LAST, k + POS0, c + T, s + T, t + T)
+    v = pack_rows(map(fields, runs), r, k + 6)
+    rec = pack_rows(map(REC, recs), r, 5)
     keys = map(itemgetter(2), recs)
-    sv = _table(iter, list(map(state.sessions.sessions.get, keys, repeat(NO_SESSION))), 4)
+    sv = pack_rows(map(state.sessions.sessions.get, keys, repeat(NO_SESSION)), r, 4)
+    first, last = v[:, k], v[:, k + 1]
     alive = sv[:, 0] + state.sessions.horizon > now
-    sv[~alive] = NAN
+    sv = np.where(alive[:, None], sv, NAN)
     explicit = np.where(alive, rec[:, 4], NAN)
-    now_r = np.full(len(runs), now)
+    olders = any(chain.from_iterable(map(itemgetter(c + OLDER, s + OLDER, t + OLDER), runs)))
+
+    def distinct(at: int, newest: np.ndarray) -> np.ndarray:
+        if olders:
+            return count_many(runs, at, now, window, newest)
+        return (newest + window > now).astype(float)  # only newest keys anywhere
+
+    now_r = np.full(r, now)
     think = state.cfg.session.think_factor
     decay = np.array([2.0 ** (-(now - table.t0) / hl) for hl in table.half_lives])
-    cols = [
-        *session_columns(now_r, sv[:, 0], sv[:, 1], sv[:, 2], sv[:, 3], explicit, think),
-        *(v[:, :k] * decay).T,
-        count_many(runs, k + SESS, now, window),
-        count_many(runs, k + TENANT, now, window),
-        now_r - first,
-        now_r - last,
-        rec[:, 3],
-    ]
-    return {
-        "cols": np.column_stack(cols),
-        "live": last + table.horizon > now,
-        "pos_base": pos0 - base,  # depth = this + the block's offset (``BlockTable.off_of``)
-        "end": base + size - 1,  # the offset of the run's last block
-        "children": count_many(runs, k + CHILD, now, window),  # fan-out of the last block
-        "next": (last + window > now).astype(float),  # fan-out of the others
-        "home": rec[:, 0],
-        "tokens": rec[:, 1],
-        "public": rec[:, 2],
-    }
+    width, nodes = len(state.spec), state.nodes
+    h = 7 + k  # the first column after the session and heat families
+    m = h + 6 + nodes[0].width  # the first meta column
+    out = np.empty((r, width))
+    out[:, :7] = np.column_stack(
+        session_columns(now_r, sv[:, 0], sv[:, 1], sv[:, 2], sv[:, 3], explicit, think)
+    )
+    np.multiply(v[:, :k], decay, out=out[:, 7:h])
+    out[:, h + 2] = distinct(s, v[:, k + 4])
+    out[:, h + 3] = distinct(t, v[:, k + 5])
+    np.subtract(now, first, out=out[:, h + 4])
+    np.subtract(now, last, out=out[:, h + 5])
+    out[:, width - 2] = rec[:, 3]
+    live = last + table.horizon > now
+    home = np.where(live, rec[:, 0], -1).astype(np.intp)
+    node_rows = np.full((len(nodes) + 1, nodes[0].width), NAN)  # the last row: no home
+    for x in np.flatnonzero(np.bincount(home[live], minlength=1)).tolist():
+        node_rows[x] = nodes[x].row(now)
+    out[:, h + 6 : m] = node_rows[home]
+    if not live.all():
+        out[~live] = NAN
+    parts = np.empty((r, len(PARTS)))
+    parts[:, 0] = v[:, k + 2]  # depth = this + the block's index in the run
+    parts[:, 1] = np.fromiter(map(len, map(itemgetter(k + HASHES), runs)), float, r) - 1
+    parts[:, 2] = distinct(c, v[:, k + 3])  # fan-out of the run's last block
+    parts[:, 3] = last + window > now  # fan-out of the others
+    parts[:, 4] = rec[:, 1]  # the request's input tokens
+    parts[:, 5] = rec[:, 2]  # its public blocks
+    parts[:, 6] = home
+    return out, parts
+
+
+PARTS = ("pos0", "end", "children", "next", "tokens", "public", "home")
 
 
 def assemble_rows(state: FeatureState, now: float, hashes: list[int]) -> np.ndarray:
-    table, n, width = state.blocks, len(hashes), len(state.spec)
+    n, width = len(hashes), len(state.spec)
     if n == 0:
         return np.zeros((0, width))
-    runs, at = _runs_of(state, hashes)
-    p = _per_run(state, now, runs)
-    off = np.fromiter(map(table.off_of.get, hashes, repeat(0)), np.intp, n)
-    pos = p["pos_base"][at] + off
-    live = p["live"][at]
-    homes = np.where(live, p["home"][at], -1).astype(np.intp)
-    nodes = state.nodes
-    node_rows = np.full((len(nodes) + 1, nodes[0].width), NAN)  # the last row: no home
-    for x in np.unique(homes[homes >= 0]).tolist():
-        node_rows[x] = nodes[x].row(now)
-
-    out = np.empty((n, width))
-    h = 7 + table.k  # the first column after the session and heat families
-    m = h + 6 + nodes[0].width  # the first meta column
-    out[:, [*range(h), h + 2, h + 3, h + 4, h + 5, width - 2]] = p["cols"][at]
+    runs, at, off = _runs_of(state, hashes)
+    per_run, parts = _per_run(state, now, runs)
+    out = per_run.take(at, axis=0)
+    pos0, end, children, nxt, tokens, public, home = parts.take(at, axis=0).T
+    h = 7 + state.blocks.k
+    m = h + 6 + state.nodes[0].width
+    pos = pos0 + off
     out[:, h] = pos
-    out[:, h + 1] = np.where(off == p["end"][at], p["children"][at], p["next"][at])
-    out[:, h + 6 : m] = node_rows[homes]
-    out[:, m : m + 4] = np.column_stack(meta_columns(p["tokens"][at], pos, state.cfg))
-    out[:, width - 1] = pos < p["public"][at]
-    out[~live] = NAN
-    out[:, m + 4 : m + 8] = np.column_stack(state.residency.columns(hashes, homes))
+    out[:, h + 1] = np.where(off == end, children, nxt)
+    for j, col in enumerate(meta_columns(tokens, pos, state.cfg)):
+        out[:, m + j] = col
+    out[:, width - 1] = pos < public
+    homes = home.astype(np.intp)
+    dead = homes < 0
+    if dead.any():
+        out[dead, h : h + 2] = NAN
+        out[dead, m : m + 4] = NAN
+        out[dead, width - 1] = NAN
+    for j, col in enumerate(state.residency.columns(hashes, homes)):
+        out[:, m + 4 + j] = col
     return out

@@ -35,7 +35,8 @@ from kvcast.features.events import (
     RequestArrived,
     TelemetrySample,
 )
-from kvcast.features.online.blocks import HASHES, LAST, BlockTable
+from kvcast.features.online.blocks import HASHES, LAST, SLOT, BlockTable
+from kvcast.features.online.codes import named
 from kvcast.features.online.reorder import ReorderBuffer
 from kvcast.features.online.residency import Residency
 from kvcast.features.online.rows import assemble_rows
@@ -46,11 +47,17 @@ from kvcast.features.validate import check, unique_blocks
 
 
 class FeatureState:
-    def __init__(self, cfg: FeatureConfig | None = None) -> None:
+    def __init__(self, cfg: FeatureConfig | None = None, max_blocks: int | None = None) -> None:
+        """``max_blocks``: an operational cap on tracked blocks (None: the horizon alone bounds
+        memory). Over it the least recently requested runs are dropped (see
+        :meth:`BlockTable.sweep`); it is not part of the feature spec, so rows of blocks kept
+        are unchanged, and a dropped block reads as never seen."""
         self.cfg = cfg = cfg if cfg is not None else FeatureConfig()
         self.spec: FeatureSpec = build_spec(cfg)
         self.bad = BadInputCounters()
-        self.blocks = BlockTable(cfg.heat_half_lives_ms, cfg.distinct_window_ms, cfg.horizon_ms)
+        self.blocks = BlockTable(
+            cfg.heat_half_lives_ms, cfg.distinct_window_ms, cfg.horizon_ms, max_blocks
+        )
         self.sessions = SessionTable(cfg.session.ewma_alpha, cfg.horizon_ms)
         self.residency = Residency(cfg.nodes)
         self.nodes = [
@@ -90,7 +97,7 @@ class FeatureState:
     def _on_request(self, ev: RequestArrived) -> None:
         ts = ev.ts_ms
         blocks = self.blocks
-        if ts >= blocks.next_sweep:
+        if ts >= blocks.next_sweep or blocks.over_cap():
             blocks.sweep(ts)
             self.sessions.sweep(ts)
         hashes, repeats = unique_blocks(ev.block_hashes)
@@ -127,10 +134,12 @@ class FeatureState:
     def candidates(self, now_ms: float) -> list[int]:
         """Blocks requested within ``ticks.lookback_ms`` before ``now_ms`` (the offline rule)."""
         self._buffer.commit(now_ms)
-        last, lookback = self.blocks.k + LAST, self.cfg.ticks.lookback_ms
-        hashes = self.blocks.k + HASHES
-        runs = [r for r in self.blocks.runs.values() if r[last] + lookback > now_ms]
-        return [h for r in runs for h in r[hashes] if self.blocks.run_of.get(h) is r]
+        k, lookback, code_of = self.blocks.k, self.cfg.ticks.lookback_ms, self.blocks.code_of
+        out: list[int] = []
+        for r in self.blocks.runs.values():
+            if r[k + LAST] + lookback > now_ms:
+                out += named(code_of, r[k + HASHES], r[k + SLOT])
+        return out
 
     def rows(self, now_ms: float, candidate_blocks: Iterable[int]) -> np.ndarray:
         """Feature matrix ``[n, len(spec)]`` for ``candidate_blocks`` at ``now_ms``."""
@@ -149,4 +158,5 @@ class FeatureState:
             "sessions": len(self.sessions),
             "held_for_reorder": len(self._buffer),
             "resident": len(self.residency),
+            "shed_blocks": self.blocks.shed_blocks,
         }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,6 @@ class NodeTelemetry:
         self.samples: deque[tuple[float, float, float, float]] = deque()  # ts, q, tokens, evict
         self.width = 10 + 2 * len(windows_ms)  # the length of a row
         self._version = 0  # samples added so far
-        self._ordered = True  # samples in time order (always, fed through FeatureState)
         self._cols: tuple[int, np.ndarray] | None = None  # (version, samples as 4 rows)
         self._key = -1  # the version ``_vals`` was computed at, valid for lo <= now < hi
         self._lo, self._hi = 0.0, 0.0
@@ -58,8 +58,6 @@ class NodeTelemetry:
         self.last = s
         ts = s.ts_ms
         q = self.samples
-        if q and ts < q[-1][0]:
-            self._ordered = False
         self._version += 1
         q.append((ts, float(s.queue_len), float(s.queued_prefill_tokens), self.evictions))
         while q[0][0] + self.keep <= ts:
@@ -70,8 +68,6 @@ class NodeTelemetry:
         s = self.last
         if s is None:
             return [NAN] * self.width
-        if not self._ordered:
-            return self._row(now, None)
         if self._key != self._version or not self._lo <= now < self._hi:
             self._refresh(now)
         vals = self._vals
@@ -80,30 +76,31 @@ class NodeTelemetry:
 
     def _refresh(self, now: float) -> None:
         """Recompute the cached row; it holds while no window gains or loses a sample."""
+        if self._cols is None or self._cols[0] != self._version:
+            self._cols = (self._version, np.array(self.samples).T.copy())
+        t = self._cols[1][0]
+        windows = (*self.windows, self.ev_window)
+        if (t[1:] < t[:-1]).any():  # out of time order (fed directly): select by time, no cache
+            self._vals, self._key = self._row([t + w > now for w in windows]), -1
+            return
         q = self.samples
-        starts, lo, hi = [], float("-inf"), float("inf")
-        for w in (*self.windows, self.ev_window):
+        cuts, lo, hi = [], float("-inf"), float("inf")
+        for w in windows:
             i = bisect_right(q, now, key=lambda x, w=w: x[0] + w)  # first x[0] + w > now
-            starts.append(i)
+            cuts.append(slice(i, None))
             if i:
                 lo = max(lo, q[i - 1][0] + w)
             if i < len(q):
                 hi = min(hi, q[i][0] + w)
-        self._vals, self._key, self._lo, self._hi = self._row(now, starts), self._version, lo, hi
+        self._vals, self._key, self._lo, self._hi = self._row(cuts), self._version, lo, hi
 
-    def _row(self, now: float, starts: list[int] | None) -> list[float]:
-        """The row without the telemetry age, or with it where ``starts`` is None (a window
-        holds the samples from its start on; None: select them by time, in any order)."""
+    def _row(self, cuts: list[Any]) -> list[float]:
+        """The row less the telemetry age; ``cuts`` select each window's samples, then the
+        eviction window's."""
         s = self.last
-        assert s is not None
-        if self._cols is None or self._cols[0] != self._version:
-            self._cols = (self._version, np.array(self.samples).T.copy())
+        assert s is not None and self._cols is not None
         arr = self._cols[1]
         t = arr[0]
-        if starts is None:
-            cuts: list[slice | np.ndarray] = [t + w > now for w in (*self.windows, self.ev_window)]
-        else:
-            cuts = [slice(i, None) for i in starts]
         slopes_q, slopes_p = [], []
         for m in cuts[:-1]:
             slopes_q.append(lsq_slope_per_s(t[m], arr[1, m]))
@@ -115,7 +112,6 @@ class NodeTelemetry:
             rate = (ev[-1] - ev[0]) / (tm[-1] - tm[0]) * 1000.0
         cap = float(s.capacity_bytes)
         free = (cap - s.used_bytes - s.pending_replication_bytes) / cap
-        age = [now - s.ts_ms] if starts is None else []
         return [
             float(s.queue_len),
             float(s.queued_prefill_tokens),
@@ -123,7 +119,6 @@ class NodeTelemetry:
             float(s.transfers_in_flight),
             *slopes_q,
             *slopes_p,
-            *age,
             s.used_bytes / cap,
             s.cached_bytes / cap,
             s.speculative_bytes / cap,

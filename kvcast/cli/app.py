@@ -11,7 +11,9 @@ from kvcast.cli.cluster import cluster_app
 from kvcast.cli.features import features_cmd
 from kvcast.cli.quickstart import quickstart_cmd
 from kvcast.cli.serve import serve_app
+from kvcast.cli.shadow import shadow_eval_cmd
 from kvcast.cli.simulate import evaluate_cmd, simulate_cmd
+from kvcast.cli.trace import trace_app
 from kvcast.cli.train import score_cmd, train_cmd
 
 app = typer.Typer(
@@ -27,8 +29,10 @@ app.command("quickstart")(quickstart_cmd)
 app.command("features")(features_cmd)
 app.command("train")(train_cmd)
 app.command("score")(score_cmd)
+app.command("shadow-eval")(shadow_eval_cmd)
 app.add_typer(serve_app, name="serve")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(trace_app, name="trace")
 
 
 @app.command("policies")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -21,6 +21,10 @@ from kvcast.cli.simulate import (
 from kvcast.simulator.policies import policy_names
 from kvcast.simulator.recording import feature_config_for, record_events
 
+if TYPE_CHECKING:
+    from kvcast.features.config import FeatureConfig
+    from kvcast.features.spec import FeatureSpec
+
 
 def _trace_hash(spec: str) -> str:
     from kvcast.features.dataset import file_hash
@@ -30,6 +34,28 @@ def _trace_hash(spec: str) -> str:
 
         return file_hash(bundled_trace_path(spec.removeprefix("bundled:")))
     return file_hash(spec)
+
+
+def _dask_features(
+    events: list, fcfg: FeatureConfig, out: Path, scheduler: str, workers: int, window_ms: float
+) -> tuple[list[str], dict]:
+    """Write ``out/parts/part-*.parquet`` on the cluster; the parts' paths and the summary."""
+    from kvcast.features.dask_client import dask_client
+    from kvcast.features.offline.dask_engine import write_feature_parts
+
+    with dask_client(scheduler, workers) as client:
+        parts, summary = write_feature_parts(
+            events, out / "parts", None, fcfg, client=client, window_ms=window_ms
+        )
+    return [p["path"] for p in parts], summary
+
+
+def _join(
+    parts: list[str], out: Path, spec: FeatureSpec, trace_hash: str, cfg_hash: str, summary: dict
+) -> Path:
+    from kvcast.features.offline.parts_io import join_parts
+
+    return join_parts(parts, out, spec, trace_hash, cfg_hash, summary["bad_input"])
 
 
 @user_errors
@@ -50,6 +76,21 @@ def features_cmd(
     nodes: NodesOpt = None,
     time_scale: Annotated[float, typer.Option("--time-scale", help="Load multiplier.")] = 1.0,
     skip_bad: SkipBadOpt = False,
+    engine: Annotated[
+        str, typer.Option("--engine", help="pandas (one process) or dask (one task per window).")
+    ] = "pandas",
+    scheduler: Annotated[
+        str,
+        typer.Option(
+            "--scheduler", help="Dask engine: scheduler address (tcp://host:8786) or local."
+        ),
+    ] = "local",
+    workers: Annotated[
+        int, typer.Option("--workers", help="Dask engine, local scheduler: worker processes.")
+    ] = 2,
+    window_ms: Annotated[
+        float, typer.Option("--window-ms", help="Dask engine: ticks per task, in ms.")
+    ] = 1_800_000.0,
 ) -> None:
     """Replay a trace through the simulator and write features.parquet with its spec."""
     from kvcast.features import build_feature_dataset, build_spec, summarise
@@ -60,16 +101,25 @@ def features_cmd(
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
     if not time_scale > 0:
         raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
+    if engine not in ("pandas", "dask"):
+        raise ValueError(f"unknown --engine {engine!r}; valid: pandas, dask")
+    if engine == "dask" and not (workers >= 1 and window_ms > 0):
+        raise ValueError(f"--workers must be >= 1 and --window-ms > 0, got {workers}, {window_ms}")
     sim = sim_config(config, nodes)
     tr = open_trace(trace, format, skip_bad=skip_bad)
     fcfg = feature_config_for(sim, tr, load_feature_config(features_config))
     with progress_bar(len(tr), f"replay {policy}") as update:
         events = record_events(tr, sim, policy, time_scale=time_scale, progress=update)
-    with progress_bar(None, "features"):
-        df = build_feature_dataset(events, fcfg.ticks, fcfg)
     spec = build_spec(fcfg)
-    path = write_feature_dataset(df, out, spec, _trace_hash(trace), fcfg.digest())
-    summary = summarise(df, spec)
+    if engine == "dask":
+        with progress_bar(None, f"features on dask ({scheduler})"):
+            parts, summary = _dask_features(events, fcfg, out, scheduler, workers, window_ms)
+        path = _join(parts, out, spec, _trace_hash(trace), fcfg.digest(), summary)
+    else:
+        with progress_bar(None, "features"):
+            df = build_feature_dataset(events, fcfg.ticks, fcfg)
+        path = write_feature_dataset(df, out, spec, _trace_hash(trace), fcfg.digest())
+        summary = summarise(df, spec)
     write_json(out / "summary.json", summary)
     out_console.print(
         f"{path}: {summary['rows']:,} rows, {summary['positives']:,} positives "

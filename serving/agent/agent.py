@@ -18,6 +18,7 @@ from kvcast.serving.agent.tcp_transport import TcpTransport
 from kvcast.serving.agent.transfer import TransferClient
 from kvcast.serving.agent.transport import Transport, parse_peer
 from kvcast.serving.messages import BlockHash
+from kvcast.serving.tls import TlsFiles
 
 
 class Agent:
@@ -30,8 +31,9 @@ class Agent:
         transport: Transport | None = None,
         allocator: BufferAllocator | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tls: TlsFiles | None = None,
     ) -> None:
-        self.config = config
+        self.config, self.tls = config, tls
         token = config.token_value
         self.store = BlockStore(
             config.capacity_bytes,
@@ -39,7 +41,10 @@ class Agent:
             config.speculative_ttl_s,
             clock=clock,
         )
-        self.server = TransferServer(self.store, token, config.request_timeout_s)
+        self.server = TransferServer(
+            self.store, token, config.request_timeout_s,
+            ssl_context=tls.server_context() if tls is not None else None,
+        )  # fmt: skip
         if allocator is None and config.pool_slot_bytes is not None:
             slots = max(1, config.capacity_bytes // config.pool_slot_bytes)
             allocator = HostBlockPool(config.pool_slot_bytes, slots)
@@ -48,6 +53,7 @@ class Agent:
             config.link_burst_bytes,
             config.max_block_bytes,
             config.connect_timeout_s,
+            ssl_context=tls.client_context() if tls is not None else None,
         )
         self.client = TransferClient(
             self.store,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kvcast.serving.agent.blocks import BlockState
 from kvcast.serving.agent.control import AgentControl
+from kvcast.serving.agent.host_pool import HostBlockPool
 from kvcast.serving.http.metrics import Family, refusal_reason
 
 COMMAND_PATHS = {
@@ -113,4 +114,18 @@ def agent_families(control: AgentControl) -> list[Family]:
                control.replications_in_flight),
         *([_gauge("engine_queue_depth", "Queue depth the engines last reported",
                   sum(e.queue_depth for e in engines))] if engines else []),
+        *pool_families(agent.client.allocator),
+    ]  # fmt: skip
+
+
+def pool_families(allocator: object) -> list[Family]:
+    """Slots of the preallocated receive pool, when the agent has one (a buffer that never
+    returns to the pool after a failed pull shows here as a free slot missing)."""
+    if not isinstance(allocator, HostBlockPool):
+        return []
+    return [
+        _gauge("pool_slots", "Slots of the receive pool", allocator.slots),
+        _gauge("pool_free_slots", "Slots of the receive pool not holding a block",
+               allocator.free_slots),
+        _counter("pool_fallbacks_total", "Blocks received outside the pool", allocator.fallbacks),
     ]  # fmt: skip

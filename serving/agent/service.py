@@ -17,6 +17,7 @@ from kvcast.serving.agent.control import AgentControl
 from kvcast.serving.agent.seed import seed_blocks
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_signals
+from kvcast.serving.tls import TlsFiles, tls_from_env
 
 log = logging.getLogger("kvcast.serving.agent")
 
@@ -34,14 +35,15 @@ class AgentService:
     """An :class:`Agent` and its control API; ``start()`` / ``stop()``."""
 
     def __init__(
-        self, config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning"
-    ) -> None:
-        self.config, self.seed = config, seed
-        self.agent = Agent(config)
+        self, config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning",
+        tls: TlsFiles | None = None,
+    ) -> None:  # fmt: skip
+        self.config, self.seed, self.tls = config, seed, tls
+        self.agent = Agent(config, tls=tls)
         self.control = AgentControl(self.agent)
         self.app = build_app(self.control, config.token_value)
         host, port = parse_peer(config.listen, allow_port_zero=True)
-        self.http = HttpServer(self.app, host, port, config.shutdown_grace_s, log_level)
+        self.http = HttpServer(self.app, host, port, config.shutdown_grace_s, log_level, tls)
 
     async def start(self) -> tuple[str, str]:
         """Start serving; return (HTTP address, transfer address)."""
@@ -65,15 +67,18 @@ class AgentService:
 async def run_agent(
     config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning"
 ) -> None:
-    """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised)."""
-    service = AgentService(config, seed, log_level)
+    """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised). Mutual
+    TLS when the ``KVCAST_TLS_*`` variables are set (:mod:`kvcast.serving.tls`)."""
+    tls = tls_from_env()
+    service = AgentService(config, seed, log_level, tls)
     with stop_on_signals() as stop:
         try:
             http, transfer = await service.start()
             held = len(service.agent.store)
             log.info(
-                "agent %s ready: http=http://%s transfer=%s blocks=%d auth=%s",
-                config.node_id, http, transfer, held, "token" if config.token else "off",
+                "agent %s ready: http=%s://%s transfer=%s blocks=%d auth=%s tls=%s",
+                config.node_id, "https" if tls else "http", http, transfer, held,
+                "token" if config.token else "off", "mutual" if tls else "off",
             )  # fmt: skip
             await serve_until_stopped(service.http, stop)
             log.info("agent %s stopping", config.node_id)

@@ -82,6 +82,7 @@ class PullProtocol(asyncio.BufferedProtocol):
             self._fail(TransportError(f"{type(err).__name__}: {err}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._block = None  # a half-received block is never committed: its buffer goes now
         if not self.done.done():
             self.done.set_exception(TransportError(f"connection lost: {exc or 'closed by peer'}"))
 
@@ -136,6 +137,7 @@ class PullProtocol(asyncio.BufferedProtocol):
         self._start, self._end = 0, len(pending)
 
     def _fail(self, err: Exception) -> None:
+        self._block = None  # see connection_lost
         if not self.done.done():
             self.done.set_exception(err)
         if self._transport is not None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import ssl
 from dataclasses import asdict, dataclass
 
 from kvcast.serving.agent.block_store import BlockStore
@@ -59,9 +60,10 @@ class TransferServer:
     """Serves pulls of ``store``'s blocks to peers."""
 
     def __init__(
-        self, store: BlockStore, token: str | None = None, request_timeout_s: float = 10.0
-    ) -> None:
-        self.store, self.request_timeout_s = store, request_timeout_s
+        self, store: BlockStore, token: str | None = None, request_timeout_s: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:  # fmt: skip
+        self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
         self._token = token.encode() if token else None
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -76,7 +78,7 @@ class TransferServer:
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self._server = await asyncio.start_server(self._handle, host, port)
+        self._server = await asyncio.start_server(self._handle, host, port, ssl=self.ssl_context)
         return self.address
 
     async def stop(self) -> None:

@@ -1,8 +1,16 @@
-"""The default transport: one TCP connection per pull attempt, a token bucket per link."""
+"""The default transport: one TCP connection per pull attempt, a token bucket per link.
+
+With a link limit, the connection's kernel receive buffer is capped at one read chunk: the
+bucket then slows the sender through TCP flow control within a chunk or so, instead of the
+kernel taking megabytes ahead of the limit (which would also let a transfer "complete" from
+kernel buffers after its source died).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 
 from kvcast.serving.agent.buffers import BufferAllocator
 from kvcast.serving.agent.rate_limit import TokenBucket
@@ -21,9 +29,11 @@ class TcpTransport(Transport):
         link_burst_bytes: int = 4 << 20,
         max_block_bytes: int = 256 << 20,
         connect_timeout_s: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.link_bytes_per_s, self.link_burst_bytes = link_bytes_per_s, link_burst_bytes
         self.max_block_bytes, self.connect_timeout_s = max_block_bytes, connect_timeout_s
+        self.ssl_context = ssl_context  # mutual TLS to the peers (None: plain TCP)
         self._buckets: dict[str, TokenBucket] = {}
 
     def bucket(self, peer: str) -> TokenBucket | None:
@@ -45,13 +55,37 @@ class TcpTransport(Transport):
         def factory() -> PullProtocol:
             return PullProtocol(sink, allocator, self.max_block_bytes, bucket, chunk)
 
+        tls = {"ssl": self.ssl_context, "server_hostname": host} if self.ssl_context else {}
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                transport, protocol = await loop.create_connection(factory, host, port)
-        except (OSError, TimeoutError) as err:
+                if bucket is None:
+                    transport, protocol = await loop.create_connection(factory, host, port, **tls)
+                else:
+                    sock = await _connect_capped(loop, host, port, chunk)
+                    transport, protocol = await loop.create_connection(factory, sock=sock, **tls)
+        except (OSError, TimeoutError) as err:  # ssl.SSLError included
             raise TransportError(f"cannot connect to {peer}: {err}") from None
         try:
             transport.write(encode(request))
             return await protocol.done
         finally:
             transport.abort()
+
+
+async def _connect_capped(
+    loop: asyncio.AbstractEventLoop, host: str, port: int, rcvbuf: int
+) -> socket.socket:
+    """A connected non-blocking TCP socket whose receive buffer is ``rcvbuf`` bytes (set
+    before connecting, so that the window is advertised from the start)."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        await loop.sock_connect(sock, address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -9,10 +9,13 @@ import contextlib
 import math
 import signal
 import socket
+import ssl
 from collections.abc import Iterator
 
 import uvicorn
 from starlette.types import ASGIApp
+
+from kvcast.serving.tls import TlsFiles
 
 
 class _Server(uvicorn.Server):
@@ -45,10 +48,11 @@ class HttpServer:
     finish for up to ``grace_s`` seconds, then closes."""
 
     def __init__(
-        self, app: ASGIApp, host: str, port: int, grace_s: float = 5.0, log_level: str = "warning"
-    ) -> None:
+        self, app: ASGIApp, host: str, port: int, grace_s: float = 5.0,
+        log_level: str = "warning", tls: TlsFiles | None = None,
+    ) -> None:  # fmt: skip
         self.app, self.host, self.port, self.grace_s = app, host, port, grace_s
-        self.log_level = log_level
+        self.log_level, self.tls = log_level, tls
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self.address = ""
@@ -64,6 +68,7 @@ class HttpServer:
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=math.ceil(self.grace_s),
+            **(_mutual_tls(self.tls) if self.tls is not None else {}),
         )
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
@@ -92,6 +97,14 @@ class HttpServer:
         # a failure of the server is raised by wait(); stopping only has to finish
         await asyncio.gather(self._task, return_exceptions=True)
         self._server, self._task = None, None
+
+
+def _mutual_tls(tls: TlsFiles) -> dict[str, object]:
+    """uvicorn's settings for TLS that requires a client certificate signed by the CA."""
+    return {
+        "ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key),
+        "ssl_ca_certs": str(tls.ca), "ssl_cert_reqs": ssl.CERT_REQUIRED,
+    }  # fmt: skip
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -8,6 +8,13 @@ configured; a jump back is a publisher restart, after which (by default) an
 cache, and the new process's batches that were missed are replayed too. Nothing raised for bad
 input: malformed messages and undecodable payloads are counted. Sync and blocking by design;
 use one thread per subscriber and call :meth:`close` from it (ZMQ sockets are not thread-safe).
+
+Catch-up (``catch_up=True``, with a replay socket): a subscriber that joins a running engine
+(the sidecar restarted, or started after it) first asks the replay socket for every batch it
+still buffers, so the engine's recent history (which blocks it stored and removed) is not
+lost; the first live message from a publisher then only recovers what came after that, and is
+skipped when the catch-up already delivered it. ZMQ's slow joiner (what a PUB sends before
+the SUB is connected is dropped) is recovered the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from .replay import ReplayClient
 from .sequence import SeqStep, SeqTracker, SeqVerdict
 from .wire import unpack_seq
 
+MAX_SEQ = (1 << 63) - 1  # vLLM's sequence numbers are signed 64-bit
+
 
 @dataclass(slots=True)
 class KvSubscriberCounters:
@@ -36,6 +45,7 @@ class KvSubscriberCounters:
     decode_errors: int = 0  # payloads that were not a KVEventBatch
     malformed: int = 0  # messages without exactly (topic, 8-byte seq, payload)
     skipped_events: int = 0  # events of unknown type or medium
+    caught_up: int = 0  # batches of the engine's history replayed on joining it
 
 
 class KvEventSubscriber:
@@ -50,6 +60,7 @@ class KvEventSubscriber:
         replay_endpoint: str | None = None,
         replay_timeout_ms: int = 500,
         clear_on_restart: bool = True,
+        catch_up: bool = False,
         hwm: int = 100_000,
         max_messages_per_poll: int = 1_000,
         context: zmq.Context | None = None,
@@ -71,6 +82,9 @@ class KvEventSubscriber:
         self._seqs = SeqTracker()
         self._counters = KvSubscriberCounters()
         self._last_ts_ms: float | None = None
+        self._catch_up_enabled = catch_up and self._replay is not None
+        self._catch_up_due = self._catch_up_enabled
+        self._caught_up_to: int | None = None  # last seq the catch-up delivered
 
     @property
     def counters(self) -> KvSubscriberCounters:
@@ -80,6 +94,11 @@ class KvEventSubscriber:
     def poll(self, timeout_ms: int) -> list[DecodedBatch]:
         """Wait up to ``timeout_ms`` for a message, then drain what is queued, in order."""
         out: list[DecodedBatch] = []
+        if self._catch_up_due:
+            self._catch_up_due = False
+            out += self._catch_up(0, None)
+            if out:
+                self._last_ts_ms = out[-1].ts_ms
         if not self._sub.poll(timeout_ms, zmq.POLLIN):
             return out
         for _ in range(self.max_messages_per_poll):
@@ -109,6 +128,14 @@ class KvEventSubscriber:
             c.malformed += 1
             return
         step = self._seqs.observe(frames[0], seq)
+        if self._catch_up_enabled:
+            done = self._caught_up_to
+            if step.verdict is SeqVerdict.RESTART:
+                self._caught_up_to = None  # a new engine: its numbers mean new batches
+            elif done is not None and seq <= done:
+                return  # the catch-up already delivered this batch
+            elif step.verdict is SeqVerdict.FIRST:
+                out.extend(self._catch_up(0 if done is None else done + 1, seq))
         current = self._decode(frames[2])
         if step.verdict is SeqVerdict.GAP:
             c.gaps += 1
@@ -124,6 +151,19 @@ class KvEventSubscriber:
             out.append(current)
         if out:
             self._last_ts_ms = out[-1].ts_ms
+
+    def _catch_up(self, start: int, stop: int | None) -> list[DecodedBatch]:
+        """The engine's buffered batches with ``start <= seq < stop`` (None: all of them)."""
+        if self._replay is None or (stop is not None and stop <= start):
+            return []
+        got = self._replay.fetch(start, stop if stop is not None else MAX_SEQ)
+        if got is None:
+            self._counters.replay_failures += 1
+            return []
+        if got:
+            self._caught_up_to = max(got[-1][0], self._caught_up_to or 0)
+        self._counters.caught_up += len(got)
+        return [b for b in (self._decode(payload) for _, payload in got) if b is not None]
 
     def _recover(self, step: SeqStep) -> list[DecodedBatch]:
         if self._replay is None:

@@ -13,8 +13,10 @@ config (:mod:`.live_view`, :mod:`.node_loads`, :mod:`.telemetry_poller`) and run
 Each command is a :mod:`.decisions` record: kept for ``GET /v1/decisions``, written to the
 Parquet :mod:`.decision_log`, and in active mode sent to the agents by the
 :mod:`.executor`, which feeds the outcome back into the event stream and the replica hit rate
-(:mod:`.replicas`). :mod:`.core` wires the parts, :mod:`.service` runs them with the HTTP
-server, :mod:`.metrics` exposes them to Prometheus.
+(:mod:`.replicas`). At start, before the first tick, :mod:`.recovery` rebuilds where every
+block lives from the agents' inventories (the engines' replay sockets give their recent
+history), so a restarted sidecar sends no transfer twice. :mod:`.core` wires the parts,
+:mod:`.service` runs them with the HTTP server, :mod:`.metrics` exposes them to Prometheus.
 
 Nothing here imports torch; the serving path is numpy, onnxruntime, pyzmq, FastAPI and httpx.
 """

@@ -42,6 +42,7 @@ from kvcast.serving.sidecar.translate import (
     arrival_events,
     block_hash_param,
     decision_out,
+    invalid,
     kv_events,
 )
 
@@ -134,7 +135,7 @@ def _reads(sc: Sidecar) -> APIRouter:
         try:
             h = block_hash_param(block_hash)
         except ValueError as err:
-            raise HTTPException(422, f"path.block_hash: {err}") from None
+            raise invalid(("path", "block_hash"), str(err)) from None
         future = sc.keeper.ask(lambda k: locate(k, [h]))
         (loc,) = await asyncio.wait_for(asyncio.wrap_future(future), LOOKUP_TIMEOUT_S)
         replicas = sc.replicas.nodes_of(h)

@@ -32,9 +32,11 @@ from kvcast.serving.sidecar.metrics import sidecar_registry, timers
 from kvcast.serving.sidecar.model_slot import ModelSlot
 from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains
+from kvcast.serving.sidecar.recovery import RecoveryReport, recover_locations
 from kvcast.serving.sidecar.replicas import ReplicaTracker
 from kvcast.serving.sidecar.telemetry_poller import TelemetryPoller
 from kvcast.serving.sidecar.zmq_ingest import EngineFeed
+from kvcast.serving.tls import TlsFiles
 
 log = logging.getLogger("kvcast.serving.sidecar")
 STALE_POLLS, STALE_MIN_S = 5, 5.0  # a queue report older than this (polls, s) is ignored
@@ -45,7 +47,10 @@ def wall_ms() -> float:
 
 
 class Sidecar:
-    def __init__(self, cfg: SidecarConfig, clock_ms: Callable[[], float] = wall_ms) -> None:
+    def __init__(
+        self, cfg: SidecarConfig, clock_ms: Callable[[], float] = wall_ms,
+        tls: TlsFiles | None = None,
+    ) -> None:  # fmt: skip
         self.cfg, self.clock_ms = cfg, clock_ms
         fcfg, dcfg = cfg.feature_config, cfg.decider_config
         n, names = len(cfg.nodes), cfg.node_names
@@ -53,7 +58,7 @@ class Sidecar:
         self.auth_failures = 0
         self.block_bytes = cfg.kv_block_bytes
         self.queue = EventQueue(cfg.queue_events)
-        self.state = FeatureState(fcfg)
+        self.state = FeatureState(fcfg, max_blocks=cfg.max_tracked_blocks)
         self.chains = RecentChains(
             dcfg.loop.lookback_ms, dcfg.loop.max_candidates, fcfg.block_tokens
         )
@@ -74,7 +79,8 @@ class Sidecar:
             None if lcfg.path is None
             else DecisionLog(lcfg.path, names, lcfg.rows_per_chunk, lcfg.flush_s)
         )  # fmt: skip
-        self.client = httpx.AsyncClient(timeout=cfg.agents.timeout_s)
+        verify = tls.client_context() if tls is not None else True  # mTLS to the agents
+        self.client = httpx.AsyncClient(timeout=cfg.agents.timeout_s, verify=verify)
         agents = [x.agent.rstrip("/") if x.agent else None for x in cfg.nodes]
         self.executor = Executor(
             cfg.agents, agents, self.loads, self.queue, self.replicas, self.keeper,
@@ -97,6 +103,8 @@ class Sidecar:
         )  # fmt: skip
         self.feeds = [self._feed(i) for i, x in enumerate(cfg.nodes) if x.engine is not None]
         self.started = False
+        self.recovery = RecoveryReport()
+        self._agents = agents
         self._housekeeping: asyncio.Task[None] | None = None
 
     def _feed(self, node: int) -> EngineFeed:
@@ -124,6 +132,7 @@ class Sidecar:
         try:
             for feed in self.feeds:
                 await asyncio.to_thread(feed.start)
+            await self.recover()
         except BaseException:
             await self.stop()
             raise
@@ -132,6 +141,31 @@ class Sidecar:
         if decisions:
             self.loop.start()
         self.started = True
+
+    async def recover(self) -> RecoveryReport:
+        """Rebuild block locations from the agents' inventories (see :mod:`.recovery`) and
+        wait until the feature state has them, so the first tick sees every copy."""
+        cfg = self.cfg
+        r = self.recovery = await recover_locations(
+            self._agents, self.client, cfg.token_value, queue=self.queue, replicas=self.replicas,
+            block_tokens=cfg.feature_config.block_tokens, timeout_s=cfg.agents.timeout_s,
+            clock_ms=self.clock_ms,
+        )  # fmt: skip
+        try:  # the first tick then sees them; a huge inventory only delays that, not the start
+            async with asyncio.timeout(cfg.agents.timeout_s):
+                while len(self.queue):
+                    await asyncio.sleep(0.005)
+                await asyncio.wrap_future(self.keeper.ask(lambda k: None))
+        except TimeoutError:
+            log.warning("recovery: %d events still queued after %.1f s; going on",
+                        len(self.queue), cfg.agents.timeout_s)  # fmt: skip
+        if r.agents_read or r.agents_failed:
+            log.info(
+                "recovered %d block locations (%d speculative replicas) from %d of %d agents "
+                "in %.3f s", r.blocks, r.replicas, r.agents_read,
+                r.agents_read + len(r.agents_failed), r.seconds,
+            )  # fmt: skip
+        return r
 
     def set_mode(self, mode: Mode) -> None:
         """Switch modes. Shadow to active starts the decider from an empty ledger: the copies

@@ -125,7 +125,8 @@ class DecisionLoop:
         hbm = inp.hbm if inp is not None else {}
         removals = inp.removals if inp is not None else self.keeper.gpu_removals.copy()
         view = self.live.view(now, hbm, self.in_flight(), removals)
-        commands = self.decider.decide(cands, probs, view)
+        holders = inp.holders if inp is not None and len(probs) else None
+        commands = self.decider.decide(cands, probs, view, holders)
         self.timers.decide.observe(time.perf_counter() - t1)
         mode, digest = self.mode(), model.info.digest if model is not None else ""
         out = []

@@ -1,11 +1,15 @@
 """Active mode: the decider's commands carried out by the agents (on the event loop).
 
 - ``replicate``: the target's agent pulls the chain from the source agent (``command_id`` =
-  the decision id: a resend moves the data once). Done: the committed blocks are speculative
-  replicas on the target (tracked for the hit rate); a ``ReplicationDone`` enters the event
-  stream. Failed (source lacked the blocks, refused, timed out, unreachable): retried once
-  from another node holding the whole chain, else dropped with the reason. A target without a
-  reachable agent is dropped at once: another target is the next tick's decision.
+  the decision id: a resend moves the data once). Every verified block that lands is a
+  speculative replica on the target (tracked for the hit rate) and enters the event stream
+  in a ``ReplicationDone``, whatever became of the rest. An attempt that did not land every
+  block (the source lacked some, refused, died mid-transfer, stalled past the deadline, or
+  the target failed) is counted, its missing blocks are marked absent on the target (a
+  ``ReplicationDone`` with ``ok=False``: never a location), and it is retried once from
+  another node holding the whole chain; failing that, the decision ends as a partial copy
+  (``done``) when some blocks landed, else it is dropped with the reason (logged). A target
+  without a reachable agent is dropped at once: another target is the next tick's decision.
 - ``evict``: the node's agent evicts the named replicas, per tenant; what is gone (evicted or
   already absent) leaves the event stream's residency through a ``BlockRemoved``.
 - ``promote``: no agent executes one (the view offers no lower tiers): ``unsupported``.
@@ -17,6 +21,7 @@ dropped (``backlog``). Agent calls go through :mod:`.agent_client`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections import Counter
@@ -34,6 +39,7 @@ from kvcast.serving.sidecar.replicas import ReplicaTracker
 from kvcast.serving.sidecar.tick_input import chain_holders
 
 SOURCE = "executor"
+log = logging.getLogger("kvcast.serving.sidecar")
 
 
 class Executor:
@@ -94,6 +100,8 @@ class Executor:
     def _drop(self, d: Decision, reason: str, detail: str) -> None:
         self.dropped[reason] += 1
         d.move("dropped", detail)
+        if reason != "backlog":  # a full backlog is counted, not logged per command
+            log.info("%s %s to node %d dropped (%s): %s", d.kind, d.id, d.target, reason, detail)
 
     # -- replicate -------------------------------------------------------------------------
     async def _replicate(self, d: Decision, url: str) -> None:
@@ -101,9 +109,9 @@ class Executor:
             self._drop(d, "no_tenant", "the chain's tenant is unknown")
             return
         self.issued += 1
-        tried, detail = [d.source], "failed"
+        tried, landed = [d.source], set[int]()
         while True:
-            failure = await self._attempt(d, url, tried[-1])
+            failure = await self._attempt(d, url, tried[-1], landed)
             if failure is None:
                 return
             detail = failure.detail
@@ -117,10 +125,20 @@ class Executor:
             tried.append(source)
             self.retried += 1
             d.move("retried", f"{detail}; retrying from node {source}")
-        self._drop(d, "failed", detail)
+        if landed:  # verified blocks that did land stay replicas: a partial copy
+            self.done += 1
+            missing = len(d.block_hashes) - len(landed)
+            d.move("done", f"partial: {len(landed)} landed, {missing} not ({detail})")
+            log.info("replicate %s to node %d: partial copy: %s", d.id, d.target, d.detail)
+        else:
+            self._drop(d, "failed", detail)
 
-    async def _attempt(self, d: Decision, url: str, source: int) -> AgentCallError | None:
-        """One replicate call; None when the blocks landed. A retry gets its own command id."""
+    async def _attempt(
+        self, d: Decision, url: str, source: int, landed: set[int]
+    ) -> AgentCallError | None:
+        """One replicate call; None when every block landed. Verified blocks that landed are
+        recorded (``landed``) whatever the outcome; those that did not are marked absent on
+        the target. A retry gets its own command id."""
         address = self.loads.transfer[source]
         if address is None:
             return AgentCallError(f"node {source} has no known transfer address", False)
@@ -143,21 +161,38 @@ class Executor:
             if self.in_flight[pair] <= 0:
                 del self.in_flight[pair]
         if isinstance(result, AgentCallError):
+            self._absent(d, source, landed, result.detail)
             return result
-        landed = ints(*result.committed, *result.already_present)
-        if result.status.value not in ("ok", "partial") or not landed:
-            return AgentCallError(f"pull {result.status.value}: {result.error or 'nothing'}", False)
+        got = ints(*result.committed, *result.already_present)
         committed = ints(*result.committed)
-        per_block = result.bytes_committed // len(committed) if committed else 0
-        self.replicas.place(d.target, committed, d.tenant, per_block, req.ttl_s or 0.0)
-        ev = ReplicationDone(self.clock_ms(), source, d.target, tuple(landed), ok=True)
-        self.queue.put([ev], SOURCE)
-        self.done += 1
+        if committed:
+            per_block = result.bytes_committed // len(committed)
+            self.replicas.place(d.target, committed, d.tenant, per_block, req.ttl_s or 0.0)
+        if got:
+            ev = ReplicationDone(self.clock_ms(), source, d.target, tuple(got), ok=True)
+            self.queue.put([ev], SOURCE)
+        landed.update(got)
         self.moved_bytes += result.bytes_committed
         d.moved_bytes += result.bytes_committed
-        missing = len(d.block_hashes) - len(landed)
-        d.move("done", f"{result.status.value}: {len(committed)} copied, {missing} not")
-        return None
+        status = result.status.value
+        if status == "ok" or (status == "partial" and len(landed) == len(d.block_hashes)):
+            self.done += 1
+            d.move("done", f"{status}: {len(committed)} copied, {len(got) - len(committed)} held")
+            return None
+        detail = f"pull {status}: {result.error or 'nothing copied'}"
+        self._absent(d, source, landed, detail)
+        return AgentCallError(detail, False)
+
+    def _absent(self, d: Decision, source: int, landed: set[int], reason: str) -> None:
+        """The blocks of ``d`` that did not land are not on the target: forget any replica of
+        them there, and record the failure in the event stream (``ok=False``: residency
+        unchanged, so the target is never reported as holding them)."""
+        lost = tuple(h for h in d.block_hashes if h not in landed)
+        if not lost:
+            return
+        self.replicas.remove(d.target, lost)
+        ev = ReplicationDone(self.clock_ms(), source, d.target, lost, ok=False, reason=reason)
+        self.queue.put([ev], SOURCE)
 
     async def _other_holder(self, d: Decision, exclude: list[int]) -> int | None:
         """Another node with an agent that holds the whole chain in GPU memory."""

@@ -92,6 +92,9 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
         _one("gauge", "queue_capacity_events", "Bound of the queue", q.capacity),
         _one("gauge", "queue_peak_events", "Most events queued at once", q.peak),
         _one("gauge", "candidate_chains", "Recent chains kept", len(sc.chains)),
+        _one("gauge", "tracked_blocks", "Blocks the feature state tracks", len(sc.state.blocks)),
+        _one("counter", "shed_blocks_total", "Blocks forgotten at max_tracked_blocks",
+             sc.state.blocks.shed_blocks),
         *subscriber_families(sc),
         _one("counter", "ticks_total", "Decision ticks run", loop.ticks),
         _one("counter", "tick_errors_total", "Decision ticks that failed", loop.errors),
@@ -122,6 +125,10 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
                   {names[i]: float(c) for i, c in sc.poller.failures.items()}),
         _one("counter", "auth_failures_total", "Requests refused for a bad token",
              sc.auth_failures),
+        _one("gauge", "recovered_block_locations", "Block locations read from the agents at "
+             "start", sc.recovery.blocks),
+        _one("gauge", "recovered_replicas", "Speculative replicas of those", sc.recovery.replicas),
+        _one("gauge", "recovery_seconds", "Time the recovery at start took", sc.recovery.seconds),
         _one("counter", "decision_log_rows_total", "Decision log rows written",
              sc.decision_log.written if sc.decision_log else 0),
     ]  # fmt: skip

@@ -15,6 +15,7 @@ from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_
 from kvcast.serving.sidecar.api import build_app
 from kvcast.serving.sidecar.config import SidecarConfig
 from kvcast.serving.sidecar.core import Sidecar
+from kvcast.serving.tls import TlsFiles, tls_from_env
 
 log = logging.getLogger("kvcast.serving.sidecar")
 
@@ -22,9 +23,11 @@ log = logging.getLogger("kvcast.serving.sidecar")
 class SidecarService:
     """A :class:`Sidecar` and its HTTP server; ``start()`` / ``stop()``."""
 
-    def __init__(self, config: SidecarConfig, log_level: str = "warning") -> None:
+    def __init__(
+        self, config: SidecarConfig, log_level: str = "warning", tls: TlsFiles | None = None
+    ) -> None:
         self.config = config
-        self.sidecar = Sidecar(config)
+        self.sidecar = Sidecar(config, tls=tls)
         self.app = build_app(self.sidecar)
         host, port = parse_peer(config.listen, allow_port_zero=True)
         self.http = HttpServer(self.app, host, port, config.shutdown_grace_s, log_level)
@@ -44,17 +47,20 @@ class SidecarService:
 
 
 async def run_sidecar(config: SidecarConfig, log_level: str = "warning") -> None:
-    """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised)."""
-    service = SidecarService(config, log_level)
+    """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised). Calls
+    to the agents use mutual TLS when the ``KVCAST_TLS_*`` variables are set."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per agent call at INFO
+    tls = tls_from_env()
+    service = SidecarService(config, log_level, tls)
     sc = service.sidecar
     with stop_on_signals() as stop:
         try:
             http = await service.start()
             model = sc.slot.current.info.source if sc.slot.current else "none"
             log.info(
-                "sidecar %s ready: http=http://%s mode=%s model=%s nodes=%d engines=%d auth=%s",
-                config.sidecar_id, http, sc.mode, model, len(config.nodes), len(sc.feeds),
-                "token" if config.token else "off",
+                "sidecar %s ready: http=http://%s mode=%s model=%s nodes=%d engines=%d auth=%s "
+                "agent_tls=%s", config.sidecar_id, http, sc.mode, model, len(config.nodes),
+                len(sc.feeds), "token" if config.token else "off", "mutual" if tls else "off",
             )  # fmt: skip
             if sc.decision_log is not None:
                 log.info("decision log: %s", sc.decision_log.path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from itertools import chain, compress
 
 import numpy as np
 
@@ -27,37 +28,57 @@ class TickInput:
     hbm: dict[int, int]  # block -> bitmask of nodes holding it in GPU memory (held ones only)
     removals: np.ndarray  # cumulative blocks removed from each node's HBM
     features_s: float  # time taken by the rows
+    holders: np.ndarray | None = None  # per block of the chains, its ``hbm`` mask (or None)
 
 
 MASK_COLUMN = "replica_mask"  # bit n: node n holds the block in GPU memory (exact below 52)
 MASK_NODES = 52
 
 
+def mask_column(keeper: StateKeeper, rows: np.ndarray) -> np.ndarray | None:
+    """Each row's bitmask of GPU holders, from the rows' own ``replica_mask`` column; None
+    when some node does not fit in it."""
+    spec = keeper.state.spec
+    if keeper.state.cfg.nodes <= MASK_NODES and MASK_COLUMN in spec.names:
+        return rows[:, spec.index(MASK_COLUMN)].astype(np.int64)
+    return None
+
+
 def gpu_holders(keeper: StateKeeper, blocks: list[int], rows: np.ndarray) -> dict[int, int]:
     """block -> bitmask of GPU holders, for the held blocks: read from the rows' own
     ``replica_mask`` column when every node fits in it, else from the residency sets."""
-    spec = keeper.state.spec
-    if keeper.state.cfg.nodes <= MASK_NODES and MASK_COLUMN in spec.names and len(blocks):
-        masks = rows[:, spec.index(MASK_COLUMN)].astype(np.int64).tolist()
-    else:
-        masks = keeper.state.residency.masks(blocks)[0]
-    return {b: m for b, m in zip(blocks, masks, strict=True) if m}
+    masks = mask_column(keeper, rows)
+    if masks is not None:
+        held = np.flatnonzero(masks).tolist()
+        return dict(zip(map(blocks.__getitem__, held), masks[held].tolist(), strict=True))
+    masks_list = keeper.state.residency.masks(blocks)[0]
+    return dict(compress(zip(blocks, masks_list, strict=True), masks_list))
+
+
+def distinct_blocks(cands: ChainCandidates) -> tuple[list[int], np.ndarray]:
+    """The candidates' distinct blocks (first seen first) and, per block of the concatenated
+    chains, its index among them (C-level passes, no Python step per block)."""
+    flat = list(chain.from_iterable(cands.chains))
+    blocks = list(dict.fromkeys(flat))
+    if len(blocks) == len(flat):  # no block shared between chains: the identity
+        return blocks, np.arange(len(flat), dtype=np.int64)
+    index = dict(zip(blocks, range(len(blocks)), strict=True))
+    return blocks, np.fromiter(map(index.__getitem__, flat), np.int64, len(flat))
 
 
 def snapshot(keeper: StateKeeper, now_ms: float, default_tail_tokens: int) -> TickInput:
     keeper.commit(now_ms)
     cands = keeper.chains.candidates(now_ms, default_tail_tokens)
-    index: dict[int, int] = {}
-    where = [index.setdefault(b, len(index)) for chain in cands.chains for b in chain]
-    blocks = list(index)
+    blocks, where = distinct_blocks(cands)
     t0 = time.perf_counter()
     rows = keeper.state.rows(now_ms, blocks)
     features_s = time.perf_counter() - t0
     hbm = gpu_holders(keeper, blocks, rows)
+    masks = mask_column(keeper, rows)  # the decider's holders, per block of the chains
+    holders = None if masks is None else masks[where]
     return TickInput(
-        now_ms, cands, blocks, np.asarray(where, dtype=np.int64), rows, hbm,
-        keeper.gpu_removals.copy(), features_s,
-    )  # fmt: skip
+        now_ms, cands, blocks, where, rows, hbm, keeper.gpu_removals.copy(), features_s, holders
+    )
 
 
 @dataclass(frozen=True, slots=True)

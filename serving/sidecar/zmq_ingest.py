@@ -2,9 +2,10 @@
 
 Each thread owns a :class:`KvEventSubscriber` (ZMQ sockets are not thread-safe: it is created,
 polled and closed on that thread), stamped with the engine's node id; gaps are recovered
-through the engine's replay socket when configured, restarts clear the node's blocks (see the
-subscriber). Every poll's batches go to the queue as one put, in order. The subscriber's
-counters are read from other threads as copies.
+through the engine's replay socket when configured, which also gives the engine's buffered
+history when the feed joins a running engine (a sidecar restart: the subscriber's catch-up);
+restarts clear the node's blocks (see the subscriber). Every poll's batches go to the queue as
+one put, in order. The subscriber's counters are read from other threads as copies.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class EngineFeed:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
-        self._thread.join(timeout_s)
+        if self._thread.ident is not None:  # a feed whose start() never ran has no thread
+            self._thread.join(timeout_s)
 
     @property
     def counters(self) -> KvSubscriberCounters:
@@ -65,6 +67,7 @@ class EngineFeed:
             sub = KvEventSubscriber(
                 self.endpoint, node=self.node, topic=self.topic, replay_endpoint=self.replay,
                 replay_timeout_ms=self.replay_timeout_ms, hwm=self.hwm, context=self._context,
+                catch_up=True,
             )  # fmt: skip
         except zmq.ZMQError as err:
             self.error = str(err)

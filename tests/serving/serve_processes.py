@@ -83,10 +83,12 @@ def start(args: list[str], env: dict[str, str]) -> Service:
     return service
 
 
-def start_agent(node_id: str, env: dict[str, str]) -> Service:
+def start_agent(node_id: str, env: dict[str, str], *extra: str) -> Service:
+    """``kvcast serve agent`` on loopback (64 MiB, 16 MiB speculative); ``extra`` flags after
+    (a flag given twice takes its last value)."""
     return start(
         ["serve", "agent", "--node-id", node_id, "--listen", "127.0.0.1:0",
          "--transfer-listen", "127.0.0.1:0", "--capacity", "64MiB",
-         "--speculative-quota", "16MiB"],
+         "--speculative-quota", "16MiB", *extra],
         env,
     )  # fmt: skip

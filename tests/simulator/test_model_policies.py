@@ -101,6 +101,14 @@ def test_a_missing_model_file_is_a_one_line_error(tmp_path: Path) -> None:
         make_policy("predictive_lgbm", SimConfig(), None, {"lgbm": str(tmp_path / "absent.onnx")})
 
 
+def test_without_a_model_the_champion_is_looked_up_and_its_absence_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'empty.db'}")
+    with pytest.raises(ValueError, match=r"models:/kvcast-lgbm@champion: .*not found"):
+        make_policy("predictive_lgbm", SimConfig())
+
+
 @pytest.fixture(scope="module")
 def tcn_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tcn")

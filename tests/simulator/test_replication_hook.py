@@ -30,8 +30,9 @@ class Pinned:
 class Scripted:
     """Issues fixed commands at given simulated times."""
 
-    def __init__(self, script: dict[float, list[Command]], quota_blocks: int = 16,
-                 tick_ms: float = 100.0) -> None:
+    def __init__(
+        self, script: dict[float, list[Command]], quota_blocks: int = 16, tick_ms: float = 100.0
+    ) -> None:
         self.script = script
         self.tick_ms = tick_ms
         self.speculative_quota_bytes = int(quota_blocks * BLOCK_GIB * 2**30)
@@ -48,8 +49,9 @@ CHAIN = list(range(10))
 def run(script: dict[float, list[Command]], second_at: float = 5_000.0, **cfg: object):
     tr = tiny_trace([(0.0, 5000, 1, CHAIN), (second_at, 5000, 1, CHAIN)])
     rep = Scripted(script)
-    sim = Simulator(tr, config(nodes=2, arrival_spread="off", **cfg), Pinned([0, 1]),
-                    replicator=rep)
+    sim = Simulator(
+        tr, config(nodes=2, arrival_spread="off", **cfg), Pinned([0, 1]), replicator=rep
+    )
     return sim, sim.run(), rep
 
 
@@ -106,10 +108,12 @@ def test_evict_command_drops_speculative_replicas() -> None:
 
 def test_promotion_loads_a_demoted_chain_back_into_hbm_ahead_of_use() -> None:
     other = list(range(100, 112))
-    tr = tiny_trace([(0.0, 5000, 1, CHAIN), (2_000.0, 6000, 1, other),
-                     (9_000.0, 5000, 1, CHAIN)])
-    cfg = config(nodes=1, arrival_spread="off",
-                 node={"kv_capacity_gib": 14 * BLOCK_GIB, "dram": {"capacity_gib": 100.0}})
+    tr = tiny_trace([(0.0, 5000, 1, CHAIN), (2_000.0, 6000, 1, other), (9_000.0, 5000, 1, CHAIN)])
+    cfg = config(
+        nodes=1,
+        arrival_spread="off",
+        node={"kv_capacity_gib": 14 * BLOCK_GIB, "dram": {"capacity_gib": 100.0}},
+    )
     promote = PromoteCommand(node=0, block_hashes=tuple(CHAIN), ttl_ms=60_000.0)
     rep = Scripted({6_000.0: [promote]})
     res = Simulator(tr, cfg, Pinned([0, 0, 0]), replicator=rep).run()

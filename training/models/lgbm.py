@@ -58,7 +58,22 @@ class LgbmModel:
         return {n: float(g) for n, g in zip(self.names, gain, strict=True)}
 
 
-def fit(data: TrainingData, params: LgbmParams, seed: int) -> LgbmModel:
+@dataclass(frozen=True)
+class LgbmInputs:
+    """The training and validation windows and the booster parameters of one fit."""
+
+    config: dict[str, Any]
+    xt: np.ndarray
+    yt: np.ndarray
+    wt: np.ndarray  # class-balanced sampling weights
+    xv: np.ndarray
+    yv: np.ndarray
+    wv: np.ndarray
+    mono: list[int]
+    excluded: list[int]
+
+
+def fit_inputs(data: TrainingData, params: LgbmParams, seed: int) -> LgbmInputs:
     names = data.spec.names
     tr, va = data.rows("train"), data.rows("validation")
     xt, xv = data.x[tr], data.x[va]  # copies (fancy indexing)
@@ -88,17 +103,39 @@ def fit(data: TrainingData, params: LgbmParams, seed: int) -> LgbmModel:
         "force_col_wise": True,
         "verbose": -1,
     }
+    wt = class_balanced(data.y[tr], data.w[tr], params.class_weight)
+    return LgbmInputs(config, xt, data.y[tr], wt, xv, data.y[va], data.w[va], mono, excluded)
+
+
+def fitted_model(
+    booster: lgb.Booster,
+    best: int,
+    names: tuple[str, ...],
+    inputs: LgbmInputs,
+    history: dict[str, list[float]],
+) -> LgbmModel:
+    """The booster cut at ``best`` trees, with thresholds exact in float32 (as served)."""
+    exact = lgb.Booster(model_str=float32_thresholds(booster.model_to_string(num_iteration=best)))
+    model = LgbmModel(exact, names)
+    model.history = history
+    model.info = {
+        "best_iteration": best,
+        "monotone_increasing": ",".join(names[j] for j, m in enumerate(inputs.mono) if m > 0),
+        "excluded": ",".join(names[j] for j in inputs.excluded),
+    }
+    return model
+
+
+def fit(data: TrainingData, params: LgbmParams, seed: int) -> LgbmModel:
+    names = data.spec.names
+    inp = fit_inputs(data, params, seed)
     train_set = lgb.Dataset(
-        xt,
-        data.y[tr],
-        weight=class_balanced(data.y[tr], data.w[tr], params.class_weight),
-        feature_name=list(names),
-        free_raw_data=True,
+        inp.xt, inp.yt, weight=inp.wt, feature_name=list(names), free_raw_data=True
     )
-    valid_set = lgb.Dataset(xv, data.y[va], weight=data.w[va], reference=train_set)
+    valid_set = lgb.Dataset(inp.xv, inp.yv, weight=inp.wv, reference=train_set)
     record: dict[str, dict[str, list[float]]] = {}
     booster = lgb.train(
-        config,
+        inp.config,
         train_set,
         num_boost_round=params.num_boost_round,
         valid_sets=[valid_set],
@@ -109,12 +146,5 @@ def fit(data: TrainingData, params: LgbmParams, seed: int) -> LgbmModel:
         ],
     )
     best = booster.best_iteration or booster.current_iteration()
-    exact = lgb.Booster(model_str=float32_thresholds(booster.model_to_string(num_iteration=best)))
-    model = LgbmModel(exact, names)
-    model.history = {f"val_{k}": list(map(float, v)) for k, v in record.get("val", {}).items()}
-    model.info = {
-        "best_iteration": best,
-        "monotone_increasing": ",".join(names[j] for j, m in enumerate(mono) if m > 0),
-        "excluded": ",".join(names[j] for j in excluded),
-    }
-    return model
+    history = {f"val_{k}": list(map(float, v)) for k, v in record.get("val", {}).items()}
+    return fitted_model(booster, best, names, inp, history)

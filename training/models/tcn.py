@@ -77,6 +77,7 @@ class TcnModel:
     kind: str = "tcn"
     missing: str = "NaN features are imputed in-graph with training medians"
     history: dict[str, list[float]] = field(default_factory=dict)
+    world_size: int = 1  # training processes (DDP: devices x nodes)
 
     def predict_raw(self, x: np.ndarray) -> np.ndarray:
         with torch.no_grad():
@@ -100,7 +101,8 @@ class TcnModel:
         return onnx.load_from_string(buf.getvalue())
 
     def summary(self) -> dict[str, Any]:
-        return {"parameters": sum(p.numel() for p in self.net.parameters())}
+        params = sum(p.numel() for p in self.net.parameters())
+        return {"parameters": params, "world_size": self.world_size}
 
     def importance(self, data: TrainingData) -> dict[str, float]:
         """Permutation importance: rise of the weighted log-loss on <= 4,096 validation rows."""
@@ -140,7 +142,26 @@ def _tensors(data: TrainingData, idx: np.ndarray, w: np.ndarray, window: int) ->
     )
 
 
-def fit(data: TrainingData, params: TcnParams, seed: int) -> TcnModel:
+def _trainer_placement(ddp: tuple[int, int] | None) -> dict[str, Any]:
+    """Trainer arguments: one process, or DDP over ``(devices, num_nodes)`` CPU processes
+    (gloo). Lightning starts the other local processes by re-running the command line;
+    under ``torchrun`` or SLURM it joins the processes those started."""
+    if ddp is None:
+        return {"devices": 1}
+    from pytorch_lightning.strategies import DDPStrategy
+
+    devices, nodes = ddp
+    return {
+        "devices": devices,
+        "num_nodes": nodes,
+        "strategy": DDPStrategy(process_group_backend="gloo"),
+    }
+
+
+def fit(
+    data: TrainingData, params: TcnParams, seed: int, ddp: tuple[int, int] | None = None
+) -> TcnModel:
+    """``ddp``: (devices per node, nodes) for Lightning DDP; None: this process only."""
     if data.sampled:
         raise ValueError(
             "tcn needs an unsampled feature table (data.negative_keep: 1.0): history windows "
@@ -168,7 +189,7 @@ def fit(data: TrainingData, params: TcnParams, seed: int) -> TcnModel:
     trainer = pl.Trainer(
         max_epochs=params.epochs,
         accelerator="cpu",
-        devices=1,
+        **_trainer_placement(ddp),
         deterministic=True,
         logger=False,
         enable_checkpointing=False,
@@ -181,4 +202,5 @@ def fit(data: TrainingData, params: TcnParams, seed: int) -> TcnModel:
         trainer.fit(module, train_dl, val_dl)
     model = TcnModel(net.eval(), params.window, f)
     model.history = dict(module.history)
+    model.world_size = trainer.world_size
     return model

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from kvcast.features.config import FeatureConfig
 from kvcast.features.events import (
@@ -98,3 +99,32 @@ def test_memory_stays_bounded_by_the_horizon_on_an_endless_stream(
     assert max(blocks) <= 2 * 3 * 600 + 3  # at most two horizons of blocks are kept
     assert max(s["sessions"] for s in sizes) <= 50
     assert blocks[-1] <= blocks[2]  # not growing
+
+
+def test_a_block_cap_forgets_the_least_recently_requested_blocks_first(
+    cfg: FeatureConfig, make_request: Callable[..., RequestArrived]
+) -> None:
+    capped, free = FeatureState(cfg, max_blocks=300), FeatureState(cfg)
+    hot = [1, 2, 3]
+    for i in range(400):  # within one horizon, so only the cap can drop anything
+        for state in (capped, free):
+            state.update(make_request(i * 10.0, hot if i % 2 else [1000 + i, 2000 + i]))
+    capped.flush()
+    free.flush()
+    sizes = capped.memory()
+    assert sizes["blocks"] <= 300 and sizes["shed_blocks"] > 0
+    assert free.memory()["blocks"] == 3 + 400 and free.memory()["shed_blocks"] == 0
+    now = 4000.0
+    names = capped.spec.names
+    heat = names.index("heat_1s")
+    # the hot prefix, requested all along, is kept with the same row as without a cap (up to
+    # the rounding of the decayed sums' rebase at the cap's sweeps)
+    np.testing.assert_allclose(capped.rows(now, hot), free.rows(now, hot), rtol=1e-9)
+    # the oldest one-off blocks are forgotten (read as never seen), the newest kept
+    assert math.isnan(capped.rows(now, [1000])[0, heat])
+    assert not math.isnan(capped.rows(now, [1000 + 398])[0, heat])
+
+
+def test_a_block_cap_below_one_is_refused(cfg: FeatureConfig) -> None:
+    with pytest.raises(ValueError, match="max_blocks must be >= 1 or None, got 0"):
+        FeatureState(cfg, max_blocks=0)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcast.features.counters import BadInputCounters
 from kvcast.features.events import TelemetrySample
-from kvcast.features.online.blocks import BASE, HASHES, BlockTable
+from kvcast.features.online.blocks import HASHES, SHIFT, SLOT, BlockTable
 from kvcast.features.online.keys import EMPTY, count_keys, count_many, switch
+from kvcast.features.online.packing import pack, pack_rows
 from kvcast.features.online.residency import Residency
 from kvcast.features.online.telemetry import NodeTelemetry, lsq_slope_per_s
 
@@ -43,15 +46,21 @@ def test_count_many_equals_count_keys_per_list(streams: list[list[tuple[int, int
         assert count_many(states, 0, now, WINDOW).tolist() == want
 
 
-def test_offsets_follow_splits_and_sweeps() -> None:
+def test_codes_name_each_blocks_run_and_index_through_splits_and_sweeps() -> None:
     table = BlockTable((1000.0,), window_ms=20000.0, horizon_ms=60000.0)
-    for ts, hashes in ((0.0, (1, 2, 3, 4, 5)), (1.0, (2, 3, 9)), (2.0, (4, 5)), (70000.0, (3,))):
+    requests = ((0.0, (1, 2, 3, 4, 5)), (1.0, (2, 3, 9)), (2.0, (4, 5)), (70000.0, (3, 7)))
+    for ts, hashes in requests:
         cover = table.cover(ts, hashes)
         table.touch(ts, cover, hashes, (ts, 0, None, 0, 0, 0.0, 0.0), None, 0.0)
-    table.sweep(70000.0)
-    assert table.off_of.keys() == table.run_of.keys() == {3}
+        if ts == 2.0:
+            table.sweep(70000.0)  # everything so far is dropped, its slots freed
+            assert not table.code_of and len(table._free) == len(table.slot_runs) - 1
+    assert table.code_of.keys() == table.run_of.keys() == {3, 7}
     for h, run in table.run_of.items():
-        assert run[1 + HASHES].index(h) == table.off_of[h] - run[1 + BASE]
+        slot, index = table.code_of[h] >> SHIFT, table.code_of[h] & ((1 << SHIFT) - 1)
+        assert table.slot_runs[slot] is run and run[1 + SLOT] == slot
+        assert run[1 + HASHES].index(h) == index
+    assert table.slot_runs[0] is table.dead
 
 
 def test_residency_columns_equal_the_masks() -> None:
@@ -96,3 +105,22 @@ def test_cached_telemetry_rows_track_samples_entering_and_leaving_windows(
     late = dataclasses.replace(make_telemetry(2500.0, 0, queue=1), evictions_total=21)
     node.add(late, bad)  # out of order: the cache steps aside
     assert np.array_equal(node.row(9000.0)[4:8], _uncached(node, 9000.0), equal_nan=True)
+
+
+def test_packing_is_exact_and_refuses_what_the_dtype_cannot_hold() -> None:
+    floats = [0.1, -2.0, math.inf, 3]
+    assert pack(iter(floats), 4).tolist() == [0.1, -2.0, math.inf, 3.0]
+    assert pack([2**63 - 1, -5], 2, np.int64).tolist() == [2**63 - 1, -5]
+    with pytest.raises(struct.error):
+        pack([2**63], 1, np.int64)
+    rows = pack_rows([(1, 2.5), [math.nan, 4]], 2, 2)
+    assert rows.shape == (2, 2) and rows[0].tolist() == [1.0, 2.5] and math.isnan(rows[1, 0])
+
+
+def test_run_of_is_a_live_view_of_the_codes() -> None:
+    table = BlockTable((1000.0,), window_ms=20000.0, horizon_ms=60000.0)
+    cover = table.cover(0.0, (1, 2))
+    table.touch(0.0, cover, (1, 2), (0.0, 0, None, 0, 0, 0.0, 0.0), None, 0.0)
+    assert table.run_of[1] is table.run_of[2] is cover[0][0]
+    assert set(table.run_of) == {1, 2} and len(table.run_of) == 2 and 3 not in table.run_of
+    assert table.run_of.get(3) is None

@@ -5,94 +5,24 @@ SIGTERM stop each cleanly with exit status 0."""
 from __future__ import annotations
 
 import os
-import queue
-import re
 import secrets
 import signal
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from serve_processes import AGENT_READY, Service, start_agent
 
-READY = re.compile(r"agent (\S+) ready: http=http://(\S+) transfer=(\S+)")
 BLOCK_BYTES, SEEDED = 256 << 10, 8
 
 
-@dataclass
-class AgentProcess:
-    proc: subprocess.Popen[str]
-    http: str = ""
-    transfer: str = ""
-    lines: queue.Queue[str] = field(default_factory=queue.Queue)
-    log: list[str] = field(default_factory=list)
-    pump: threading.Thread | None = None
-
-    def wait_ready(self, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.1)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            if match := READY.search(line):
-                self.http, self.transfer = match.group(2), match.group(3)
-                return
-        raise AssertionError(f"agent not ready in {timeout_s} s:\n" + "".join(self.log))
-
-    def stop(self, sig: signal.Signals, timeout_s: float = 10.0) -> int:
-        """Send ``sig``; the exit status once the process and its output have ended."""
-        self.proc.send_signal(sig)
-        status = self.proc.wait(timeout=timeout_s)
-        if self.pump is not None:
-            self.pump.join(timeout=timeout_s)
-        return status
-
-
-def kvcast_command() -> list[str]:
-    script = Path(sys.executable).with_name("kvcast")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "from kvcast.cli.app import main; main()"]
-
-
-def start_agent(node_id: str, env: dict[str, str], *extra: str) -> AgentProcess:
-    args = [*kvcast_command(), "serve", "agent", "--node-id", node_id,
-            "--listen", "127.0.0.1:0", "--transfer-listen", "127.0.0.1:0",
-            "--capacity", "64MiB", "--speculative-quota", "16MiB", *extra]  # fmt: skip
-    proc = subprocess.Popen(
-        args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    agent = AgentProcess(proc)
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            agent.log.append(line)
-            agent.lines.put(line)
-
-    agent.pump = threading.Thread(target=pump, daemon=True)
-    agent.pump.start()
-    return agent
-
-
 @pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
+def agents() -> Iterator[list[Service]]:
+    started: list[Service] = []
     yield started
     for agent in started:  # only what this test started, by its own handle
-        if agent.proc.poll() is None:
-            agent.proc.kill()
-            agent.proc.wait(timeout=5)
+        agent.kill()
 
 
 def metrics(client: httpx.Client, base: str) -> dict[str, float]:
@@ -111,15 +41,15 @@ def test_two_agent_processes_replicate_verified_blocks_and_stop_cleanly(agents) 
             "--seed-block-bytes", str(BLOCK_BYTES)]  # fmt: skip
     agents += [start_agent("node-a", env, *seed), start_agent("node-b", env)]
     a, b = agents
-    a.wait_ready()
-    b.wait_ready()
+    transfer_a = a.wait_ready(AGENT_READY).group(3)
+    b.wait_ready(AGENT_READY)
     auth = {"Authorization": f"Bearer {token}"}
     with httpx.Client(timeout=10.0) as http:
-        A, B = f"http://{a.http}", f"http://{b.http}"
+        A, B = a.http, b.http
         source = {x["block_hash"]: x for x in http.get(f"{A}/v1/inventory", headers=auth).json()
                   ["blocks"]}  # fmt: skip
         assert len(source) == SEEDED and {x["tenant"] for x in source.values()} == {"acme"}
-        command = {"command_id": "rep-1", "source": a.transfer, "tenant": "acme",
+        command = {"command_id": "rep-1", "source": transfer_a, "tenant": "acme",
                    "block_hashes": list(source), "deadline_s": 10.0, "ttl_s": 120.0}  # fmt: skip
         refused = http.post(f"{B}/v1/replicate", json=command)
         assert refused.status_code == 401

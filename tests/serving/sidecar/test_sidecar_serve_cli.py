@@ -83,3 +83,13 @@ def test_bad_config_and_refused_model_exit_2_with_one_line(tmp_path) -> None:
     )
     assert r.exit_code == 2, r.output
     assert "feature spec differs" in r.output and "node_queue_slope_30s" in r.output
+
+
+def test_an_engine_feed_that_cannot_start_exits_2_with_one_line(tmp_path) -> None:
+    nodes = [{"name": "gpu-0", "engine": "tcp://127.0.0.1:notaport"}, {"name": "gpu-1"}]
+    r = runner.invoke(app, ["serve", "sidecar", "--config", _config(tmp_path, nodes=nodes)],
+                      env={"KVCAST_TOKEN": None})  # fmt: skip
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.output.splitlines() if "error" in line]
+    assert len(lines) == 1 and "node 'gpu-0': cannot subscribe" in lines[0], r.output
+    assert "Traceback" not in r.output and "cannot join thread" not in r.output

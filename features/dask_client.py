@@ -1,0 +1,31 @@
+"""A Dask client for the scale-out paths (features, LightGBM): an existing cluster by its
+scheduler address, or a throwaway local cluster of single-threaded worker processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+@contextmanager
+def dask_client(scheduler: str = "local", workers: int = 2) -> Iterator[Any]:
+    """A client of the cluster at ``scheduler`` (``tcp://host:port``), or of a new local
+    cluster of ``workers`` single-threaded processes (``"local"``), closed on exit."""
+    from distributed import Client, LocalCluster
+
+    if scheduler == "local":
+        with (
+            LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
+        return
+    try:
+        client = Client(scheduler, timeout="5s")
+    except OSError as e:
+        raise ValueError(f"cannot reach the Dask scheduler {scheduler!r}: {e}") from None
+    with client:
+        yield client

@@ -1,0 +1,89 @@
+"""Recovery at start: where every block lives, rebuilt from the agents' inventories.
+
+A sidecar that restarts has lost its feature state. Before its first tick it reads every
+agent's ``GET /v1/inventory`` (with the token): each block an agent holds enters the event
+stream as a ``BlockStored`` on that node (speculative replicas flagged), so the residency that
+the decider reads as ``hbm`` and ``GET /v1/blocks`` answers knows every copy, and the decider
+does not send a chain again to a node that already holds it; each speculative replica is
+placed again in the :class:`ReplicaTracker` with its remaining TTL, so that its hit or waste is
+still counted and TTL evictions still find its tenant. The engines' replay sockets give the
+rest (the KV subscriber's catch-up). An agent that does not answer is logged and skipped: the
+telemetry poller marks it down, and its blocks are learnt again from its engine's events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+from pydantic import ValidationError
+
+from kvcast.features.events import BlockStored
+from kvcast.serving.agent.api_models import Inventory
+from kvcast.serving.sidecar.agent_client import ints
+from kvcast.serving.sidecar.event_queue import EventQueue
+from kvcast.serving.sidecar.replicas import ReplicaTracker
+
+log = logging.getLogger("kvcast.serving.sidecar")
+SOURCE = "recovery"
+MIN_TTL_S = 1e-3
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    agents_read: int = 0
+    agents_failed: dict[int, str] = field(default_factory=dict)  # node -> why
+    blocks: int = 0  # (node, block) locations learnt
+    replicas: int = 0  # of which speculative replicas
+    seconds: float = 0.0
+
+
+async def read_inventory(
+    client: httpx.AsyncClient, url: str, token: str | None, timeout_s: float
+) -> Inventory:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    resp = await client.get(f"{url}/v1/inventory", headers=headers, timeout=timeout_s)
+    return Inventory.model_validate_json(resp.raise_for_status().content)
+
+
+async def recover_locations(
+    agents: list[str | None], client: httpx.AsyncClient, token: str | None, *,
+    queue: EventQueue, replicas: ReplicaTracker, block_tokens: int, timeout_s: float,
+    clock_ms: Callable[[], float],
+) -> RecoveryReport:  # fmt: skip
+    """Read every agent's inventory; queue what each holds and re-place its replicas."""
+    t0, report = time.perf_counter(), RecoveryReport()
+    nodes = [i for i, url in enumerate(agents) if url is not None]
+    answers = await asyncio.gather(
+        *(read_inventory(client, agents[i] or "", token, timeout_s) for i in nodes),
+        return_exceptions=True,
+    )
+    for node, inv in zip(nodes, answers, strict=True):
+        if isinstance(inv, BaseException):
+            if not isinstance(inv, httpx.HTTPError | ValidationError):
+                raise inv
+            report.agents_failed[node] = f"{type(inv).__name__}: {inv}"
+            log.warning("recovery: no inventory from node %d (%s): %s", node, agents[node], inv)
+            continue
+        report.agents_read += 1
+        held = ints(*(b.block_hash for b in inv.blocks if b.state != "speculative"))
+        spec = [b for b in inv.blocks if b.state == "speculative" and isinstance(b.block_hash, int)]
+        now = clock_ms()
+        events = []
+        if held:
+            events.append(BlockStored(now, node, tuple(held), None, block_tokens))
+        if spec:
+            hashes = tuple(int(b.block_hash) for b in spec)
+            events.append(BlockStored(now, node, hashes, None, block_tokens, speculative=True))
+        for b in spec:
+            ttl = b.ttl_remaining_s if b.ttl_remaining_s is not None else float("inf")
+            replicas.place(node, [int(b.block_hash)], b.tenant, b.nbytes, max(ttl, MIN_TTL_S))
+        queue.put(events, SOURCE)
+        report.blocks += len(held) + len(spec)
+        report.replicas += len(spec)
+    report.seconds = time.perf_counter() - t0
+    return report

@@ -1,0 +1,35 @@
+"""``kvcast trace synth`` writes a Mooncake trace that kvcast loads back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kvcast.cli.app import app
+from kvcast.data import bundled_trace_path
+from kvcast.features.traces import load_trace
+
+runner = CliRunner()
+
+
+def test_trace_synth_writes_a_loadable_trace_scale_times_the_source(tmp_path: Path) -> None:
+    out = tmp_path / "synth.jsonl.gz"
+    args = ["trace", "synth", "--trace", "bundled:conversation", "--scale", "2"]
+    r = runner.invoke(app, [*args, "--out", str(out), "--sessions"])
+    assert r.exit_code == 0, r.output
+    src = load_trace(bundled_trace_path("conversation")).requests
+    got = load_trace(out).requests
+    assert len(got) == 2 * len(src)
+    assert got["session"].notna().all() and got["session"].nunique() > len(got) // 10
+    assert "requests over" in r.output
+
+
+def test_trace_synth_has_help_and_refuses_bad_input(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["trace", "synth", "--help"])
+    assert r.exit_code == 0 and "--scale" in r.output
+    r = runner.invoke(app, ["trace", "synth", "--trace", "bundled:conversation", "--scale", "0"])
+    assert r.exit_code == 2 and "--scale must be a positive integer, got 0" in r.output
+    missing = tmp_path / "nope.jsonl"
+    r = runner.invoke(app, ["trace", "synth", "--trace", str(missing)])
+    assert r.exit_code == 2 and "nope.jsonl" in r.output
