@@ -126,19 +126,23 @@ class BudgetLedger:
 
     def record(self, t: Transfer, expiry_ms: float) -> None:
         self.in_flight.append(t)
-        self._to[t.target] = self._to.get(t.target, 0) + t.nbytes
+        target = t.target
+        self._to[target] = self._to.get(target, 0) + t.nbytes
         self._to_array = None
-        if t.source != t.target:
-            cfg = self.cfg
+        if t.source != target:
+            cfg, buckets = self.cfg, self.buckets
+            link = cfg.link_bytes()
             for kind, node, cap in (
-                ("out", t.source, cfg.link_bytes()),
-                ("in", t.target, cfg.link_bytes()),
+                ("out", t.source, link),
+                ("in", target, link),
                 ("all", -1, cfg.global_bytes()),
             ):
-                self.buckets[(kind, node)] = self._level(kind, node, cap) - t.nbytes
-        bit = 1 << t.target
+                buckets[(kind, node)] = buckets.setdefault((kind, node), cap) - t.nbytes
+        bit = 1 << target
+        pending, replicas, copies = self.pending, self.replicas, self._copies
         for b in t.blocks:
-            self.pending[b] = self.pending.get(b, 0) | bit
-            if (t.target, b) not in self.replicas:
-                self._copies[b] = self._copies.get(b, 0) + 1
-            self.replicas[(t.target, b)] = expiry_ms
+            pending[b] = pending.get(b, 0) | bit
+            key = (target, b)
+            if key not in replicas:
+                copies[b] = copies.get(b, 0) + 1
+            replicas[key] = expiry_ms

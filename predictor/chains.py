@@ -127,20 +127,31 @@ class PlanBatch:
 
     def plan(self, j: int) -> ChainPlan:
         """Row ``j`` as a :class:`ChainPlan`."""
+        return self.plans(np.array([j]))[0]
+
+    def plans(self, rows: np.ndarray) -> list[ChainPlan]:
+        """Rows ``rows`` as :class:`ChainPlan` (each field read out of numpy once, not per row)."""
         c = self.cands
-        i, size = int(self.index[j]), int(self.lens[j])
-        return ChainPlan(
-            i,
-            c.chains[i],
-            self.p[j, :size],
-            self.held[j].tolist(),
-            c.tenants[i] if c.tenants else "default",
-            int(c.public_blocks[i]) if len(c.public_blocks) else 0,
-            float(self.time_left_ms[j]),
-            bool(self.known[j]),
-            int(self.tail_tokens[j]),
-            float(self.life_ms[j]),
-        )
+        index = self.index[rows].tolist()
+        lens = self.lens[rows].tolist()
+        tenants = [c.tenants[i] for i in index] if c.tenants else ["default"] * len(index)
+        public = c.public_blocks[index].tolist() if len(c.public_blocks) else [0] * len(index)
+        return [
+            ChainPlan(i, c.chains[i], p[:size], held, tenant, pub, left, known, tail, life)
+            for i, size, p, held, tenant, pub, left, known, tail, life in zip(
+                index,
+                lens,
+                self.p[rows],
+                self.held[rows].tolist(),
+                tenants,
+                public,
+                self.time_left_ms[rows].tolist(),
+                self.known[rows].tolist(),
+                self.tail_tokens[rows].tolist(),
+                self.life_ms[rows].tolist(),
+                strict=True,
+            )
+        ]
 
 
 def _per_chain(values: np.ndarray, k: int, fill: float) -> np.ndarray:

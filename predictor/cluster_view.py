@@ -144,8 +144,10 @@ class ChainCandidates:
 
     @property
     def offsets(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum([len(c) for c in self.chains])]).astype(np.int64)
+        out = np.zeros(len(self.chains) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, self.chains), np.int64, len(self.chains)), out=out[1:])
+        return out
 
     @property
     def total_blocks(self) -> int:
-        return sum(len(c) for c in self.chains)
+        return sum(map(len, self.chains))

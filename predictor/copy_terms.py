@@ -60,12 +60,14 @@ class TickTerms:
         last = self._memory
         if last is not None and last[0] is in_flight_bytes and last[1] is hot:
             return last[2], last[3], last[4]
-        free = np.maximum((self.free_bytes - in_flight_bytes) / block_bytes, 0.0)[:, None]
-        room = ((self.unpinned_bytes - in_flight_bytes - margin) / block_bytes)[:, None]
+        free = (self.free_bytes - in_flight_bytes) / block_bytes
+        np.maximum(free, 0.0, out=free)
+        room = (self.unpinned_bytes - in_flight_bytes - margin) / block_bytes
         room[hot] = -np.inf
-        least = float(free.min(initial=np.inf))
-        self._memory = (in_flight_bytes, hot, free, room, least)
-        return free, room, least
+        least = float(free.min()) if len(free) else float("inf")
+        free_col, room_col = free[:, None], room[:, None]
+        self._memory = (in_flight_bytes, hot, free_col, room_col, least)
+        return free_col, room_col, least
 
     def serves(self, view: ClusterView, tenant: str) -> np.ndarray:
         out = self.serving.get(tenant)
@@ -89,7 +91,7 @@ class CopyTerms:
     nblk: np.ndarray  # [R, n, K] blocks moved
     nblk_f: np.ndarray  # [R, n, K] the same, as floats
     transfer: np.ndarray  # [R, n, K] ms until the copy lands
-    gate: np.ndarray  # [R, n, K] queue_gate_factor x transfer
+    gate: np.ndarray  # [R, n, K] queue_gate_factor x transfer; +inf where not ``static_ok``
     fetch: np.ndarray  # [R, n, K] without the copy, the cost of the missing blocks there
     cost_transfer: np.ndarray  # [R, n, K] weighted transfer + tier penalty
     congestion: np.ndarray  # [R, n, K]
@@ -203,9 +205,10 @@ def _terms(
     p_hit = p[np.arange(r)[:, None], np.clip(ends - 1, 0, p.shape[1] - 1)]
     p_all = np.repeat(p_hit[:, None, :], len(nodes), axis=1)
     reclaim = (1.0 - p_all) * nblk * c.reclaim_ms_per_block
+    gate = np.where(ok, c.queue_gate_factor * transfer, np.inf)  # barred: never passed
     return CopyTerms(
         depth, cuts, ends, src, held, real, nblk, nblk.astype(float), transfer,
-        c.queue_gate_factor * transfer, fetch, cost_transfer, congestion, p_hit, p_all, reclaim,
+        gate, fetch, cost_transfer, congestion, p_hit, p_all, reclaim,
         ok, ok.any(axis=(1, 2)), nblk.max(axis=(1, 2), initial=0), ~congestion.any(axis=(1, 2)),
         ~reclaim.any(axis=(1, 2)), lens * bt + tail_tokens,
     )  # fmt: skip

@@ -139,8 +139,9 @@ def _best(
     c, bb = cfg.costs, view.block_bytes
     fetch, nblk = ct.fetch[i, :, :k], ct.nblk_f[i, :, :k]
     qcol = queue[:, None]
-    tokens = int(ct.tokens[i])
+    tokens = 0
     if view.would_route is not None:  # where the router would send it without the copy
+        tokens = int(ct.tokens[i])
         home = view.would_route(plan.blocks, tokens, plan.held)
         without = queue[home] + fetch[home]
     else:  # a router that picks the least TTFT
@@ -172,8 +173,7 @@ def _best(
         net -= memory
     if not (terms.no_evictions and ct.no_reclaim[i]):
         net -= reclaim
-    ok = without > ct.gate[i, :, :k]
-    ok &= ct.static_ok[i, :, :k]
+    ok = without > ct.gate[i, :, :k]  # the gate is +inf where the cut or target is barred
     ok &= nblk <= room  # the safety margin; never a hot node
     ok &= net > 0
     ends = ct.ends[i, :k]

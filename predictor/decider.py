@@ -43,10 +43,12 @@ from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.predictor.promotion import promotion_option
 from kvcast.predictor.targets import LoadForecast
 
+DEFAULT = DeciderConfig()  # frozen: one instance serves every decider built without a config
+
 
 class Decider:
     def __init__(self, cfg: DeciderConfig | None = None) -> None:
-        self.cfg = cfg if cfg is not None else DeciderConfig()
+        self.cfg = cfg if cfg is not None else DEFAULT
         self.ledger = BudgetLedger(self.cfg.budgets)
         self.refused: Counter[str] = Counter()  # budget refusals by budget name
 
@@ -91,7 +93,7 @@ class Decider:
         rows = np.flatnonzero(ready)
         order = rows[np.argsort(-plans.priority(view)[rows], kind="stable")]
         order = order[: cfg.targets.max_chains_per_tick]
-        weighed = [plans.plan(j) for j in order.tolist()]
+        weighed = plans.plans(order)
         copies, terms = self._copy_terms(plans, order, weighed, view)
         rank = 0
         for i, plan in enumerate(weighed):

@@ -31,7 +31,7 @@ from kvcast.training.export import parity, write_onnx
 from kvcast.training.models.recency import fit_table
 from kvcast.training.publish import card, publish
 from kvcast.training.registry import model_kind
-from kvcast.training.tracking import Tracker
+from kvcast.training.tracking import STORE_ERRORS, Tracker, TrackingError
 
 Stage = Callable[[str], None]
 
@@ -123,14 +123,23 @@ def run_training(
             "data": data.describe() | {k: v for k, v in data.info.items() if k != "feature_config"},
         }
         registered = champion = None
+        failed: TrackingError | None = None
         if tracker is not None:
             say("track")
-            registered, champion = publish(tracker, cfg, data, fitted, proto, summary)
+            try:
+                registered, champion = publish(tracker, cfg, data, fitted, proto, summary)
+            except STORE_ERRORS as err:  # keep what was trained; say what the store missed
+                failed = tracker.failure(err, out)
         summary["train_seconds"] = time.perf_counter() - t0
         (out / "metrics.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
         (out / "model_card.md").write_text(card(cfg, data, summary, registered, meta))
+        if failed is not None:
+            raise failed
         if tracker is not None:
-            tracker.artifacts(out)
+            try:
+                tracker.artifacts(out)
+            except STORE_ERRORS as err:
+                raise tracker.failure(err, out) from err
     return TrainResult(
         cfg.kind, out, path, summary, tracker.run_id if tracker else None, registered, champion
     )

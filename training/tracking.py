@@ -21,10 +21,18 @@ import onnx
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
+from sqlalchemy.exc import SQLAlchemyError
 
 from kvcast.training.config import TrackingConfig
 
 DEFAULT_URI = "sqlite:///mlruns.db"
+STORE_ERRORS = (MlflowException, SQLAlchemyError, OSError)  # what a failing store raises
+
+log = logging.getLogger(__name__)
+
+
+class TrackingError(OSError):
+    """The MLflow store could not be written (unwritable, disk full, unreachable)."""
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
@@ -57,10 +65,39 @@ class Tracker:
         self.cfg, self.name, self.run_name = cfg, registered_model, run_name
         self.uri = tracking_uri(cfg)
         self.run_id = ""
+        self.promoted: str | None = None  # the version the alias moved to in this run
+
+    def failure(self, err: BaseException, kept: Path | None = None) -> TrackingError:
+        """The one-line error for a store that failed mid-run: what failed, what was kept."""
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        alias = (
+            f"the {self.cfg.champion_alias!r} alias was moved to version {self.promoted}"
+            if self.promoted
+            else f"the {self.cfg.champion_alias!r} alias of {self.name} was not moved"
+        )
+        where = "" if kept is None else f"; the model and its metrics are kept in {kept}"
+        failure = TrackingError(
+            f"MLflow store {self.uri} could not be written ({type(err).__name__}: {reason}); "
+            f"{alias}{where}"
+        )
+        failure.__cause__ = err
+        return failure
 
     def __enter__(self) -> Tracker:
+        try:
+            return self._start()
+        except STORE_ERRORS as err:
+            raise TrackingError(
+                f"MLflow store {self.uri} could not be opened ({type(err).__name__}: "
+                f"{(str(err).strip().splitlines() or [''])[0][:300]}); nothing was trained"
+            ) from err
+
+    def _start(self) -> Tracker:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
+        # a failing store is reported once, in one line, by TrackingError: not as the
+        # traceback MLflow's session helper logs before re-raising
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
         # both: the model is registered through the global registry URI, which a model load
         # earlier in this process may have pointed at another store
         mlflow.set_tracking_uri(self.uri)
@@ -76,7 +113,12 @@ class Tracker:
         return self
 
     def __exit__(self, exc_type: object, *_: object) -> None:
-        mlflow.end_run("FAILED" if exc_type else "FINISHED")
+        try:
+            mlflow.end_run("FAILED" if exc_type else "FINISHED")
+        except STORE_ERRORS as err:  # a failing store must not mask the error being raised
+            if exc_type is None:
+                raise self.failure(err) from err
+            log.warning("MLflow run not closed: %s", err)
 
     def params(self, params: dict[str, Any]) -> None:
         flat = flatten(params)
@@ -129,6 +171,7 @@ class Tracker:
 
     def promote(self, version: str) -> None:
         self.client.set_registered_model_alias(self.name, self.cfg.champion_alias, version)
+        self.promoted = version
 
     def version_tags(self, version: str, tags: dict[str, Any]) -> None:
         for k, v in tags.items():

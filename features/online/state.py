@@ -9,7 +9,8 @@ Cost: a request costs a few Python steps per *run* it touches (blocks so far alw
 together share one state, see :mod:`kvcast.features.online.blocks`) plus C-level work per block;
 residency events are set operations; telemetry is O(1). A sweep every
 ``min(horizon, 500 x shortest half-life)`` ms of stream time adds amortised O(1). Memory is
-bounded by the blocks and sessions seen within ``horizon_ms`` (plus at most about twice the
+bounded by the blocks and sessions seen within ``horizon_ms``, and by ``max_blocks`` blocks
+when a cap is set (plus at most about twice the
 keys each run saw within ``distinct_window_ms``), the telemetry within the longest window, and
 what is resident. :meth:`FeatureState.rows` runs no Python step per row: C-level lookups, a
 few numpy passes, and per home node a cached telemetry row (see

@@ -10,6 +10,10 @@ token count shows to be partial is left out (it is never reused). Memory is boun
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import islice
+from operator import itemgetter
+
+import numpy as np
 
 from kvcast.features.events import RequestArrived
 from kvcast.predictor.cluster_view import ChainCandidates
@@ -51,17 +55,16 @@ class RecentChains:
             if ts >= horizon:
                 break
             del seen[key]
-        chains: list[tuple[int, ...]] = []
-        tenants: list[str] = []
-        public: list[int] = []
-        for (tenant, chain), (_, pub) in reversed(seen.items()):
-            chains.append(chain)
-            tenants.append(tenant)
-            public.append(pub)
-            if len(chains) >= self.limit:
-                break
-        return ChainCandidates.build(
-            chains, tenants=tenants, public_blocks=public, default_tail_tokens=default_tail_tokens
+        newest = list(islice(reversed(seen.items()), self.limit))  # ((tenant, chain), (ts, pub))
+        keys = list(map(itemgetter(0), newest))
+        k = len(newest)
+        return ChainCandidates(
+            tuple(map(itemgetter(1), keys)),
+            tuple(map(itemgetter(0), keys)),
+            np.fromiter(map(itemgetter(1), map(itemgetter(1), newest)), np.int64, k),
+            np.full(k, np.nan),
+            np.full(k, default_tail_tokens, dtype=np.int64),
+            np.full(k, np.nan),
         )
 
     def __len__(self) -> int:

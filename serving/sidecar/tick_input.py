@@ -44,26 +44,29 @@ def mask_column(keeper: StateKeeper, rows: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def gpu_holders(keeper: StateKeeper, blocks: list[int], rows: np.ndarray) -> dict[int, int]:
+def gpu_holders(
+    keeper: StateKeeper, blocks: list[int], rows: np.ndarray, masks: np.ndarray | None = None
+) -> dict[int, int]:
     """block -> bitmask of GPU holders, for the held blocks: read from the rows' own
-    ``replica_mask`` column when every node fits in it, else from the residency sets."""
-    masks = mask_column(keeper, rows)
-    if masks is not None:
-        held = np.flatnonzero(masks).tolist()
-        return dict(zip(map(blocks.__getitem__, held), masks[held].tolist(), strict=True))
-    masks_list = keeper.state.residency.masks(blocks)[0]
+    ``replica_mask`` column when every node fits in it (``masks``: that column as
+    :func:`mask_column` reads it, when at hand), else from the residency sets."""
+    if masks is None:
+        masks = mask_column(keeper, rows)
+    masks_list = masks.tolist() if masks is not None else keeper.state.residency.masks(blocks)[0]
     return dict(compress(zip(blocks, masks_list, strict=True), masks_list))
 
 
 def distinct_blocks(cands: ChainCandidates) -> tuple[list[int], np.ndarray]:
     """The candidates' distinct blocks (first seen first) and, per block of the concatenated
     chains, its index among them (C-level passes, no Python step per block)."""
-    flat = list(chain.from_iterable(cands.chains))
-    blocks = list(dict.fromkeys(flat))
-    if len(blocks) == len(flat):  # no block shared between chains: the identity
-        return blocks, np.arange(len(flat), dtype=np.int64)
+    chains = cands.chains
+    blocks = list(dict.fromkeys(chain.from_iterable(chains)))
+    total = cands.total_blocks
+    if len(blocks) == total:  # no block shared between chains: the identity
+        return blocks, np.arange(total, dtype=np.int64)
     index = dict(zip(blocks, range(len(blocks)), strict=True))
-    return blocks, np.fromiter(map(index.__getitem__, flat), np.int64, len(flat))
+    flat = chain.from_iterable(chains)
+    return blocks, np.fromiter(map(index.__getitem__, flat), np.int64, total)
 
 
 def snapshot(keeper: StateKeeper, now_ms: float, default_tail_tokens: int) -> TickInput:
@@ -73,9 +76,9 @@ def snapshot(keeper: StateKeeper, now_ms: float, default_tail_tokens: int) -> Ti
     t0 = time.perf_counter()
     rows = keeper.state.rows(now_ms, blocks)
     features_s = time.perf_counter() - t0
-    hbm = gpu_holders(keeper, blocks, rows)
-    masks = mask_column(keeper, rows)  # the decider's holders, per block of the chains
-    holders = None if masks is None else masks[where]
+    masks = mask_column(keeper, rows)
+    hbm = gpu_holders(keeper, blocks, rows, masks)
+    holders = None if masks is None else masks[where]  # the decider's, per block of the chains
     return TickInput(
         now_ms, cands, blocks, where, rows, hbm, keeper.gpu_removals.copy(), features_s, holders
     )

@@ -84,4 +84,4 @@ class PoolSchedule(RuleBasedStateMachine):
 
 
 TestPoolSchedule = PoolSchedule.TestCase
-TestPoolSchedule.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+TestPoolSchedule.settings = settings(max_examples=1000, stateful_step_count=40, deadline=None)

@@ -122,5 +122,5 @@ class StoreMachine(RuleBasedStateMachine):
 
 TestBlockStoreInvariantsUnderRandomSchedules = StoreMachine.TestCase
 TestBlockStoreInvariantsUnderRandomSchedules.settings = settings(
-    max_examples=250, stateful_step_count=20, deadline=None
+    max_examples=2000, stateful_step_count=20, deadline=None
 )

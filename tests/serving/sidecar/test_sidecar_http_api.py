@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from prometheus_client.parser import text_string_to_metric_families
 from sidecar_harness import (
     AUTH,
     TOKEN,
@@ -138,5 +139,34 @@ def test_readyz_needs_a_model_and_a_ticking_loop(tmp_path, run, model_path) -> N
                 await asyncio.sleep(0.05)
             assert r.status_code == 200, r.json()
             assert all(r.json()["checks"].values())
+
+    run(main())
+
+
+def test_the_feature_state_keeps_at_most_max_tracked_blocks_and_counts_what_it_sheds(
+    tmp_path, run
+) -> None:
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path, max_tracked_blocks=20)) as (sc, client):
+            for i in range(12):  # 12 new conversations of CHAIN_BLOCKS blocks each
+                hashes = chain(100 + i)
+                arrival = {
+                    "request_id": f"r-{i}", "node": "node-a", "tenant": "acme",
+                    "session": f"s-{i}", "block_hashes": hashes, "input_tokens": 1000,
+                    "output_tokens": 8,
+                }  # fmt: skip
+                r = await client.post("/v1/requests", json={"requests": [arrival]}, headers=AUTH)
+                assert r.status_code == 202, r.text
+            await settle(sc)
+            assert sc.state.blocks.max_blocks == 20
+            text = (await client.get("/metrics")).text
+            samples = {
+                s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            }
+            tracked = samples["kvcast_sidecar_tracked_blocks"]
+            shed = samples["kvcast_sidecar_shed_blocks_total"]
+            # the cap is checked before each arrival: at most one request's blocks above it
+            assert tracked <= 20 + len(chain()) and shed >= 12 * len(chain()) - tracked
+            assert shed > 0
 
     run(main())
