@@ -24,6 +24,11 @@ cluster_app = typer.Typer(
 out = Console(highlight=False, width=140)
 MODEL_HELP = "ONNX path or models:/name@alias (default: the trained recency model)."
 ENGINES_HELP = "Engine PUB endpoints to bind, node order (default: KV events over HTTP)."
+TLS_HELP = (
+    "Mutual TLS between every process: make a cluster CA and a certificate + key per process "
+    "(and one for `cluster replay`) in WORKDIR/tls/; agents then serve https:// only and "
+    "refuse clients without a certificate of that CA."
+)
 TokenEnv = Annotated[
     str, typer.Option("--token-env", help="Environment variable holding the shared token.")
 ]
@@ -43,6 +48,8 @@ def _layout_table(layout: Any) -> Table:
     for n in layout.nodes:
         table.add_row(f"agent {n.name}", n.agent, f"{n.transfer}  {n.engine or ''}",
                       str(layout.pids.get(n.name, "")))  # fmt: skip
+    if layout.tls is not None:
+        table.caption = f"mutual TLS, CA {layout.tls.ca}"
     return table
 
 
@@ -64,6 +71,7 @@ def up_cmd(
         str, typer.Option("--block-bytes", help="KV bytes of a block, as the sidecar prices it.")
     ] = "64KiB",
     tick_ms: Annotated[float, typer.Option("--tick-ms", min=1.0, help="Decision tick.")] = 250.0,
+    tls: Annotated[bool, typer.Option("--tls", help=TLS_HELP)] = False,
 ) -> None:
     """Start a sidecar and N agents on 127.0.0.1 as separate processes; Ctrl-C stops them."""
     from kvcast.serving.cluster.model_choice import choose_model
@@ -78,7 +86,7 @@ def up_cmd(
         model=choose_model(model), agents=agents, workdir=workdir, mode=mode,
         token_env=token_env, capacity_bytes=_size("--capacity", capacity),
         speculative_quota_bytes=_size("--speculative-quota", speculative_quota),
-        block_bytes=_size("--block-bytes", block_bytes), tick_ms=tick_ms,
+        block_bytes=_size("--block-bytes", block_bytes), tick_ms=tick_ms, tls=tls,
     )  # fmt: skip
     stop = threading.Event()  # set by SIGINT / SIGTERM, whenever they come
     cluster = LocalCluster(spec, abort=stop)
@@ -97,8 +105,9 @@ def up_cmd(
             console.print("interrupted while starting; stopped")
             raise typer.Exit(0) from None
         out.print(_layout_table(layout))
+        ca = "" if layout.tls is None else f"tls_ca={layout.tls.ca} "
         print(f"cluster ready: sidecar={layout.sidecar} agents={agents} "
-              f"workdir={cluster.workdir} (Ctrl-C stops it)", flush=True)  # fmt: skip
+              f"workdir={cluster.workdir} {ca}(Ctrl-C stops it)", flush=True)  # fmt: skip
         while not stop.wait(0.5):
             if (dead := cluster.exited()) is not None:
                 cluster.stop()
@@ -178,10 +187,13 @@ def replay_cmd(
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the summary JSON.")] = None,
 ) -> None:
     """Play a trace window against a running cluster: route and post each arrival to the
-    sidecar, store each node's new blocks into its agent and publish their vLLM KV events."""
+    sidecar, store each node's new blocks into its agent and publish their vLLM KV events.
+    Agents at https:// (`cluster up --tls`) are called with the client certificate named in
+    the cluster's cluster.json, or, with --agents, the files KVCAST_TLS_CERT/KEY/CA name."""
     from kvcast.serving.cluster.layout import ReplayTargets, read_layout
     from kvcast.serving.cluster.replay import ReplaySpec, run_replay, trace_requests
     from kvcast.serving.http.auth import token_from_env
+    from kvcast.serving.tls import tls_from_env
 
     layout = read_layout(cluster) if cluster is not None else None
     if layout is not None and layout.token_env:
@@ -193,7 +205,7 @@ def replay_cmd(
         urls = tuple(parse_names(agents))
         pubs = None if not engines else tuple((p, None) for p in parse_names(engines))
         names = tuple(f"node-{i}" for i in range(len(urls)))
-        targets = ReplayTargets(sidecar, urls, names, pubs, token)
+        targets = ReplayTargets(sidecar, urls, names, pubs, token, tls_from_env())
     else:
         raise ValueError("give --cluster DIR, or --sidecar URL and --agents URL,URL,...")
     default_bytes = str(layout.block_bytes) if layout is not None else "64KiB"
@@ -228,6 +240,7 @@ async def _final(stats: dict[str, Any], targets: Any, settle_s: float) -> dict[s
     from kvcast.serving.cluster.summary import collect, summarize
 
     await asyncio.sleep(settle_s)
-    async with httpx.AsyncClient(timeout=10.0) as http:
+    verify = True if targets.tls is None else targets.tls.client_context()
+    async with httpx.AsyncClient(timeout=10.0, verify=verify) as http:
         side, agents, telemetry = await collect(http, targets.sidecar, targets.agents)
     return summarize(stats, side, agents, telemetry, targets.names)

@@ -4,7 +4,8 @@ real bytes.
 
 Parts, one per module: :mod:`.ports` (loopback ports and address checks), :mod:`.config_gen`
 (the sidecar's and the decider's config for the cluster), :mod:`.layout` (the addresses
-``cluster up`` writes to ``cluster.json``), :mod:`.process` (one supervised child process),
+``cluster up`` writes to ``cluster.json``), :mod:`.certs` (the CA and certificates of
+``cluster up --tls``), :mod:`.process` (one supervised child process),
 :mod:`.supervisor` (the agents and the sidecar, started and stopped in order),
 :mod:`.model_choice` (the default model); for the replay, :mod:`.node_model` (an engine's
 prefix cache and queue, pure), :mod:`.router_player` (routing with a baseline rule, arrivals

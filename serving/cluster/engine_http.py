@@ -3,13 +3,14 @@ path: thousands of ``PUT /v1/blocks`` a minute).
 
 Why not httpx here: per request it costs about 2 ms of CPU (its pool scans every connection,
 twice), more than the agent spends storing the block. This client writes each request in one
-``write`` (head and body), reads ``Content-Length`` responses only (what the agent's
-uvicorn sends), keeps up to ``connections`` connections open, and retries a request once on
-a fresh connection when a reused one turns out closed (the server drops idle keep-alive
+``write`` (head and body), reads ``Content-Length`` responses only (what the agent's uvicorn
+sends), speaks TLS to an ``https://`` agent (``ssl_context``: the client certificate and CA of
+a cluster with mutual TLS), keeps up to ``connections`` connections open, and retries a request
+once on a fresh connection when a reused one turns out closed (the server drops idle keep-alive
 connections after a few seconds; every call here is idempotent). On Linux it asks for an
-immediate ACK (``TCP_QUICKACK``) before each read: a server that writes a response's head
-and body separately with Nagle on would otherwise wait for the client's delayed ACK, 40 ms
-per request.
+immediate ACK (``TCP_QUICKACK``) before each read: a server that writes a response's head and
+body separately with Nagle on would otherwise wait for the client's delayed ACK, 40 ms per
+request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,12 +36,17 @@ class EngineHttp:
 
     def __init__(
         self, base_url: str, headers: dict[str, str] | None = None, connections: int = 8,
-        timeout_s: float = 10.0,
+        timeout_s: float = 10.0, ssl_context: ssl.SSLContext | None = None,
     ) -> None:  # fmt: skip
         url = urlsplit(base_url)
-        if url.scheme != "http" or not url.hostname or not url.port:
-            raise ValueError(f"agent URL must be http://HOST:PORT, got {base_url!r}")
+        if url.scheme not in ("http", "https") or not url.hostname or not url.port:
+            raise ValueError(f"agent URL must be http://HOST:PORT (or https://), got {base_url!r}")
+        if url.scheme == "https" and ssl_context is None:
+            raise ValueError(f"{base_url}: https needs an SSL context (a client certificate)")
         self.host, self.port, self.timeout_s = url.hostname, url.port, timeout_s
+        self._tls = (
+            {"ssl": ssl_context, "server_hostname": self.host} if url.scheme == "https" else {}
+        )
         self._common = f"Host: {self.host}:{self.port}" + _fields(headers)
         self._slots = asyncio.Semaphore(connections)
         self._idle: list[Connection] = []
@@ -57,7 +64,7 @@ class EngineHttp:
                 try:
                     async with asyncio.timeout(self.timeout_s):
                         if conn is None:
-                            conn = await asyncio.open_connection(self.host, self.port)
+                            conn = await asyncio.open_connection(self.host, self.port, **self._tls)
                         status, data, keep = await _exchange(conn, message)
                 except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                         TimeoutError, ValueError) as err:  # fmt: skip

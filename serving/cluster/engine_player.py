@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 import time
 from collections import defaultdict
 from collections.abc import Coroutine
@@ -78,9 +79,10 @@ class EnginePlayer:
     def __init__(
         self, node: int, agent: str, headers: dict[str, str], maker: BlockMaker,
         sink: EventSink, block_tokens: int, concurrency: int = 8, timeout_s: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:  # fmt: skip
-        self.node, self.agent = node, agent
-        self.http = EngineHttp(agent, headers, concurrency, timeout_s)
+        self.node, self.agent = node, agent  # ssl_context: mutual TLS to an https:// agent
+        self.http = EngineHttp(agent, headers, concurrency, timeout_s, ssl_context)
         self.maker, self.sink, self.block_tokens = maker, sink, block_tokens
         self.stats = EngineStats()
         self._slots = asyncio.Semaphore(concurrency)

@@ -2,10 +2,12 @@
 
 ``cluster up`` writes ``<workdir>/cluster.json`` once every process is ready, and removes it
 when they have stopped; ``kvcast cluster replay --cluster DIR`` reads it. It holds addresses,
-process ids and the *name* of the token's environment variable, never the token itself.
+process ids and the *name* of the token's environment variable, never the token itself; with
+``cluster up --tls``, the paths of the cluster CA and of the replay client's certificate and
+key (:class:`TlsPaths`; the agents then speak ``https://`` only and require a certificate).
 Every address is checked to be a loopback one on both sides. :class:`ReplayTargets` is what
-``kvcast cluster replay`` plays against: these addresses (or those given on its command line)
-and the token.
+``kvcast cluster replay`` plays against: these addresses (or those given on its command line),
+the token and the client certificate.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcast.serving.cluster.ports import require_loopback
+from kvcast.serving.tls import TlsFiles
 
 CLUSTER_FILE = "cluster.json"
 
@@ -25,7 +28,7 @@ class NodeAddresses:
     """One GPU node of the local cluster."""
 
     name: str
-    agent: str  # the agent's HTTP control API, http://127.0.0.1:P
+    agent: str  # the agent's HTTP control API, http://127.0.0.1:P (https:// with TLS)
     transfer: str  # the agent's transfer server, 127.0.0.1:P (peers pull from it)
     engine: str | None = None  # the engine's vLLM KV-event PUB endpoint (the engine binds it)
     replay: str | None = None  # the engine's replay ROUTER endpoint
@@ -36,6 +39,23 @@ class NodeAddresses:
         for what, value in (("engine", self.engine), ("replay", self.replay)):
             if value is not None:
                 require_loopback(value, f"node {self.name}: {what}")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsPaths:
+    """Mutual TLS in a cluster: its CA, and the certificate and key a client (the replay)
+    presents to the agents; PEM file paths."""
+
+    ca: str
+    cert: str
+    key: str
+
+    @classmethod
+    def of(cls, files: TlsFiles) -> TlsPaths:
+        return cls(str(files.ca), str(files.cert), str(files.key))
+
+    def files(self) -> TlsFiles:
+        return TlsFiles(cert=Path(self.cert), key=Path(self.key), ca=Path(self.ca))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +70,7 @@ class ClusterLayout:
     token_env: str | None = None  # the environment variable holding the token (None: no auth)
     workdir: str = ""
     pids: dict[str, int] = field(default_factory=dict)  # service name -> process id
+    tls: TlsPaths | None = None  # mutual TLS to the agents (None: plain HTTP, token only)
 
     def __post_init__(self) -> None:
         require_loopback(self.sidecar, "sidecar")
@@ -61,14 +82,18 @@ class ClusterLayout:
         return tuple(n.name for n in self.nodes)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.tls is None:
+            del data["tls"]  # a plain cluster's file is as it always was
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterLayout:
         try:
             nodes = tuple(NodeAddresses(**n) for n in data["nodes"])
-            rest = {k: v for k, v in data.items() if k != "nodes"}
-            return cls(nodes=nodes, **rest)
+            tls = None if data.get("tls") is None else TlsPaths(**data["tls"])
+            rest = {k: v for k, v in data.items() if k not in ("nodes", "tls")}
+            return cls(nodes=nodes, tls=tls, **rest)
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a kvcast cluster description: {err}") from None
 
@@ -98,13 +123,15 @@ def read_layout(workdir: str | Path) -> ClusterLayout:
 @dataclass(frozen=True)
 class ReplayTargets:
     """The cluster to play against; ``engines``: (PUB, replay) endpoint per node, or None to
-    post the KV events to the sidecar over HTTP."""
+    post the KV events to the sidecar over HTTP; ``tls``: the client certificate presented to
+    ``https://`` agents (and the CA their certificates are verified against)."""
 
     sidecar: str
     agents: tuple[str, ...]
     names: tuple[str, ...]
     engines: tuple[tuple[str, str | None], ...] | None = None
     token: str | None = field(default=None, repr=False)
+    tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
@@ -112,6 +139,9 @@ class ReplayTargets:
         set_(self, "agents", tuple(require_loopback(a, "--agents") for a in self.agents))
         if not self.agents or len(self.names) != len(self.agents):
             raise ValueError("one name per agent, at least one agent")
+        if self.tls is None and any(a.startswith("https://") for a in self.agents):
+            raise ValueError("https:// agents require a client certificate: set KVCAST_TLS_CERT, "
+                             "KVCAST_TLS_KEY and KVCAST_TLS_CA, or give --cluster DIR")  # fmt: skip
         if self.engines is not None:
             if len(self.engines) != len(self.agents):
                 raise ValueError("one engine endpoint per agent")
@@ -126,5 +156,5 @@ class ReplayTargets:
         return cls(
             layout.sidecar, tuple(n.agent for n in layout.nodes), layout.node_names,
             None if any(e is None for e, _ in engines) else tuple(engines),  # type: ignore[arg-type]
-            token,
+            token, None if layout.tls is None else layout.tls.files(),
         )  # fmt: skip

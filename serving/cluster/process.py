@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
-AGENT_READY = re.compile(r"agent (\S+) ready: http=http://(\S+) transfer=(\S+)")
+AGENT_READY = re.compile(r"agent (\S+) ready: http=https?://(\S+) transfer=(\S+)")
 SIDECAR_READY = re.compile(r"sidecar (\S+) ready: http=http://(\S+) ")
 
 

@@ -5,7 +5,8 @@ input, compressed by ``time_scale`` (the load) and played ``speed`` times faster
 (scaled) clock. At each arrival the router player picks a node and posts the arrival to the
 sidecar; the node's engine player stores the blocks into its agent and publishes the KV
 events. Bounded: at most ``max_requests`` requests, no new one after ``max_wall_s``, and the
-engines' backlog drained within ``drain_s``.
+engines' backlog drained within ``drain_s``. The agents are called over mutual TLS when the
+targets carry a client certificate (``cluster up --tls``).
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ async def run_replay(
     """Play ``requests``; the replay's own counts (see :func:`_play`)."""
     headers = {"Authorization": f"Bearer {targets.token}"} if targets.token else {}
     limits = httpx.Limits(max_connections=POSTS_IN_FLIGHT + 2, max_keepalive_connections=None)
-    async with httpx.AsyncClient(timeout=10.0, limits=limits) as http:
+    tls = None if targets.tls is None else targets.tls.client_context()  # to https:// agents
+    verify = True if tls is None else tls
+    async with httpx.AsyncClient(timeout=10.0, limits=limits, verify=verify) as http:
         caps = await _capacities(http, targets, spec)
         nodes = [NodeModel(i, c, block_tokens) for i, c in enumerate(caps)]
         router = RouterPlayer(spec.router, nodes, block_tokens, spec.block_bytes, seed=spec.seed)
@@ -124,7 +127,7 @@ async def run_replay(
             maker = BlockMaker(spec.block_bytes, spec.seed)
             engines += [
                 EnginePlayer(i, targets.agents[i], headers, maker, sinks[i], block_tokens,
-                             spec.put_concurrency)
+                             spec.put_concurrency, ssl_context=tls)
                 for i in range(len(nodes))
             ]  # fmt: skip
             return await _play(requests, targets, spec, http, headers, router, nodes, engines,

@@ -3,15 +3,18 @@ loopback, started together and stopped in order.
 
 Start: loopback ports are reserved for every agent (HTTP, transfer) and engine (ZMQ PUB,
 replay), the sidecar's config is written into the workdir (:mod:`.config_gen`), the model is
-checked against its feature spec (:mod:`.model_choice`), then every process starts at once
-(the sidecar polls agents that are not up yet until they are); once every ready line is in,
-the addresses go to ``<workdir>/cluster.json`` (:mod:`.layout`). Any failure stops what was
-started and raises :class:`ServiceFailed` with the failing process's last lines (a port
-taken in between shows there as "address in use"), or :class:`StartAborted` when the
+checked against its feature spec (:mod:`.model_choice`), then every process starts at once (the
+sidecar polls agents that are not up yet until they are); once every ready line is in, the
+addresses go to ``<workdir>/cluster.json`` (:mod:`.layout`). With ``tls``, a new cluster CA and
+a certificate per process (and one for the replay client) are written to ``<workdir>/tls/``
+first (:mod:`.certs`), every process gets its own through ``KVCAST_TLS_*``, the agents' URLs
+are ``https://`` and ``cluster.json`` names the CA and the client's files. Any failure stops
+what was started and raises :class:`ServiceFailed` with the failing process's last lines (a
+port taken in between shows there as "address in use"), or :class:`StartAborted` when the
 ``abort`` event was set meanwhile (a signal handler sets it: no exception is ever raised
 between a fork and the bookkeeping of its child). Stop: the sidecar first (it commands the
-agents), then every agent at once; each gets SIGTERM, then SIGKILL after the grace period,
-and is reaped. Logs: ``<workdir>/logs/<name>.log``.
+agents), then every agent at once; each gets SIGTERM, then SIGKILL after the grace period, and
+is reaped. Logs: ``<workdir>/logs/<name>.log``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ from kvcast.serving.cluster.config_gen import (
     sidecar_data,
     write_configs,
 )
-from kvcast.serving.cluster.layout import CLUSTER_FILE, ClusterLayout, NodeAddresses, read_layout
+from kvcast.serving.cluster.layout import (
+    CLUSTER_FILE,
+    ClusterLayout,
+    NodeAddresses,
+    TlsPaths,
+    read_layout,
+)
 from kvcast.serving.cluster.model_choice import check_model
 from kvcast.serving.cluster.ports import LOOPBACK, free_ports, tcp_endpoint
 from kvcast.serving.cluster.process import (
@@ -44,9 +53,13 @@ from kvcast.serving.cluster.process import (
     kvcast_command,
 )
 from kvcast.serving.http.auth import token_from_env
+from kvcast.serving.tls import ENV as TLS_ENV
+from kvcast.serving.tls import TlsFiles
 
-__all__ = ["ClusterSpec", "LocalCluster", "ServiceFailed", "StartAborted"]
+__all__ = ["REPLAY_CLIENT", "TLS_DIR", "ClusterSpec", "LocalCluster", "ServiceFailed",
+           "StartAborted"]  # fmt: skip
 MiB = 1 << 20
+TLS_DIR, REPLAY_CLIENT = "tls", "replay-client"  # <workdir>/tls/, the replay's certificate
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,7 @@ class ClusterSpec:
     speculative_quota_bytes: int = 128 * MiB  # per agent
     block_bytes: int = 64 << 10  # KV bytes of one block, as the sidecar prices them
     tick_ms: float = 250.0
+    tls: bool = False  # mutual TLS between every process (certificates made at start)
     ready_timeout_s: float = 60.0
     stop_grace_s: float = 10.0
 
@@ -115,14 +129,30 @@ class LocalCluster:
             self.stop()
             raise
 
-    def _service(self, name: str, args: list[str], ready: re.Pattern[str]) -> ServiceProcess:
+    def _service(
+        self, name: str, args: list[str], ready: re.Pattern[str], tls: TlsFiles | None
+    ) -> ServiceProcess:
+        env = self.env
+        if tls is not None:  # this process's own certificate and key, the cluster CA
+            env = env | {TLS_ENV[k]: str(getattr(tls, k)) for k in TLS_ENV}
         proc = ServiceProcess(
             name, [*kvcast_command(), "serve", *args, "--token-env", self.spec.token_env,
                    "--log-level", "info"],
-            env=self.env, log_path=self.workdir / "logs" / f"{name}.log", ready=ready,
+            env=env, log_path=self.workdir / "logs" / f"{name}.log", ready=ready,
         )  # fmt: skip
         proc.start()
         return proc
+
+    def _wait_ready(self, proc: ServiceProcess) -> re.Match[str]:
+        """``proc``'s ready line; a ServiceFailed unless it has mutual TLS on exactly when the
+        spec asks for it (without ``tls``, KVCAST_TLS_* set in our environment would)."""
+        match = proc.wait_ready(self.spec.ready_timeout_s, self.abort)
+        if ("tls=mutual" in match.string) != self.spec.tls:
+            raise proc.failure(
+                "started without mutual TLS" if self.spec.tls
+                else "started with mutual TLS (KVCAST_TLS_* is set): use --tls or unset them"
+            )  # fmt: skip
+        return match
 
     def _start(self) -> ClusterLayout:
         s = self.spec
@@ -130,33 +160,44 @@ class LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         _refuse_if_running(self.workdir)
         (self.workdir / CLUSTER_FILE).unlink(missing_ok=True)  # left by a killed supervisor
+        names = [node_name(i) for i in range(s.agents)]
+        certs: dict[str, TlsFiles] = {}
+        if s.tls:
+            from kvcast.serving.cluster.certs import make_cluster_certs
+
+            certs = make_cluster_certs(self.workdir / TLS_DIR, ["sidecar", *names, REPLAY_CLIENT])
+        scheme = "https" if s.tls else "http"
         ports = iter(free_ports(4 * s.agents))  # per node: agent HTTP and transfer, engine x2
         addresses = [[f"{LOOPBACK}:{next(ports)}" for _ in range(2)] for _ in range(s.agents)]
         engines = [(tcp_endpoint(next(ports)), tcp_endpoint(next(ports))) for _ in addresses]
         config = write_configs(
             self.workdir,
-            sidecar_data(agents=[f"http://{http}" for http, _ in addresses], engines=engines,
+            sidecar_data(agents=[f"{scheme}://{http}" for http, _ in addresses], engines=engines,
                          mode=s.mode, model=s.model, block_bytes=s.block_bytes,
                          workdir=self.workdir, tick_ms=s.tick_ms),
             decider_data(s.speculative_quota_bytes / s.capacity_bytes),
         )  # fmt: skip
         check_model(s.model, feature_spec(config))
-        for i, (http, transfer) in enumerate(addresses):  # all at once: the sidecar waits for
-            args = ["agent", "--node-id", node_name(i), "--listen", http,  # agents on its own
+        for name, (http, transfer) in zip(names, addresses, strict=True):  # all at once: the
+            args = ["agent", "--node-id", name, "--listen", http,  # sidecar waits for agents
                     "--transfer-listen", transfer, "--capacity", str(s.capacity_bytes),
                     "--speculative-quota", str(s.speculative_quota_bytes)]  # fmt: skip
-            self.agents.append(self._service(node_name(i), args, AGENT_READY))
-        self.sidecar = self._service("sidecar", ["sidecar", "--config", str(config)], SIDECAR_READY)
-        found = [a.wait_ready(s.ready_timeout_s, self.abort) for a in self.agents]
-        ready = self.sidecar.wait_ready(s.ready_timeout_s, self.abort)
-        nodes = tuple(
-            NodeAddresses(node_name(i), f"http://{m.group(2)}", m.group(3), pub, replay)
-            for i, (m, (pub, replay)) in enumerate(zip(found, engines, strict=True))
+            self.agents.append(self._service(name, args, AGENT_READY, certs.get(name)))
+        self.sidecar = self._service(
+            "sidecar", ["sidecar", "--config", str(config)], SIDECAR_READY, certs.get("sidecar")
         )
+        found = [self._wait_ready(a) for a in self.agents]
+        ready = self._wait_ready(self.sidecar)
+        nodes = tuple(
+            NodeAddresses(name, f"{scheme}://{m.group(2)}", m.group(3), pub, replay)
+            for name, m, (pub, replay) in zip(names, found, engines, strict=True)
+        )
+        client = certs.get(REPLAY_CLIENT)
         self.layout = ClusterLayout(
             sidecar=f"http://{ready.group(2)}", nodes=nodes, mode=s.mode, model=s.model,
             block_bytes=s.block_bytes, token_env=s.token_env if token else None,
             workdir=str(self.workdir), pids={p.name: p.pid for p in self.services},
+            tls=None if client is None else TlsPaths.of(client),
         )  # fmt: skip
         self.layout.write(self.workdir)
         return self.layout
