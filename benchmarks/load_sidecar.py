@@ -18,7 +18,7 @@ the load starts.
 
     python benchmarks/load_sidecar.py [--duration 60] [--factor 10] [--trace PATH]
                                       [--model PATH] [--nodes 4] [--idle 5]
-                                      [--max-tracked-blocks N]
+                                      [--max-tracked-blocks N] [--max-tracked-sessions N]
 """
 
 from __future__ import annotations
@@ -265,6 +265,8 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
         "queue_peak_events": int(m[f"{S}queue_peak_events"]),
         "tracked_blocks_end": int(m[f"{S}tracked_blocks"]),
         "shed_blocks": int(m[f"{S}shed_blocks_total"]),
+        "tracked_sessions_end": int(m[f"{S}tracked_sessions"]),
+        "shed_sessions": int(m[f"{S}shed_sessions_total"]),
         "queue_capacity_events": int(m[f"{S}queue_capacity_events"]),
         "healthz_ms": {
             "p50": pct(lat, 50),
@@ -329,7 +331,11 @@ def main() -> None:
     ap.add_argument("--tick-ms", type=float, default=250.0)
     ap.add_argument(
         "--max-tracked-blocks", type=int, default=None,
-        help="the sidecar's feature-state cap (default: the sidecar's own)",
+        help="the sidecar's feature-state cap on blocks (default: the sidecar's own)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--max-tracked-sessions", type=int, default=None,
+        help="the sidecar's feature-state cap on sessions (default: the sidecar's own)",
     )  # fmt: skip
     args = ap.parse_args()
     if args.duration <= 0 or args.factor <= 0 or args.nodes < 1 or args.idle <= 0:
@@ -353,6 +359,8 @@ def main() -> None:
                 "tick_ms": args.tick_ms, "decision_log": {"path": str(work / "decisions.parquet")},
                 **({} if args.max_tracked_blocks is None
                    else {"max_tracked_blocks": args.max_tracked_blocks}),
+                **({} if args.max_tracked_sessions is None
+                   else {"max_tracked_sessions": args.max_tracked_sessions}),
             }))  # fmt: skip
             env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"}
             proc, base = start_sidecar(str(cfg), env)

@@ -38,10 +38,17 @@ def infer_session(
 class SessionTable:
     """``key -> [last_ts, turns, gap_ewma, gap_var]``."""
 
-    def __init__(self, alpha: float, horizon_ms: float) -> None:
+    def __init__(self, alpha: float, horizon_ms: float, max_sessions: int | None = None) -> None:
+        if max_sessions is not None and max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1 or None, got {max_sessions}")
         self.alpha = alpha
         self.horizon = horizon_ms
+        self.max_sessions = max_sessions
+        self.shed = 0  # sessions dropped by the cap (not by the horizon)
         self.sessions: dict[Any, list[float]] = {}
+
+    def over_cap(self) -> bool:
+        return self.max_sessions is not None and len(self.sessions) > self.max_sessions
 
     def observe(self, key: Any, ts: float) -> None:
         s = self.sessions.get(key)
@@ -65,9 +72,18 @@ class SessionTable:
         return s if s is not None and s[0] + self.horizon > now else None
 
     def sweep(self, now: float) -> None:
+        """Drop sessions unseen for ``horizon``; over ``max_sessions``, also the least recently
+        seen ones until 90% of the cap is left (a dropped session starts afresh)."""
         dead = [k for k, s in self.sessions.items() if s[0] + self.horizon <= now]
         for k in dead:
             del self.sessions[k]
+        if self.over_cap():
+            assert self.max_sessions is not None
+            excess = len(self.sessions) - int(self.max_sessions * 0.9)
+            oldest = sorted(self.sessions.items(), key=lambda kv: kv[1][0])[:excess]
+            for k, _ in oldest:
+                del self.sessions[k]
+            self.shed += len(oldest)
 
     def __len__(self) -> int:
         return len(self.sessions)

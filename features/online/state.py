@@ -10,7 +10,7 @@ together share one state, see :mod:`kvcast.features.online.blocks`) plus C-level
 residency events are set operations; telemetry is O(1). A sweep every
 ``min(horizon, 500 x shortest half-life)`` ms of stream time adds amortised O(1). Memory is
 bounded by the blocks and sessions seen within ``horizon_ms``, and by ``max_blocks`` blocks
-when a cap is set (plus at most about twice the
+and ``max_sessions`` sessions when caps are set (plus at most about twice the
 keys each run saw within ``distinct_window_ms``), the telemetry within the longest window, and
 what is resident. :meth:`FeatureState.rows` runs no Python step per row: C-level lookups, a
 few numpy passes, and per home node a cached telemetry row (see
@@ -48,18 +48,24 @@ from kvcast.features.validate import check, unique_blocks
 
 
 class FeatureState:
-    def __init__(self, cfg: FeatureConfig | None = None, max_blocks: int | None = None) -> None:
-        """``max_blocks``: an operational cap on tracked blocks (None: the horizon alone bounds
-        memory). Over it the least recently requested runs are dropped (see
-        :meth:`BlockTable.sweep`); it is not part of the feature spec, so rows of blocks kept
-        are unchanged, and a dropped block reads as never seen."""
+    def __init__(
+        self,
+        cfg: FeatureConfig | None = None,
+        max_blocks: int | None = None,
+        max_sessions: int | None = None,
+    ) -> None:
+        """``max_blocks`` / ``max_sessions``: operational caps on tracked blocks and sessions
+        (None: the horizon alone bounds memory). Over a cap the least recently requested are
+        dropped (see :meth:`BlockTable.sweep`, :meth:`SessionTable.sweep`); the caps are not
+        part of the feature spec, so rows of what is kept are unchanged, and what was dropped
+        reads as never seen."""
         self.cfg = cfg = cfg if cfg is not None else FeatureConfig()
         self.spec: FeatureSpec = build_spec(cfg)
         self.bad = BadInputCounters()
         self.blocks = BlockTable(
             cfg.heat_half_lives_ms, cfg.distinct_window_ms, cfg.horizon_ms, max_blocks
         )
-        self.sessions = SessionTable(cfg.session.ewma_alpha, cfg.horizon_ms)
+        self.sessions = SessionTable(cfg.session.ewma_alpha, cfg.horizon_ms, max_sessions)
         self.residency = Residency(cfg.nodes)
         self.nodes = [
             NodeTelemetry(cfg.queue_windows_ms, cfg.eviction_window_ms) for _ in range(cfg.nodes)
@@ -98,7 +104,7 @@ class FeatureState:
     def _on_request(self, ev: RequestArrived) -> None:
         ts = ev.ts_ms
         blocks = self.blocks
-        if ts >= blocks.next_sweep or blocks.over_cap():
+        if ts >= blocks.next_sweep or blocks.over_cap() or self.sessions.over_cap():
             blocks.sweep(ts)
             self.sessions.sweep(ts)
         hashes, repeats = unique_blocks(ev.block_hashes)
@@ -160,4 +166,5 @@ class FeatureState:
             "held_for_reorder": len(self._buffer),
             "resident": len(self.residency),
             "shed_blocks": self.blocks.shed_blocks,
+            "shed_sessions": self.sessions.shed,
         }

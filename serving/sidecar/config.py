@@ -87,6 +87,7 @@ class SidecarConfig(FrozenConfig):
     tick_ms: float = Field(250.0, gt=0)  # decision tick period
     queue_events: int = Field(200_000, ge=1)  # bound of the ingestion queue, in events
     max_tracked_blocks: int | None = Field(2_000_000, ge=1)  # feature-state cap (None: horizon)
+    max_tracked_sessions: int | None = Field(1_000_000, ge=1)  # likewise, sessions
     recent_decisions: int = Field(1000, ge=1)  # kept for GET /v1/decisions
     reactive_pull: bool = False  # the router pulls missing KV itself (Mooncake-style)
     zmq_hwm: int = Field(100_000, ge=1)

@@ -58,7 +58,9 @@ class Sidecar:
         self.auth_failures = 0
         self.block_bytes = cfg.kv_block_bytes
         self.queue = EventQueue(cfg.queue_events)
-        self.state = FeatureState(fcfg, max_blocks=cfg.max_tracked_blocks)
+        self.state = FeatureState(
+            fcfg, max_blocks=cfg.max_tracked_blocks, max_sessions=cfg.max_tracked_sessions
+        )
         self.chains = RecentChains(
             dcfg.loop.lookback_ms, dcfg.loop.max_candidates, fcfg.block_tokens
         )

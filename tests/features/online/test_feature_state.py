@@ -128,3 +128,21 @@ def test_a_block_cap_forgets_the_least_recently_requested_blocks_first(
 def test_a_block_cap_below_one_is_refused(cfg: FeatureConfig) -> None:
     with pytest.raises(ValueError, match="max_blocks must be >= 1 or None, got 0"):
         FeatureState(cfg, max_blocks=0)
+
+
+def test_a_session_cap_forgets_the_least_recently_seen_sessions_first(
+    cfg: FeatureConfig, make_request: Callable[..., RequestArrived]
+) -> None:
+    state = FeatureState(cfg, max_sessions=50)
+    for i in range(300):  # every request a new session, all within one horizon
+        state.update(make_request(i * 10.0, [5000 + i], session=f"s{i}"))
+        if i % 7 == 0:  # one long-lived session, seen all along
+            state.update(make_request(i * 10.0 + 1.0, [1, 2], session="kept"))
+    state.flush()
+    sizes = state.memory()
+    assert sizes["sessions"] <= 50 + 1 and sizes["shed_sessions"] > 0
+    assert state.sessions.live("kept", 3000.0) is not None
+    assert state.sessions.live("s0", 3000.0) is None  # the oldest one-off session is gone
+    assert state.sessions.live("s299", 3000.0) is not None
+    with pytest.raises(ValueError, match="max_sessions must be >= 1 or None, got 0"):
+        FeatureState(cfg, max_sessions=0)
