@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-import numpy as np
-
 from kvcast.predictor.decider_config import BudgetConfig
 
 
@@ -34,6 +32,7 @@ class Transfer:
 class BudgetLedger:
     def __init__(self, cfg: BudgetConfig) -> None:
         self.cfg = cfg
+        self._link, self._global = cfg.link_bytes(), cfg.global_bytes()  # bucket sizes
         self.in_flight: list[Transfer] = []
         self.buckets: dict[tuple[str, int], float] = {}  # ("out"|"in"|"all", node) -> bytes
         self._refilled = 0.0
@@ -41,7 +40,7 @@ class BudgetLedger:
         self.pending: dict[int, int] = {}  # block -> bitmask of nodes it is on its way to
         self._copies: dict[int, int] = {}  # block -> live replicas of it the ledger placed
         self._to: dict[int, int] = {}  # node -> bytes in flight to it
-        self._to_array: np.ndarray | None = None  # the same as an array (None: stale)
+        self._to_list: list[float] | None = None  # the same per node (None: stale)
 
     # -- time ----------------------------------------------------------------------------------
     def settle(self, now: float) -> None:
@@ -50,7 +49,7 @@ class BudgetLedger:
             self.in_flight = [t for t in self.in_flight if t.done_ms > now]
             self.pending = {}
             self._to = {}
-            self._to_array = None
+            self._to_list = None
             for t in self.in_flight:
                 self._to[t.target] = self._to.get(t.target, 0) + t.nbytes
                 bit = 1 << t.target
@@ -59,7 +58,7 @@ class BudgetLedger:
         dt = max(now - self._refilled, 0.0)
         self._refilled = now
         if dt and self.buckets:
-            link, total = self.cfg.link_bytes(), self.cfg.global_bytes()
+            link, total = self._link, self._global
             w = self.cfg.budget_window_ms
             for key, level in self.buckets.items():
                 cap = total if key[0] == "all" else link
@@ -89,16 +88,16 @@ class BudgetLedger:
     def in_flight_bytes(self, node: int) -> int:
         return self._to.get(node, 0)
 
-    def in_flight_to(self, n: int) -> np.ndarray:
-        """[n] bytes in flight to each node (the same array until a transfer starts or lands;
+    def in_flight_to(self, n: int) -> list[float]:
+        """[n] bytes in flight to each node (the same list until a transfer starts or lands;
         read only)."""
-        out = self._to_array
+        out = self._to_list
         if out is None or len(out) != n:
-            out = np.zeros(n)
+            out = [0.0] * n
             for node, nbytes in self._to.items():
                 if node < n:
-                    out[node] = nbytes
-            self._to_array = out
+                    out[node] = float(nbytes)
+            self._to_list = out
         return out
 
     def refusal(self, source: int, target: int, nbytes: int, quota_room: float) -> str | None:
@@ -114,10 +113,10 @@ class BudgetLedger:
             return "quota"
         if source == target:
             return None
-        link = cfg.link_bytes()
+        link = self._link
         if not (self._level("out", source, link) > 0 and self._level("in", target, link) > 0):
             return "link_bandwidth"
-        if not self._level("all", -1, cfg.global_bytes()) > 0:
+        if not self._level("all", -1, self._global) > 0:
             return "global_bandwidth"
         return None
 
@@ -128,14 +127,13 @@ class BudgetLedger:
         self.in_flight.append(t)
         target = t.target
         self._to[target] = self._to.get(target, 0) + t.nbytes
-        self._to_array = None
+        self._to_list = None
         if t.source != target:
-            cfg, buckets = self.cfg, self.buckets
-            link = cfg.link_bytes()
+            buckets, link = self.buckets, self._link
             for kind, node, cap in (
                 ("out", t.source, link),
                 ("in", target, link),
-                ("all", -1, cfg.global_bytes()),
+                ("all", -1, self._global),
             ):
                 buckets[(kind, node)] = buckets.setdefault((kind, node), cap) - t.nbytes
         bit = 1 << target

@@ -100,14 +100,10 @@ class PlanBatch:
     known: np.ndarray  # [P] bool: the first use is predicted
     tail_tokens: np.ndarray  # [P]
     life_ms: np.ndarray  # [P]
+    depth: np.ndarray  # [P] the deepest prefix any node holds (or is being sent)
 
     def __len__(self) -> int:
         return len(self.index)
-
-    @property
-    def depth(self) -> np.ndarray:
-        """[P] the deepest prefix any node holds (or is being sent)."""
-        return self.held.max(axis=1, initial=0)
 
     @property
     def p_request(self) -> np.ndarray:
@@ -208,6 +204,7 @@ def build_plans(
         known,
         tail,
         np.where(np.isnan(life), window_ms, np.minimum(life, window_ms)),
+        held.max(axis=1, initial=0),
     )
 
 
@@ -238,8 +235,8 @@ def _held(
     if pending:
         flat = flat or list(chain.from_iterable(cands.chains))
         masks[:total] |= _masks(pending, flat, alive)
-    bits = (masks[at][:, :, None] >> np.arange(n)) & 1  # [P, L + 1, n]
-    return bits.argmin(axis=1)  # the first block a node lacks (the sentinel at worst)
+    bits = (masks[at][:, None, :] >> np.arange(n)[:, None]) & 1  # [P, n, L + 1]
+    return bits.argmin(axis=2)  # the first block a node lacks (the sentinel at worst)
 
 
 def _masks(holders: Mapping[int, int], flat: list[int], alive: int) -> np.ndarray:

@@ -5,13 +5,15 @@ For the chains a tick weighs, everything in the inequality of :mod:`kvcast.predi
 that depends only on the view and on where each chain's prefix lives: the cuts (the depth a
 copy would reach), the fastest source per target, the blocks moved, transfer and wire time,
 the recompute a copy saves, the transfer, tier and congestion costs, the tenant rule and the
-time gates. What moves during a tick (predicted queues, hot nodes, bytes in flight) is
-applied per chain by :func:`kvcast.predictor.costs.replication_option`; a chain whose prefix
-placement changed meanwhile (a copy of a shared prefix on its way) is recomputed alone.
+time gates. What moves during a tick (predicted queues, hot nodes, bytes in flight, and the
+free HBM and room they leave, :meth:`TickTerms.memory`, kept node by node) is applied per
+chain by :func:`kvcast.predictor.costs.replication_option`; a chain whose prefix placement
+changed meanwhile (a copy of a shared prefix on its way) is recomputed alone.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,14 +27,15 @@ class TickTerms:
     """What the inequality reads from the view and the config that holds for a whole tick."""
 
     nodes: np.ndarray  # [n] 0..n-1
-    free_bytes: np.ndarray  # [n] ``view.free_bytes``
-    unpinned_bytes: np.ndarray  # [n] capacity - pinned - speculative
-    tier_ms: np.ndarray  # [n, n] the tier penalty of each link
-    util: np.ndarray  # [n, n] the share of the budget window each link is committed
+    free_bytes: list[float]  # [n] ``view.free_bytes``
+    unpinned_bytes: list[float]  # [n] capacity - pinned - speculative
+    links: np.ndarray  # [5, n * n] per link (source x n + target): bytes per ms, latency,
+    # backlog, tier penalty (ms) and the share of the budget window it is committed
     block_ms: float  # the prefill of one block
     no_evictions: bool  # no node evicts (a replica's survival odds are 1)
     serving: dict[str, np.ndarray]  # tenant -> [n] which nodes serve it (filled as asked)
-    _memory: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float] | None = None
+    quota_room: list[float]  # [n] speculative quota minus the resident speculative bytes
+    _memory: _Memory | None = None
 
     @classmethod
     def of(cls, view: ClusterView, cfg: DeciderConfig) -> TickTerms:
@@ -40,34 +43,36 @@ class TickTerms:
         with np.errstate(invalid="ignore", divide="ignore"):
             util = np.clip(links.backlog_ms / cfg.budgets.budget_window_ms, 0.0, 1.0)
         rate = view.evict_blocks_per_ms
+        quota = cfg.budgets.quota_bytes
+        capacity, spec = view.capacity_bytes.tolist(), view.spec_bytes.tolist()
+        tier_ms = np.asarray(cfg.targets.tier_penalty_ms)[links.tier]
+        per_link = (links.bytes_per_ms, links.latency_ms, links.backlog_ms, tier_ms, util)
         return cls(
             np.arange(view.n),
-            view.free_bytes,
-            view.capacity_bytes - view.pinned_bytes - view.spec_bytes,
-            np.asarray(cfg.targets.tier_penalty_ms)[links.tier],
-            util,
+            view.free_bytes.tolist(),
+            (view.capacity_bytes - view.pinned_bytes - view.spec_bytes).tolist(),
+            np.array(per_link, dtype=float).reshape(5, view.n * view.n),
             view.prefill.span_ms(0, view.block_tokens),
             rate is None or not np.any(rate),
             {},
+            [quota(float(c)) - float(x) for c, x in zip(capacity, spec, strict=True)],
         )
 
     def memory(
-        self, in_flight_bytes: np.ndarray, hot: np.ndarray, block_bytes: int, margin: float
+        self, in_flight_bytes: list[float], hot: list[bool], block_bytes: int, margin: float
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """``[n, 1]`` free HBM (blocks), room for a replica (blocks, keeping ``margin`` bytes;
-        -inf on a ``hot`` node) and the least free HBM, given the bytes in flight to each
-        node (the answer for the last arrays asked is kept)."""
+        -inf on a ``hot`` node) and the least free HBM (NaN if any is), given the bytes in
+        flight to each node (the arrays are read only, and valid until the next call). Kept
+        between calls: only the nodes whose bytes in flight or hotness changed are recomputed
+        (numpy's float semantics: a zero block size gives inf, not an error)."""
         last = self._memory
-        if last is not None and last[0] is in_flight_bytes and last[1] is hot:
-            return last[2], last[3], last[4]
-        free = (self.free_bytes - in_flight_bytes) / block_bytes
-        np.maximum(free, 0.0, out=free)
-        room = (self.unpinned_bytes - in_flight_bytes - margin) / block_bytes
-        room[hot] = -np.inf
-        least = float(free.min()) if len(free) else float("inf")
-        free_col, room_col = free[:, None], room[:, None]
-        self._memory = (in_flight_bytes, hot, free_col, room_col, least)
-        return free_col, room_col, least
+        if last is not None and last.moving is in_flight_bytes and last.hot is hot:
+            return last.free_col, last.room_col, last.least
+        if last is None or (last.block_bytes, last.margin) != (block_bytes, margin):
+            last = self._memory = _Memory(block_bytes, margin, len(self.free_bytes))
+        last.update(self.free_bytes, self.unpinned_bytes, in_flight_bytes, hot)
+        return last.free_col, last.room_col, last.least
 
     def serves(self, view: ClusterView, tenant: str) -> np.ndarray:
         out = self.serving.get(tenant)
@@ -77,13 +82,56 @@ class TickTerms:
         return out
 
 
+class _Memory:
+    """Free HBM and room per node for some bytes in flight and hot nodes (see
+    :meth:`TickTerms.memory`), updated node by node in place."""
+
+    def __init__(self, block_bytes: int, margin: float, n: int) -> None:
+        self.block_bytes, self.margin = block_bytes, margin
+        self.moving: list[float] = []  # the lists last asked (identity)
+        self.hot: list[bool] = []
+        self._seen: list[tuple[float, bool] | None] = [None] * n  # per node, as last computed
+        self._free = [0.0] * n
+        self._nan = [False] * n  # per node, whether its free HBM is NaN
+        self.free_col = np.zeros((n, 1))
+        self.room_col = np.zeros((n, 1))
+        self.least = math.inf
+
+    def update(
+        self,
+        free_bytes: list[float],
+        unpinned_bytes: list[float],
+        in_flight_bytes: list[float],
+        hot: list[bool],
+    ) -> None:
+        bb = np.float64(self.block_bytes)
+        seen, free = self._seen, self._free
+        changed = False
+        for node, key in enumerate(zip(in_flight_bytes, hot, strict=True)):
+            if key == seen[node]:
+                continue
+            moving, is_hot = key
+            blocks = float((free_bytes[node] - moving) / bb)
+            free[node] = self.free_col[node, 0] = 0.0 if blocks < 0.0 else blocks  # NaN: NaN
+            self._nan[node] = blocks != blocks
+            self.room_col[node, 0] = (
+                -math.inf if is_hot else (unpinned_bytes[node] - moving - self.margin) / bb
+            )
+            seen[node] = key
+            changed = True
+        if changed:  # as numpy's min: NaN if any is
+            self.least = math.nan if any(self._nan) else min(free, default=math.inf)
+        self.moving, self.hot = in_flight_bytes, hot
+
+
 @dataclass(frozen=True)
 class CopyTerms:
     """Per chain (first axis), target node and cut; a chain's cuts are ``ends[i, :cuts[i]]``
-    (beyond: padding, never admissible)."""
+    (beyond: padding, never admissible). Per-chain scalars are plain lists (read one at a
+    time, chain by chain)."""
 
     depth: np.ndarray  # [R] the deepest prefix held in HBM (the sources hold it)
-    cuts: np.ndarray  # [R] the cuts weighed (0: no copy possible)
+    cuts: list[int]  # [R] the cuts weighed (0: no copy possible)
     ends: np.ndarray  # [R, K] the depth a copy reaches
     src: np.ndarray  # [R, n] per target, the fastest source
     start: np.ndarray  # [R, n] the target's prefix (the copy starts there): ``held``
@@ -91,19 +139,18 @@ class CopyTerms:
     nblk: np.ndarray  # [R, n, K] blocks moved
     nblk_f: np.ndarray  # [R, n, K] the same, as floats
     transfer: np.ndarray  # [R, n, K] ms until the copy lands
-    gate: np.ndarray  # [R, n, K] queue_gate_factor x transfer; +inf where not ``static_ok``
+    gate: np.ndarray  # [R, n, K] queue_gate_factor x transfer; +inf where the cut or target
+    # is barred whatever the queues (no block to move, tenant rule, time gates)
     fetch: np.ndarray  # [R, n, K] without the copy, the cost of the missing blocks there
     cost_transfer: np.ndarray  # [R, n, K] weighted transfer + tier penalty
     congestion: np.ndarray  # [R, n, K]
-    p_hit: np.ndarray  # [R, K]
-    p: np.ndarray  # [R, n, K] p_hit for every target
+    p_hit: np.ndarray  # [R, K] the chain's P at each cut (the same for every target)
     reclaim: np.ndarray  # [R, n, K] (1 - P) x blocks x reclaim_ms_per_block at p_hit
-    static_ok: np.ndarray  # [R, n, K] cut and target admissible whatever the queues
-    any_ok: np.ndarray  # [R] bool: some cut and target pass ``static_ok``
-    most: np.ndarray  # [R] the most blocks any copy moves
-    no_congestion: np.ndarray  # [R] bool: the congestion term is 0 everywhere
-    no_reclaim: np.ndarray  # [R] bool: the reclaim term at p_hit is 0 everywhere
-    tokens: np.ndarray  # [R] the request's tokens
+    any_ok: list[bool]  # [R] some cut and target pass the gates that need no queue
+    most: list[int]  # [R] the most blocks any copy moves
+    no_congestion: list[bool]  # [R] the congestion term is 0 everywhere
+    no_reclaim: list[bool]  # [R] the reclaim term at p_hit is 0 everywhere
+    tokens: list[int]  # [R] the request's tokens
 
 
 def copy_terms(
@@ -134,8 +181,8 @@ def _cuts(lo: np.ndarray, depth: np.ndarray, max_cuts: int) -> tuple[np.ndarray,
     """[R, K] the depths weighed per chain (``lo..depth``, or a coarse grid that always ends
     with the whole prefix) and [R] how many."""
     count = np.maximum(depth - lo + 1, 0)
-    if not (count > max_cuts).any():
-        k = int(count.max(initial=0))
+    k = int(count.max(initial=0))
+    if k <= max_cuts:
         return lo[:, None] + np.arange(k), count
     rows = []
     for a, b in zip(lo.tolist(), depth.tolist(), strict=True):
@@ -178,22 +225,23 @@ def _terms(
     eta = links.backlog_ms[None] + links.latency_ms[None] + full[:, None, :] / links.bytes_per_ms
     masked = np.where(is_src[:, :, None], eta, np.inf)
     src = masked.argmin(axis=1)  # [R, n]
-    if np.isinf(masked.min(axis=1)).any():  # only infinite etas: the first source
+    # (some eta is not finite, and a target's sources all have infinite ones: the first)
+    if not np.isfinite(eta).all() and np.isinf(masked.min(axis=1)).any():
         lost = ~is_src[np.arange(r)[:, None], src]
         src = np.where(lost, is_src.argmax(axis=1)[:, None], src)
-    nodes = terms.nodes
+    # per chain and target, its link from the source: [R, n, 1] each
+    bw, latency, backlog, tier_ms, util = terms.links[:, src * view.n + terms.nodes, None]
     nblk = ends[:, None, :] - held[:, :, None]  # [R, n, K]
     valid = nblk > 0
-    bw = links.bytes_per_ms[src, nodes][:, :, None]
-    wire = links.latency_ms[src, nodes][:, :, None] + nblk * bb / bw
-    transfer = links.backlog_ms[src, nodes][:, :, None] + wire
+    wire = latency + nblk * bb / bw
+    transfer = backlog + wire
     te, th = (ends * bt)[:, None, :], (held * bt)[:, :, None]
     fetch = pf.b_ms_per_token * (te - th) + pf.c_ms_per_token2 * (te**2 - th**2)
     if view.reactive_pull:  # the router would pull the missing blocks on the critical path
         fetch = np.minimum(fetch, wire)
-    fetch[~valid] = 0.0
-    cost_transfer = c.transfer_weight * transfer + terms.tier_ms[src, nodes][:, :, None]
-    congestion = c.congestion_weight * wire * terms.util[src, nodes][:, :, None]
+    fetch = np.where(valid, fetch, 0.0)
+    cost_transfer = c.transfer_weight * transfer + tier_ms
+    congestion = c.congestion_weight * wire * util
     ok = valid & (np.arange(k) < cuts[:, None])[:, None, :]
     if view.node_tenants:  # tenant rule: only the public prefix crosses
         serves = np.array([terms.serves(view, t) for t in tenants], dtype=bool).reshape(r, view.n)
@@ -201,14 +249,14 @@ def _terms(
         ok &= ends[:, None, :] <= cap[:, :, None]
     left = time_left_ms[:, None, None]
     ok &= left > transfer
-    ok &= ~known[:, None, None] | (left - transfer <= c.lead_ms)
-    p_hit = p[np.arange(r)[:, None], np.clip(ends - 1, 0, p.shape[1] - 1)]
-    p_all = np.repeat(p_hit[:, None, :], len(nodes), axis=1)
-    reclaim = (1.0 - p_all) * nblk * c.reclaim_ms_per_block
+    if known.any():  # a known first use: the replica lands at most lead_ms before it
+        ok &= ~known[:, None, None] | (left - transfer <= c.lead_ms)
+    p_hit = p[np.arange(r)[:, None], np.minimum(np.maximum(ends - 1, 0), p.shape[1] - 1)]
+    reclaim = (1.0 - p_hit[:, None, :]) * nblk * c.reclaim_ms_per_block
     gate = np.where(ok, c.queue_gate_factor * transfer, np.inf)  # barred: never passed
     return CopyTerms(
-        depth, cuts, ends, src, held, real, nblk, nblk.astype(float), transfer,
-        gate, fetch, cost_transfer, congestion, p_hit, p_all, reclaim,
-        ok, ok.any(axis=(1, 2)), nblk.max(axis=(1, 2), initial=0), ~congestion.any(axis=(1, 2)),
-        ~reclaim.any(axis=(1, 2)), lens * bt + tail_tokens,
+        depth, cuts.tolist(), ends, src, held, real, nblk, nblk.astype(float), transfer,
+        gate, fetch, cost_transfer, congestion, p_hit, reclaim, ok.any(axis=(1, 2)).tolist(),
+        nblk.max(axis=(1, 2), initial=0).tolist(), (~congestion.any(axis=(1, 2))).tolist(),
+        (~reclaim.any(axis=(1, 2))).tolist(), (lens * bt + tail_tokens).tolist(),
     )  # fmt: skip

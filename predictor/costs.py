@@ -68,28 +68,28 @@ class Option:
         return self.reason.net_ms
 
 
-ZERO = np.zeros(())  # a term that is 0 for every target and cut
-
-
 def replication_option(
     plan: ChainPlan,
     view: ClusterView,
     cfg: DeciderConfig,
     *,
     real: list[int],
-    queue: np.ndarray,
-    hot: np.ndarray,
-    in_flight_bytes: np.ndarray,
+    queue: list[float],
+    hot: list[bool],
+    in_flight_bytes: list[float],
     terms: TickTerms | None = None,
     copy: tuple[CopyTerms, int] | None = None,
 ) -> Option | None:
     """The best (target, cut) for copying this chain, over every node and depth, or None.
 
     ``real``: per node, the prefix it holds in HBM now (sources hold the deepest);
-    ``plan.held`` also counts replicas on their way. Vectorised: rows are target nodes,
-    columns the depth ``end`` the copy would reach. ``copy``: the chain's row of terms
-    computed for this placement by :func:`~kvcast.predictor.copy_terms.copy_terms` (else
-    computed here).
+    ``plan.held`` also counts replicas on their way. ``queue``, ``hot``, ``in_flight_bytes``:
+    per node, the tick's state as the decisions before this one left it (plain lists).
+    Vectorised: rows are target nodes, columns the depth ``end`` the copy would reach.
+    ``copy``: the chain's row of terms computed for this placement by
+    :func:`~kvcast.predictor.copy_terms.copy_terms` (else computed here). Call it under
+    ``np.errstate(invalid="ignore", divide="ignore", over="ignore")`` (the decider does, once
+    per tick): NaN and infinite terms are expected, and never pass a gate.
     """
     if terms is None:
         terms = TickTerms.of(view, cfg)
@@ -99,8 +99,7 @@ def replication_option(
     k = int(ct.cuts[i])
     if k == 0 or not ct.any_ok[i]:  # no cut and target admissible whatever the queues
         return None
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return _best(plan, view, cfg, ct, i, k, queue, hot, in_flight_bytes, terms)
+    return _best(plan, view, cfg, ct, i, k, queue, hot, in_flight_bytes, terms)
 
 
 def _copy_terms(
@@ -129,43 +128,46 @@ def _best(
     ct: CopyTerms,
     i: int,
     k: int,
-    queue: np.ndarray,
-    hot: np.ndarray,
-    in_flight_bytes: np.ndarray,
+    queue: list[float],
+    hot: list[bool],
+    in_flight_bytes: list[float],
     terms: TickTerms,
 ) -> Option | None:
     """The inequality and the gates over targets x cuts (``ct`` holds what the tick's state
-    does not change; the arithmetic is the one of the module doc, term by term)."""
-    c, bb = cfg.costs, view.block_bytes
+    does not change; the arithmetic is the one of the module doc, term by term and in this
+    order, so that the values, ties included, never depend on how they are batched)."""
+    c = cfg.costs
     fetch, nblk = ct.fetch[i, :, :k], ct.nblk_f[i, :, :k]
-    qcol = queue[:, None]
+    q = np.array(queue)
+    qcol = q[:, None]
     tokens = 0
     if view.would_route is not None:  # where the router would send it without the copy
-        tokens = int(ct.tokens[i])
+        tokens = ct.tokens[i]
         home = view.would_route(plan.blocks, tokens, plan.held)
         without = queue[home] + fetch[home]
     else:  # a router that picks the least TTFT
-        without = np.minimum.reduce(fetch + qcol, axis=0)
+        without = (fetch + qcol).min(axis=0)
     saved = without - qcol
     np.maximum(saved, 0.0, out=saved)
-    free_now, room, least = terms.memory(in_flight_bytes, hot, bb, c.safety_margin_gib * GIB)
-    if terms.no_evictions:
-        p, reclaim = ct.p[i, :, :k], ct.reclaim[i, :, :k]
+    margin = c.safety_margin_gib * GIB
+    free_now, room, least = terms.memory(in_flight_bytes, hot, view.block_bytes, margin)
+    p_hit = ct.p_hit[i, :k]
+    if terms.no_evictions:  # P(hit) is the same on every target
+        p, reclaim = p_hit, ct.reclaim[i, :, :k]
     else:
-        until_use = plan.time_left_ms + queue
+        until_use = plan.time_left_ms + q
         evictions = (view.evict_blocks_per_ms * until_use)[:, None]  # type: ignore[operator]
         excess = evictions - np.maximum(free_now - nblk, 0.0)
         np.maximum(excess, 0.0, out=excess)
-        p = ct.p_hit[i, :k] * np.exp(-excess)
+        p = p_hit * np.exp(-excess)
         reclaim = (1.0 - p) * nblk * c.reclaim_ms_per_block
     cost_transfer, congestion = ct.cost_transfer[i, :, :k], ct.congestion[i, :, :k]
     net = p * saved
     net -= cost_transfer
     if not ct.no_congestion[i]:  # (x - 0.0 is x: a term that is 0 everywhere is skipped)
         net -= congestion
-    if least >= ct.most[i]:  # every copy fits in free HBM: nothing displaced
-        memory = ZERO
-    else:
+    memory = None
+    if not least >= ct.most[i]:  # else every copy fits in free HBM: nothing displaced
         memory = nblk - free_now
         np.maximum(memory, 0.0, out=memory)
         memory *= c.displaced_reuse_prob
@@ -173,26 +175,24 @@ def _best(
         net -= memory
     if not (terms.no_evictions and ct.no_reclaim[i]):
         net -= reclaim
-    ok = without > ct.gate[i, :, :k]  # the gate is +inf where the cut or target is barred
-    ok &= nblk <= room  # the safety margin; never a hot node
-    ok &= net > 0
-    ends = ct.ends[i, :k]
-    t, j = _routed_choice(plan, view, cfg, np.where(ok, net, -np.inf), ends, tokens)
+    # the gates: +inf where the cut or target is barred; the safety margin (never a hot node)
+    ok = (without > ct.gate[i, :, :k]) & (nblk <= room) & (net > 0.0)
+    t, j = _routed_choice(plan, view, cfg, np.where(ok, net, -np.inf), ct, i, tokens)
     if t < 0:
         return None
     reason = DecisionReason(
-        float(p[t, j]),
-        float(saved[t, j]),
-        float(cost_transfer[t, j]),
-        float(congestion[t, j]),
-        float(memory[t, j] if memory.ndim else memory),
-        float(reclaim[t, j]),
-        float(without[j]),
+        p.item(j) if p.ndim == 1 else p.item(t, j),
+        saved.item(t, j),
+        cost_transfer.item(t, j),
+        congestion.item(t, j),
+        0.0 if memory is None else memory.item(t, j),
+        reclaim.item(t, j),
+        without.item(j),
         float(queue[t]),
-        int(ct.nblk[i, t, j]),
+        ct.nblk.item(i, t, j),
     )
-    start, src = int(ct.start[i, t]), int(ct.src[i, t])
-    return Option(src, t, start, int(ends[j]), float(ct.transfer[i, t, j]), reason)
+    start, src = ct.start.item(i, t), ct.src.item(i, t)
+    return Option(src, t, start, ct.ends.item(i, j), ct.transfer.item(i, t, j), reason)
 
 
 def _routed_choice(
@@ -200,30 +200,30 @@ def _routed_choice(
     view: ClusterView,
     cfg: DeciderConfig,
     net: np.ndarray,
-    ends: np.ndarray,
+    ct: CopyTerms,
+    i: int,
     tokens: int,
 ) -> tuple[int, int]:
-    """The best admissible (target, depth index) that the router would actually use: a
-    replica on a node the router would not send the request to saves nothing."""
-    order = np.argsort(net, axis=None)
+    """The best admissible (target, cut) that the router would actually use: a replica on a
+    node the router would not send the request to saves nothing. Candidates go in the order
+    of ``np.argsort`` over ``net`` (targets x cuts, -inf where not admissible; ties as it
+    puts them), best first."""
+    order = net.ravel().argsort()  # as np.argsort(net, axis=None)
     width = net.shape[1]
     if view.would_route is None:  # the best, as the router follows the replicas
-        flat = int(order[-1])
-        return divmod(flat, width) if math.isfinite(net.flat[flat]) else (-1, -1)
+        flat = order.item(-1)
+        return divmod(flat, width) if math.isfinite(net.item(flat)) else (-1, -1)
     values = net.ravel().tolist()
-    order = order[::-1].tolist()
     tried: set[int] = set()
-    for flat in order:
-        t, k = divmod(flat, width)
+    for flat in order[::-1].tolist():
+        t, j = divmod(flat, width)
         if not math.isfinite(values[flat]) or len(tried) >= cfg.targets.route_checks:
             break
-        if view.would_route is None:
-            return t, k
         if t in tried:
             continue  # this target's best depth was already refused by the router
         tried.add(t)
         match = list(plan.held)
-        match[t] = max(match[t], int(ends[k]))
+        match[t] = max(match[t], ct.ends.item(i, j))
         if view.would_route(plan.blocks, tokens, match) == t:
-            return t, k
+            return t, j
     return -1, -1

@@ -22,9 +22,13 @@ Cost: numpy over all candidates at once for the plans, the load forecast and the
 choice (:func:`~kvcast.predictor.chains.build_plans`), and over the chains weighed x target
 nodes x cuts for every term that the tick's own decisions do not change
 (:mod:`kvcast.predictor.copy_terms`). What they do change (predicted queues, hot nodes,
-bytes in flight, copies on their way) is applied chain by chain in priority order, so each
+bytes in flight, free HBM and room, copies on their way) is per-node state kept as plain
+Python lists and updated in place after each commit (numpy is slower than Python on vectors
+as short as a cluster's node count), and applied chain by chain in priority order, so each
 decision sees the ones before it and the budgets are applied greedily, as a plain loop
-would; a few numpy passes per chain weighed.
+would. Each chain weighed then costs one short numpy pass over its targets x cuts (about
+fifteen calls, :func:`~kvcast.predictor.costs.replication_option`), whose values, ties and
+their order included, are those of the arithmetic term by term.
 """
 
 from __future__ import annotations
@@ -96,23 +100,24 @@ class Decider:
         weighed = plans.plans(order)
         copies, terms = self._copy_terms(plans, order, weighed, view)
         rank = 0
-        for i, plan in enumerate(weighed):
-            for _ in range(cfg.targets.max_targets_per_chain):
-                copy: tuple[CopyTerms, int] | None = (copies, i)
-                real = plan.held
-                if self._touched(plan):  # a copy of some of its blocks is on its way
-                    plan.held = prefix_lengths(plan.blocks, view.n, view.hbm, ledger.pending)
-                    real = prefix_lengths(plan.blocks, view.n, view.hbm, None)
-                    if not _placed_as(copies, i, plan.held, real):
-                        copy = None
-                opt = self._best_option(plan, view, forecast, real, terms, copy)
-                if opt is None:
-                    break
-                cmd = self._commit(opt, plan, view, forecast, priority=rank)
-                if cmd is None:
-                    break
-                out.append(cmd)
-                rank += 1
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            for i, plan in enumerate(weighed):
+                for _ in range(cfg.targets.max_targets_per_chain):
+                    copy: tuple[CopyTerms, int] | None = (copies, i)
+                    real = plan.held
+                    if self._touched(plan):  # a copy of some of its blocks is on its way
+                        plan.held = prefix_lengths(plan.blocks, view.n, view.hbm, ledger.pending)
+                        real = prefix_lengths(plan.blocks, view.n, view.hbm, None)
+                        if not _placed_as(copies, i, plan.held, real):
+                            copy = None
+                    opt = self._best_option(plan, view, forecast, real, terms, copy)
+                    if opt is None:
+                        break
+                    cmd = self._commit(opt, plan, view, forecast, terms, priority=rank)
+                    if cmd is None:
+                        break
+                    out.append(cmd)
+                    rank += 1
         return out
 
     def _touched(self, plan: ChainPlan) -> bool:
@@ -191,11 +196,10 @@ class Decider:
                     best = opt
         return best
 
-    def _worth_a_look(self, plan: ChainPlan, queue: np.ndarray, depth: int) -> bool:
+    def _worth_a_look(self, plan: ChainPlan, queue: list[float], depth: int) -> bool:
         """Cheap pre-check: some holder of the prefix is more queued than the least queued
         node (else nothing can be saved)."""
-        q = queue.tolist()
-        return max(x for x, h in zip(q, plan.held, strict=True) if h >= depth) > min(q)
+        return max(x for x, h in zip(queue, plan.held, strict=True) if h >= depth) > min(queue)
 
     # -- commitment ---------------------------------------------------------------------------
     def _commit(
@@ -204,15 +208,13 @@ class Decider:
         plan: ChainPlan,
         view: ClusterView,
         forecast: LoadForecast,
+        terms: TickTerms,
         priority: int,
     ) -> Command | None:
         cfg = self.cfg
-        bb = view.block_bytes
         moved = plan.blocks[opt.start : opt.end]
-        nbytes = len(moved) * bb
-        quota = cfg.budgets.quota_bytes(float(view.capacity_bytes[opt.target]))
-        room = quota - float(view.spec_bytes[opt.target])
-        refusal = self.ledger.refusal(opt.source, opt.target, nbytes, room)
+        nbytes = len(moved) * view.block_bytes
+        refusal = self.ledger.refusal(opt.source, opt.target, nbytes, terms.quota_room[opt.target])
         if refusal is not None:
             self.refused[refusal] += 1
             return None

@@ -9,6 +9,10 @@ of the window); a node whose predicted queue reaches ``hot_queue_ms`` is *hot* a
 receives a replica (it would only attract more work to a node that is about to be busy).
 When the decider moves a chain, the chain's expected work moves with it, so that the next
 decision sees the new picture and replicas do not all pile onto the one idle node.
+
+The starting work is summed over every chain at once in numpy; from then on the per-node
+state (work, predicted queue, hot nodes) is a few plain Python lists, updated in place chain
+by chain (cheaper than numpy on vectors as short as a cluster's node count).
 """
 
 from __future__ import annotations
@@ -41,48 +45,60 @@ class LoadForecast:
         go = w > 0.0
         # plan by plan, in order (accumulate adds in sequence, as one update per plan would)
         added = np.where(homes & go[:, None], each[:, None], 0.0)
-        self.work = np.add.accumulate(added, axis=0)[-1] if len(added) else np.zeros(view.n)
-        rows = np.flatnonzero(go)
-        index = plans.index[rows].tolist()
-        self.weights: dict[int, float] = dict(zip(index, w[rows].tolist(), strict=True))
-        self._row = dict(zip(index, rows.tolist(), strict=True))  # chain -> row of ``homes``
+        total = np.add.accumulate(added, axis=0)[-1] if len(added) else np.zeros(view.n)
+        self.work: list[float] = total.tolist()  # [n] expected work per node (ms)
+        # chain -> its row of ``plans`` if its request is expected (w > 0), else -1
+        self._row = np.full(len(plans.cands), -1)
+        self._row[plans.index[go]] = np.flatnonzero(go)
+        self._w = w
         self._home_mask = homes
         self.homes: dict[int, list[int]] = {}  # filled as plans are looked at or moved
-        self._q: np.ndarray | None = None  # the predicted queue (None: stale)
-        self._hot: np.ndarray | None = None
+        self._base: list[float] = np.asarray(view.queue_ms).tolist()  # [n] queues now
+        self._q: list[float] | None = None  # the predicted queue (None: stale)
+        self._hot: list[bool] | None = None
 
     def _homes_of(self, plan: ChainPlan) -> list[int] | None:
+        """The nodes the chain's request is expected on (None: none, it is not expected)."""
         homes = self.homes.get(plan.index)
-        if homes is None and plan.index in self._row:
-            mask = self._home_mask[self._row[plan.index]]
-            homes = self.homes[plan.index] = np.flatnonzero(mask).tolist()
+        if homes is None:
+            row = self._row.item(plan.index)
+            if row >= 0:
+                mask = self._home_mask[row].tolist()
+                homes = self.homes[plan.index] = [node for node, home in enumerate(mask) if home]
         return homes
+
+    def weight(self, plan: ChainPlan) -> float:
+        """The chain's expected request count within the horizon (0: not expected)."""
+        row = self._row.item(plan.index)
+        return self._w.item(row) if row >= 0 else 0.0
 
     @property
     def queue_ms(self) -> np.ndarray:
         """Predicted queue per node (ms); a new array."""
-        return self._queue().copy()
+        return np.array(self._queue())
 
-    def _queue(self) -> np.ndarray:
+    def _queue(self) -> list[float]:
         if self._q is None:
-            self._q = self.view.queue_ms + self.cfg.load_weight * self.work
+            lw = self.cfg.load_weight
+            self._q = [q + lw * w for q, w in zip(self._base, self.work, strict=True)]
         return self._q
 
-    def queue_without(self, plan: ChainPlan) -> np.ndarray:
+    def queue_without(self, plan: ChainPlan) -> list[float]:
         """Predicted queue per node, leaving out the chain's own request (it does not wait
-        behind itself)."""
+        behind itself); a new list."""
         q = self._queue().copy()
         homes = self._homes_of(plan)
         if homes:
-            w = self.cfg.load_weight * self.weights[plan.index]
+            w = self.cfg.load_weight * self.weight(plan)
             for home in homes:
                 q[home] -= w * plan.work_ms(self.view, home) / len(homes)
         return q
 
-    def hot(self) -> np.ndarray:
-        """Nodes predicted hot (read only: the same array until a chain moves)."""
+    def hot(self) -> list[bool]:
+        """Nodes predicted hot (read only: the same list until a chain moves)."""
         if self._hot is None:
-            self._hot = self._queue() >= self.cfg.hot_queue_ms
+            hot_ms = self.cfg.hot_queue_ms
+            self._hot = [q >= hot_ms for q in self._queue()]
         return self._hot
 
     def move(self, plan: ChainPlan, target: int) -> None:
@@ -90,17 +106,9 @@ class LoadForecast:
         homes = self._homes_of(plan)
         if homes is None or homes == [target]:
             return
-        view, w = self.view, self.weights[plan.index]
+        view, w, work = self.view, self.weight(plan), self.work
         for home in homes:
-            self.work[home] -= w * plan.work_ms(view, home) / len(homes)
-        self.work[target] += w * plan.work_ms(view, target)
+            work[home] -= w * plan.work_ms(view, home) / len(homes)
+        work[target] += w * plan.work_ms(view, target)
         self.homes[plan.index] = [target]
         self._q = self._hot = None
-
-    def holder_queue(self, held: list[int], depth: int, queue: np.ndarray) -> float:
-        """The best predicted queue among nodes already holding ``depth`` blocks (inf: none)."""
-        best = np.inf
-        for i, h in enumerate(held):
-            if h >= depth and queue[i] < best:
-                best = float(queue[i])
-        return best

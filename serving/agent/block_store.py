@@ -79,11 +79,16 @@ class BlockStore:
         checksum: int,
         state: BlockState = CACHED,
         ttl_s: float | None = None,
+        digest: int | None = None,
     ) -> BlockInfo:
         """Verify ``buffer`` against ``checksum``, make room, store it. A block already stored
         keeps its bytes; its state may only rise (speculative -> cached -> active).
+        ``digest``: the xxh3-64 of ``buffer``'s current bytes when the caller computed it while
+        writing them (a transport, as they arrived); None: computed here from the buffer.
         Raises :class:`ChecksumMismatch`, :class:`QuotaExceeded` or :class:`StoreFull`."""
-        if compute_checksum(buffer.view()) != checksum:
+        if digest is None:
+            digest = compute_checksum(buffer.view())
+        if digest != checksum:
             self.stats.rejected_checksum += 1
             raise ChecksumMismatch(f"block {block_hash!r} of tenant {tenant!r}: bad checksum")
         key = BlockKey(tenant, block_hash)

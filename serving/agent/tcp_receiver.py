@@ -1,9 +1,15 @@
-"""Client side of one TCP pull: frames parsed in place, payloads landed straight in buffers.
+"""Client side of one TCP pull: frames parsed in place, few and large reads.
 
-An :class:`asyncio.BufferedProtocol` lets the kernel write into our memory. Control frames
-(and small blocks, several per read) arrive in a staging area and are parsed there; once a
-block's header is known, the rest of its payload is received directly into the block's own
-buffer, one copy as with a raw ``recv_into``.
+An :class:`asyncio.BufferedProtocol` lets the kernel write into our memory. Each read takes
+as much as the socket holds, up to the staging area's size (4 MiB): with Python's event loop,
+the number of reads, not the bytes copied, is what a pull costs (a loop turn per read). Control
+frames, small blocks (many per read) and the parts of large blocks that share a read with
+other frames are parsed and landed from the staging area: a block's bytes are copied to its
+own buffer. While the rest of a large block is at least a staging area long, it is received
+straight into the block's buffer instead (one copy, as with a raw ``recv_into``). Either way
+the block's xxh3 is computed over its buffer as the bytes land there (while they are still in
+the CPU cache) and handed to the sink with the block, which verifies it against the header's
+checksum before committing anything.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from kvcast.serving.agent.buffers import BlockBuffer, BufferAllocator
+from kvcast.serving.agent.checksum import RunningChecksum, checksum
 from kvcast.serving.agent.rate_limit import TokenBucket
 from kvcast.serving.agent.transport import BlockSink, PullRefused, TransportError
 from kvcast.serving.messages import (
@@ -25,10 +32,42 @@ from kvcast.serving.messages import (
 )
 
 _FINAL_ERRORS = (ErrorCode.UNAUTHORIZED, ErrorCode.BAD_REQUEST)
+STAGING_BYTES = 4 << 20
+
+
+class _Landing:
+    """A large block whose bytes are arriving."""
+
+    __slots__ = ("buffer", "digest", "filled", "header", "view")
+
+    def __init__(self, header: BlockHeader, buffer: BlockBuffer) -> None:
+        self.header, self.buffer = header, buffer
+        self.view = buffer.view()
+        self.filled = 0  # payload bytes received so far
+        self.digest = RunningChecksum()  # over view[:filled]
+
+    @property
+    def missing(self) -> int:
+        return len(self.view) - self.filled
+
+    def land(self, data: memoryview) -> None:
+        """Copy ``data`` (received in the staging area) to the next bytes of the block."""
+        n = len(data)
+        self.view[self.filled : self.filled + n] = data
+        self.received(n)
+
+    def received(self, n: int) -> None:
+        """The next ``n`` bytes of the block are now in its buffer."""
+        self.digest.update(self.view[self.filled : self.filled + n])
+        self.filled += n
 
 
 class PullProtocol(asyncio.BufferedProtocol):
-    """Receives ``BlockHeader`` + payload frames until ``Done``; the result is :attr:`done`."""
+    """Receives ``BlockHeader`` + payload frames until ``Done``; the result is :attr:`done`.
+
+    ``staging`` (at least twice ``small_block_bytes``) may be reused across pulls, one at a
+    time: memory already touched costs no page faults.
+    """
 
     def __init__(
         self,
@@ -37,26 +76,31 @@ class PullProtocol(asyncio.BufferedProtocol):
         max_block_bytes: int,
         bucket: TokenBucket | None = None,
         chunk_bytes: int = 1 << 20,
-        staging_bytes: int = 256 << 10,
+        staging: bytearray | None = None,
+        small_block_bytes: int = 256 << 10,
     ) -> None:
         self.done: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
         self._sink, self._allocator, self._max_block = sink, allocator, max_block_bytes
         self._bucket, self._chunk = bucket, chunk_bytes
         self._transport: asyncio.Transport | None = None
-        self._staging = memoryview(bytearray(staging_bytes))
+        self._staging = memoryview(staging if staging is not None else bytearray(STAGING_BYTES))
+        self._small = min(small_block_bytes, len(self._staging) // 2)
         self._start = self._end = 0  # unparsed bytes are staging[start:end]
-        self._block: tuple[BlockHeader, BlockBuffer, memoryview] | None = None
-        self._filled = 0  # payload bytes of the current block received so far
+        self._block: _Landing | None = None  # a large block whose bytes are arriving
+        self._direct = False  # the last get_buffer was the block's own buffer
+        self._staged: BlockHeader | None = None  # a small block whose payload is being staged
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self.done.done():
-            return self._staging  # bytes after the end are ignored
-        if self._block is not None:
-            view = self._block[2][self._filled :]
+        if self.done.done():  # bytes after the end are ignored (staging may serve a new pull)
+            return memoryview(bytearray(64 << 10))
+        block = self._block
+        self._direct = block is not None and block.missing >= len(self._staging)
+        if block is not None and self._direct:
+            view = block.view[block.filled :]
         else:
             if self._end == len(self._staging):
                 self._compact(need=2 * len(self._staging) if self._start == 0 else 0)
@@ -69,9 +113,9 @@ class PullProtocol(asyncio.BufferedProtocol):
         if self._bucket is not None and (delay := self._bucket.consume(nbytes)) > 0:
             self._pause(delay)
         try:
-            if self._block is not None:
-                self._filled += nbytes
-                if self._filled == len(self._block[2]):
+            if self._direct and (block := self._block) is not None:
+                block.received(nbytes)
+                if not block.missing:
                     self._finish_block()
             else:
                 self._end += nbytes
@@ -87,14 +131,31 @@ class PullProtocol(asyncio.BufferedProtocol):
             self.done.set_exception(TransportError(f"connection lost: {exc or 'closed by peer'}"))
 
     def _parse(self) -> None:
-        """Act on every complete frame in the staging area."""
-        while self._block is None and not self.done.done():
+        """Act on every complete frame (and staged block bytes) in the staging area."""
+        while not self.done.done():
             available = self._end - self._start
+            if (block := self._block) is not None:
+                if not available:
+                    break
+                take = min(block.missing, available)
+                block.land(self._staging[self._start : self._start + take])
+                self._start += take
+                if not block.missing:
+                    self._finish_block()
+                continue
+            if (header := self._staged) is not None:
+                if available < header.nbytes:
+                    self._make_room(header.nbytes)
+                    break
+                self._staged = None
+                self._deliver_staged(header)
+                continue
             if available < HEADER_SIZE:
+                self._make_room(HEADER_SIZE)
                 break
             mtype, length = decode_header(self._staging[self._start : self._start + HEADER_SIZE])
             if available < HEADER_SIZE + length:
-                self._compact(need=HEADER_SIZE + length)
+                self._make_room(HEADER_SIZE + length)
                 break
             body_at = self._start + HEADER_SIZE
             self._start = body_at + length
@@ -106,14 +167,10 @@ class PullProtocol(asyncio.BufferedProtocol):
         if isinstance(msg, BlockHeader):
             if msg.nbytes > self._max_block:
                 raise ProtocolError(f"block of {msg.nbytes} B exceeds {self._max_block} B")
-            buffer = self._allocator.allocate(msg.nbytes)
-            view = buffer.view()
-            take = min(msg.nbytes, self._end - self._start)
-            view[:take] = self._staging[self._start : self._start + take]
-            self._start += take
-            self._block, self._filled = (msg, buffer, view), take
-            if take == msg.nbytes:
-                self._finish_block()
+            if msg.nbytes <= self._small:
+                self._staged = msg  # _parse delivers it once its payload is staged
+            else:
+                self._block = _Landing(msg, self._allocator.allocate(msg.nbytes))
         elif isinstance(msg, Done):
             self.done.set_result(msg)
         elif isinstance(msg, Error):
@@ -122,11 +179,23 @@ class PullProtocol(asyncio.BufferedProtocol):
         else:
             raise ProtocolError(f"unexpected {type(msg).__name__} from the source")
 
+    def _deliver_staged(self, header: BlockHeader) -> None:
+        """Copy a small block's staged payload into its own buffer, checksum it there, sink it."""
+        buffer = self._allocator.allocate(header.nbytes)
+        view = buffer.view()
+        view[:] = self._staging[self._start : self._start + header.nbytes]
+        self._start += header.nbytes
+        self._sink(header, buffer, checksum(view))
+
     def _finish_block(self) -> None:
         assert self._block is not None
-        header, buffer, _ = self._block
-        self._block = None
-        self._sink(header, buffer)
+        block, self._block = self._block, None
+        self._sink(block.header, block.buffer, block.digest.value())
+
+    def _make_room(self, need: int) -> None:
+        """Ensure the staging area can hold ``need`` bytes from the first unparsed one."""
+        if len(self._staging) - self._start < need:
+            self._compact(need)
 
     def _compact(self, need: int) -> None:
         """Move unparsed bytes to the front; grow the staging area to ``need`` bytes if needed."""
@@ -137,7 +206,7 @@ class PullProtocol(asyncio.BufferedProtocol):
         self._start, self._end = 0, len(pending)
 
     def _fail(self, err: Exception) -> None:
-        self._block = None  # see connection_lost
+        self._block = self._staged = None  # see connection_lost
         if not self.done.done():
             self.done.set_exception(err)
         if self._transport is not None:

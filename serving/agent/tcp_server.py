@@ -32,6 +32,7 @@ from kvcast.serving.messages import (
 )
 
 _COALESCE_BYTES = 256 << 10
+_CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once the last is sent
 log = logging.getLogger(__name__)
 
 
@@ -149,14 +150,23 @@ class TransferServer:
     async def send_block(
         self, writer: asyncio.StreamWriter, tenant: str, block_hash: BlockHash, block: StoredBlock
     ) -> None:
-        """Write one block frame and its bytes (tests override this to inject faults)."""
+        """Write one block frame and its bytes (tests override this to inject faults).
+
+        A small block goes in one write. A large one goes a chunk at a time, each written once
+        the transport has passed everything before it to the kernel: the socket then takes the
+        chunk straight from the block's memory, whereas asyncio copies any part of a write the
+        socket does not take at once (all of a large block, but for what fits the socket).
+        """
         view = block.buffer.view()
         header = encode(BlockHeader(block_hash, tenant, len(view), block.checksum))
         if len(view) <= _COALESCE_BYTES:
             writer.write(b"".join((header, view)))  # one send for a small block
-        else:
-            writer.write(header)
-            writer.write(view)
+            await writer.drain()
+            return
+        writer.write(header)
+        for at in range(0, len(view), _CHUNK_BYTES):
+            await _flushed(writer)
+            writer.write(view[at : at + _CHUNK_BYTES])
         await writer.drain()
 
     @staticmethod
@@ -165,3 +175,17 @@ class TransferServer:
     ) -> None:
         writer.write(encode(Error(code, command_id, message[:500])))
         await writer.drain()
+
+
+async def _flushed(writer: asyncio.StreamWriter) -> None:
+    """Wait until the transport has handed every queued byte to the kernel."""
+    transport = writer.transport
+    if not transport.get_write_buffer_size():
+        return
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(high=0)
+    try:
+        await writer.drain()
+    finally:
+        if not transport.is_closing():
+            transport.set_write_buffer_limits(high, low)

@@ -44,12 +44,16 @@ class _Progress:
     corrupt: dict[BlockHash, None] = field(default_factory=dict)
     nbytes: int = 0
 
-    def sink(self, header: BlockHeader, buffer: BlockBuffer) -> None:
+    def sink(self, header: BlockHeader, buffer: BlockBuffer, digest: int | None = None) -> None:
+        """A :class:`BlockSink`: commit the block if it matches its checksum (``digest``, when
+        the transport computed it as the bytes arrived, else computed by the store)."""
         h, stats = header.block_hash, self.client.stats
         if header.tenant != self.tenant or h not in self.pending:
             raise ProtocolError(f"peer sent unrequested block {h!r} of tenant {header.tenant!r}")
         try:
-            self.client.store.put(self.tenant, h, buffer, header.checksum, self.state, self.ttl_s)
+            self.client.store.put(
+                self.tenant, h, buffer, header.checksum, self.state, self.ttl_s, digest
+            )
         except ChecksumMismatch:
             stats.checksum_failures += 1
             self.corrupt[h] = None

@@ -2,19 +2,27 @@
 
 TCP (:class:`~kvcast.serving.agent.tcp_transport.TcpTransport`) is the default; an RDMA or
 NVLink transport (e.g. NIXL) implements the same :class:`Transport`. A transport delivers
-blocks *unverified*: the caller verifies checksums and commits, whatever the transport.
+blocks *unverified*: the caller verifies checksums and commits, whatever the transport. A
+transport that reads the bytes anyway may hand over their digest, computed as they landed in
+the block's buffer, so that verifying does not read the whole block a second time.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from typing import Protocol
 
 from kvcast.serving.agent.buffers import BlockBuffer, BufferAllocator
 from kvcast.serving.messages import BlockHeader, Done, PullRequest
 
-BlockSink = Callable[[BlockHeader, BlockBuffer], None]
-"""Called once per fully received block; may raise to abort the attempt."""
+
+class BlockSink(Protocol):
+    """Called once per fully received block; may raise to abort the attempt."""
+
+    def __call__(self, header: BlockHeader, buffer: BlockBuffer, digest: int | None = None) -> None:
+        """``digest``: the xxh3-64 (:func:`~kvcast.serving.agent.checksum.checksum`) of exactly
+        the bytes now in ``buffer``, computed by the transport as they arrived; the block is
+        then verified by comparing it with ``header.checksum``. None: the caller computes it."""
 
 
 class TransportError(Exception):
