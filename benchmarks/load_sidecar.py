@@ -42,11 +42,11 @@ import httpx
 import numpy as np
 import psutil
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from kvcast.features.config import FeatureConfig
 from kvcast.features.events import BlockRemoved, BlockStored
 from kvcast.features.spec import build_spec
+from kvcast.serving.cluster.summary import parse_metrics
 from kvcast.serving.kv_events import KvEventPublisher
 
 DEV_TRACE = Path("/work/shared/traces/mooncake_conversation_dev.jsonl")
@@ -77,15 +77,6 @@ def default_model(workdir: Path) -> str:
     from bench_sidecar import logistic_model
 
     return str(logistic_model(workdir / "model.onnx", build_spec(FeatureConfig())))
-
-
-def metrics(text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
 
 
 def total(m: dict[str, float], prefix: str) -> float:
@@ -190,7 +181,7 @@ async def sample(
     while time.monotonic() < until:
         rss.append(proc.memory_info().rss / 2**20)
         r = await http.get("/metrics", timeout=5.0)
-        scrapes.append((time.monotonic(), metrics(r.text)))
+        scrapes.append((time.monotonic(), parse_metrics(r.text)))
         await asyncio.sleep(SAMPLE_S)
 
 
@@ -233,7 +224,7 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
             pub.flush(5.0)
         t_end = time.monotonic() + 10.0  # let the queue drain
         while True:
-            m = metrics((await http.get("/metrics")).text)
+            m = parse_metrics((await http.get("/metrics")).text)
             if m[f"{S}queue_events"] == 0 or time.monotonic() > t_end:
                 break
             await asyncio.sleep(0.1)
@@ -369,7 +360,7 @@ def main() -> None:
                 while time.monotonic() < joined:  # ZMQ's slow joiner: probe every publisher
                     for p in pubs:
                         p.publish_events([], ts_ms=time.time() * 1000.0)
-                    m = metrics(httpx.get(f"{base}/metrics").text)
+                    m = parse_metrics(httpx.get(f"{base}/metrics").text)
                     if all(m.get(f"{S}kv_received_total{{node=n{i}}}", 0) > 0
                            for i in range(args.nodes)):  # fmt: skip
                         break

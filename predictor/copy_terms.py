@@ -153,30 +153,6 @@ class CopyTerms:
     tokens: list[int]  # [R] the request's tokens
 
 
-def copy_terms(
-    view: ClusterView,
-    cfg: DeciderConfig,
-    terms: TickTerms,
-    *,
-    held: np.ndarray,
-    real: np.ndarray,
-    p: np.ndarray,
-    lens: np.ndarray,
-    tail_tokens: np.ndarray,
-    tenants: list[str],
-    public_blocks: np.ndarray,
-    time_left_ms: np.ndarray,
-    known: np.ndarray,
-) -> CopyTerms:
-    """The terms for chains with prefixes ``held`` (in HBM or on their way) and ``real`` (in
-    HBM), both ``[R, n]``, and effective probabilities ``p`` ``[R, >= max lens]``."""
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return _terms(
-            view, cfg, terms, held, real, p, lens, tail_tokens, tenants, public_blocks,
-            time_left_ms, known,
-        )  # fmt: skip
-
-
 def _cuts(lo: np.ndarray, depth: np.ndarray, max_cuts: int) -> tuple[np.ndarray, np.ndarray]:
     """[R, K] the depths weighed per chain (``lo..depth``, or a coarse grid that always ends
     with the whole prefix) and [R] how many."""
@@ -197,10 +173,12 @@ def _cuts(lo: np.ndarray, depth: np.ndarray, max_cuts: int) -> tuple[np.ndarray,
     return out, count
 
 
-def _terms(
+@np.errstate(invalid="ignore", divide="ignore", over="ignore")
+def copy_terms(
     view: ClusterView,
     cfg: DeciderConfig,
     terms: TickTerms,
+    *,
     held: np.ndarray,
     real: np.ndarray,
     p: np.ndarray,
@@ -211,6 +189,8 @@ def _terms(
     time_left_ms: np.ndarray,
     known: np.ndarray,
 ) -> CopyTerms:
+    """The terms for chains with prefixes ``held`` (in HBM or on their way) and ``real`` (in
+    HBM), both ``[R, n]``, and effective probabilities ``p`` ``[R, >= max lens]``."""
     c, links, pf = cfg.costs, view.links, view.prefill
     bb, bt = view.block_bytes, view.block_tokens
     r = len(held)

@@ -7,13 +7,16 @@ satisfies ``a + lookback > t`` (the online rule). Each candidate row points at t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from kvcast.features.config import FeatureConfig
+from kvcast.features.config import FeatureConfig, TickConfig
+from kvcast.features.events import Event
 from kvcast.features.offline.accesses import Accesses
+from kvcast.features.offline.ingest import event_table
 from kvcast.features.offline.table import EventTable
 
 
@@ -23,6 +26,23 @@ def tick_times(table: EventTable, cfg: FeatureConfig) -> np.ndarray:
     if end < start:
         return np.zeros(0)
     return start + cfg.ticks.period_ms * np.arange(int((end - start) // cfg.ticks.period_ms) + 1)
+
+
+def table_and_ticks(
+    events: Iterable[Event] | EventTable,
+    ticks: np.ndarray | TickConfig | None,
+    cfg: FeatureConfig | None,
+) -> tuple[FeatureConfig, EventTable, np.ndarray]:
+    """The arguments every offline builder takes, resolved: the config (with ``ticks`` as its
+    grid when a :class:`TickConfig` is given), the event table (built unless given) and the
+    sorted tick times (explicit, or the config's grid over the stream)."""
+    cfg = cfg if cfg is not None else FeatureConfig()
+    if isinstance(ticks, TickConfig):
+        cfg = cfg.model_copy(update={"ticks": ticks})
+        ticks = None
+    table = events if isinstance(events, EventTable) else event_table(events, cfg)
+    times = tick_times(table, cfg) if ticks is None else np.unique(np.asarray(ticks, dtype=float))
+    return cfg, table, times
 
 
 @dataclass(frozen=True)

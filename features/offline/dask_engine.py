@@ -21,9 +21,8 @@ import pandas as pd
 from kvcast.features.config import FeatureConfig, TickConfig
 from kvcast.features.counters import BadInputCounters
 from kvcast.features.events import Event
-from kvcast.features.offline.candidates import tick_times
+from kvcast.features.offline.candidates import table_and_ticks
 from kvcast.features.offline.carry import carried_state
-from kvcast.features.offline.ingest import event_table
 from kvcast.features.offline.partitions import Residency, plan_windows
 from kvcast.features.offline.residency import Changes, changes, flag_deltas
 from kvcast.features.offline.table import EventTable
@@ -55,12 +54,7 @@ def _plan(
 ) -> tuple[FeatureConfig, EventTable, dict[str, int], Iterator[WindowInput]]:
     """The config, the event table, the stream's bad-input counters and the windows' inputs
     (made lazily, one at a time)."""
-    cfg = cfg if cfg is not None else FeatureConfig()
-    if isinstance(ticks, TickConfig):
-        cfg = cfg.model_copy(update={"ticks": ticks})
-        ticks = None
-    table = events if isinstance(events, EventTable) else event_table(events, cfg)
-    ticks = tick_times(table, cfg) if ticks is None else np.unique(np.asarray(ticks, dtype=float))
+    cfg, table, ticks = table_and_ticks(events, ticks, cfg)
     windows = plan_windows(ticks, window_ms, cfg)
     uniq = np.unique(table.s_hash)
     ch = changes(table, uniq)[0]

@@ -21,10 +21,9 @@ from kvcast.features.counters import BadInputCounters
 from kvcast.features.derive import meta_columns, session_columns
 from kvcast.features.events import Event
 from kvcast.features.offline.accesses import Accesses, accesses
-from kvcast.features.offline.candidates import Rows, candidate_ranges, tick_times
+from kvcast.features.offline.candidates import Rows, candidate_ranges, table_and_ticks
 from kvcast.features.offline.distinct import row_keys, window_counts
 from kvcast.features.offline.heat import decayed_counts
-from kvcast.features.offline.ingest import event_table
 from kvcast.features.offline.labels import (
     burst_counts,
     burst_due,
@@ -107,12 +106,7 @@ def build_feature_dataset(
 ) -> pd.DataFrame:
     """The training table at ``ticks``: explicit times, or the grid of a :class:`TickConfig`
     (default: ``cfg.ticks``). ``events`` may be a prebuilt :class:`EventTable`."""
-    cfg = cfg if cfg is not None else FeatureConfig()
-    if isinstance(ticks, TickConfig):
-        cfg = cfg.model_copy(update={"ticks": ticks})
-        ticks = None
-    table = events if isinstance(events, EventTable) else event_table(events, cfg)
-    ticks = tick_times(table, cfg) if ticks is None else np.unique(np.asarray(ticks, dtype=float))
+    cfg, table, ticks = table_and_ticks(events, ticks, cfg)
     acc = accesses(table, cfg.horizon_ms, ticks)
     lo, counts = candidate_ranges(acc, cfg.ticks.lookback_ms)
     due = due_ticks(acc, cfg.labels.horizon_ms)

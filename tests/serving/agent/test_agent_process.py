@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from serve_processes import AGENT_READY, Service, start_agent
+
+from kvcast.serving.cluster.summary import parse_metrics
 
 BLOCK_BYTES, SEEDED = 256 << 10, 8
 
@@ -26,12 +27,7 @@ def agents() -> Iterator[list[Service]]:
 
 
 def metrics(client: httpx.Client, base: str) -> dict[str, float]:
-    out = {}
-    for family in text_string_to_metric_families(client.get(f"{base}/metrics").text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
+    return parse_metrics(client.get(f"{base}/metrics").text)
 
 
 def test_two_agent_processes_replicate_verified_blocks_and_stop_cleanly(agents) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import numpy as np
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from kvcast.serving.agent.checksum import checksum
+from kvcast.serving.cluster.summary import parse_metrics
 
 MiB = 1 << 20
 BLOCK = 256 << 10  # bytes of one KV block, in the agents and as the sidecar prices it
@@ -111,15 +111,6 @@ async def arrive(
             for i, c in enumerate(chains)]  # fmt: skip
     r = await http.post(f"{sidecar}/v1/requests", json={"requests": reqs}, headers=auth)
     assert r.status_code == 202, r.text
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
 
 
 async def metrics(http: httpx.AsyncClient, base: str) -> dict[str, float]:

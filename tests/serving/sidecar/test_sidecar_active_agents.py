@@ -19,23 +19,14 @@ import signal
 import httpx
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from serve_processes import AGENT_READY, start_agent
 from sidecar_harness import CHAIN_BLOCKS, chain, open_sidecar, settle, sidecar_config, tick
 
 from kvcast.serving.agent.checksum import checksum
+from kvcast.serving.cluster.summary import parse_metrics
 
 BLOCK_BYTES = 256 << 10
 TENANT = "acme"
-
-
-def _metrics(text: str) -> dict[str, float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
 
 
 @pytest.fixture
@@ -137,8 +128,8 @@ def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_rea
                     "input_tokens": CHAIN_BLOCKS * 512 + 100}  # fmt: skip
             await client.post("/v1/requests", json={"requests": [used]}, headers=auth)
             await settle(sc)
-            mine = _metrics((await client.get("/metrics")).text)
-            ma, mb, mc = [_metrics((await http.get(f"{u}/metrics")).text) for u in (a, b, c)]
+            mine = parse_metrics((await client.get("/metrics")).text)
+            ma, mb, mc = [parse_metrics((await http.get(f"{u}/metrics")).text) for u in (a, b, c)]
 
         moved = 2 * CHAIN_BLOCKS * BLOCK_BYTES
         assert mine["kvcast_sidecar_replications_issued_total"] == 3

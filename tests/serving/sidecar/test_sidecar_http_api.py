@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client.parser import text_string_to_metric_families
 from sidecar_harness import (
     AUTH,
     TOKEN,
@@ -18,6 +17,8 @@ from sidecar_harness import (
     telemetry,
     tick,
 )
+
+from kvcast.serving.cluster.summary import parse_metrics
 
 
 def test_every_post_needs_the_token_and_every_get_stays_open(tmp_path, run) -> None:
@@ -159,10 +160,7 @@ def test_the_feature_state_keeps_at_most_max_tracked_blocks_and_counts_what_it_s
                 assert r.status_code == 202, r.text
             await settle(sc)
             assert sc.state.blocks.max_blocks == 20
-            text = (await client.get("/metrics")).text
-            samples = {
-                s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
-            }
+            samples = parse_metrics((await client.get("/metrics")).text)
             tracked = samples["kvcast_sidecar_tracked_blocks"]
             shed = samples["kvcast_sidecar_shed_blocks_total"]
             # the cap is checked before each arrival: at most one request's blocks above it
