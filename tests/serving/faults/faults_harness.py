@@ -11,17 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import yaml
+from agent_blocks import BLOCK, TENANT
 
-from kvcast.serving.agent.checksum import checksum
 from kvcast.serving.cluster.summary import parse_metrics
 
 MiB = 1 << 20
-BLOCK = 256 << 10  # bytes of one KV block, in the agents and as the sidecar prices it
 BLOCK_TOKENS = 512  # the features' default block size
 CHAIN_BLOCKS = 8
-TENANT = "acme"
 
 
 def token_env(token: str) -> dict[str, str]:
@@ -30,10 +27,6 @@ def token_env(token: str) -> dict[str, str]:
 
 def chain(seed: int) -> list[int]:
     return [(seed << 32) + i for i in range(CHAIN_BLOCKS)]
-
-
-def block_data(h: int, nbytes: int = BLOCK) -> bytes:
-    return np.random.default_rng(h % (1 << 32)).integers(0, 256, nbytes, np.uint8).tobytes()
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> str:
@@ -58,28 +51,6 @@ def sidecar_yaml(
         "decision_log": {"path": str(tmp_path / "decisions.parquet")},
     } | extra  # fmt: skip
     return write_yaml(tmp_path / "sidecar.yaml", data)
-
-
-async def put_blocks(
-    http: httpx.AsyncClient, agent: str, hashes: list[int], auth: dict[str, str],
-    nbytes: int = BLOCK,
-) -> dict[int, int]:  # fmt: skip
-    """The engine stores ``hashes`` into its agent; their checksums."""
-    sums = {}
-    for h in hashes:
-        raw = block_data(h, nbytes)
-        sums[h] = checksum(raw)
-        headers = {**auth, "Content-Type": "application/octet-stream", "X-Kvcast-Tenant": TENANT,
-                   "X-Kvcast-Block-Hash": str(h), "X-Kvcast-Checksum": str(sums[h])}  # fmt: skip
-        r = await http.put(f"{agent}/v1/blocks", content=raw, headers=headers)
-        assert r.status_code == 200, r.text
-    return sums
-
-
-async def inventory(http: httpx.AsyncClient, agent: str, auth: dict[str, str]) -> dict[int, Any]:
-    r = await http.get(f"{agent}/v1/inventory", headers=auth)
-    assert r.status_code == 200, r.text
-    return {b["block_hash"]: b for b in r.json()["blocks"]}
 
 
 async def busy(http: httpx.AsyncClient, agent: str, auth: dict[str, str], depth: int = 4) -> None:

@@ -17,13 +17,12 @@ import secrets
 import signal
 
 import httpx
+from agent_blocks import inventory, put_blocks
 from faults_harness import (
     announce,
     arrive,
     busy,
-    inventory,
     metrics,
-    put_blocks,
     sidecar_yaml,
     token_env,
     until,

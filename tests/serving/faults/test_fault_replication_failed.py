@@ -11,18 +11,8 @@ import secrets
 import signal
 
 import httpx
-from faults_harness import (
-    announce,
-    arrive,
-    busy,
-    chain,
-    inventory,
-    metrics,
-    put_blocks,
-    sidecar_yaml,
-    token_env,
-    until,
-)
+from agent_blocks import inventory, put_blocks
+from faults_harness import announce, arrive, busy, chain, metrics, sidecar_yaml, token_env, until
 from serve_processes import AGENT_READY, SIDECAR_READY, start, start_agent
 
 S = "kvcast_sidecar_"

@@ -13,14 +13,13 @@ import time
 
 import httpx
 import pytest
+from agent_blocks import inventory, put_blocks
 from faults_harness import (
     CHAIN_BLOCKS,
     arrive,
     busy,
     chain,
-    inventory,
     metrics,
-    put_blocks,
     sidecar_yaml,
     token_env,
     until,

@@ -10,17 +10,8 @@ import secrets
 import signal
 
 import httpx
-from faults_harness import (
-    BLOCK,
-    CHAIN_BLOCKS,
-    TENANT,
-    chain,
-    inventory,
-    metrics,
-    put_blocks,
-    token_env,
-    write_yaml,
-)
+from agent_blocks import BLOCK, TENANT, inventory, put_blocks
+from faults_harness import CHAIN_BLOCKS, chain, metrics, token_env, write_yaml
 from serve_processes import AGENT_READY, start_agent
 
 RATE = 2 << 20  # the target's per-link limit, bytes/s: a chain takes about 1 s

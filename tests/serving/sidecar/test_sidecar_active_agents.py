@@ -17,16 +17,12 @@ import secrets
 import signal
 
 import httpx
-import numpy as np
 import pytest
+from agent_blocks import BLOCK, TENANT, checksums, put_blocks
 from serve_processes import AGENT_READY, start_agent
 from sidecar_harness import CHAIN_BLOCKS, chain, open_sidecar, settle, sidecar_config, tick
 
-from kvcast.serving.agent.checksum import checksum
 from kvcast.serving.cluster.summary import parse_metrics
-
-BLOCK_BYTES = 256 << 10
-TENANT = "acme"
 
 
 @pytest.fixture
@@ -35,24 +31,6 @@ def agents():
     yield started
     for agent in started:
         agent.kill()
-
-
-async def _put_blocks(http: httpx.AsyncClient, base: str, hashes: list[int], auth) -> dict:
-    sums = {}
-    for h in hashes:
-        data = np.random.default_rng(h % (1 << 32)).integers(0, 256, BLOCK_BYTES, np.uint8)
-        raw = data.tobytes()
-        sums[h] = checksum(raw)
-        headers = {**auth, "Content-Type": "application/octet-stream", "X-Kvcast-Tenant": TENANT,
-                   "X-Kvcast-Block-Hash": str(h), "X-Kvcast-Checksum": str(sums[h])}  # fmt: skip
-        r = await http.put(f"{base}/v1/blocks", content=raw, headers=headers)
-        assert r.status_code == 200, r.text
-    return sums
-
-
-async def _inventory(http: httpx.AsyncClient, base: str, auth) -> dict[int, int]:
-    blocks = (await http.get(f"{base}/v1/inventory", headers=auth)).json()["blocks"]
-    return {b["block_hash"]: b["checksum"] for b in blocks}
 
 
 def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_reason(
@@ -72,8 +50,8 @@ def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_rea
                                                                (a, b, c), strict=True)]  # fmt: skip
         cfg = sidecar_config(tmp_path, nodes=nodes, model=str(model_path), token=token)
         async with httpx.AsyncClient(timeout=10.0) as http, open_sidecar(cfg) as (sc, client):
-            sums = await _put_blocks(http, a, c1, auth)  # a lacks chains 2 and 3
-            sums |= await _put_blocks(http, c, c2, auth)
+            sums = await put_blocks(http, a, c1, auth)  # a lacks chains 2 and 3
+            sums |= await put_blocks(http, c, c2, auth)
             stored = [{"type": "BlockStored", "block_hashes": h, "block_size": 512}
                       for h in (c1, c2, c3)]  # fmt: skip
             for node, events in (("node-a", stored), ("node-c", stored[1:2])):
@@ -99,7 +77,7 @@ def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_rea
             shadow = await tick(sc)
             assert len(shadow) == 3 and {d.status for d in shadow} == {"shadow"}
             await asyncio.sleep(0.3)
-            assert await _inventory(http, b, auth) == {} and sc.executor.issued == 0
+            assert await checksums(http, b, auth) == {} and sc.executor.issued == 0
 
             r = await client.post("/v1/mode", json={"mode": "active"}, headers=auth)
             assert r.json() == {"mode": "active"}
@@ -115,9 +93,9 @@ def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_rea
                 "issued", "retried", "issued", "done"]), d2  # fmt: skip
             assert d3.status == "dropped" and "no other node holds the chain" in d3.detail
 
-            held = await _inventory(http, b, auth)
+            held = await checksums(http, b, auth)
             assert held == {h: sums[h] for h in (*c1, *c2)}  # bytes verified: source checksums
-            sources = await _inventory(http, a, auth) | await _inventory(http, c, auth)
+            sources = await checksums(http, a, auth) | await checksums(http, c, auth)
             assert held == {h: sources[h] for h in held}
             await settle(sc)
             where = (await client.get(f"/v1/blocks/{c2[0]}")).json()
@@ -131,7 +109,7 @@ def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_rea
             mine = parse_metrics((await client.get("/metrics")).text)
             ma, mb, mc = [parse_metrics((await http.get(f"{u}/metrics")).text) for u in (a, b, c)]
 
-        moved = 2 * CHAIN_BLOCKS * BLOCK_BYTES
+        moved = 2 * CHAIN_BLOCKS * BLOCK
         assert mine["kvcast_sidecar_replications_issued_total"] == 3
         assert mine["kvcast_sidecar_replications_done_total"] == 2
         assert mine["kvcast_sidecar_replications_retried_total"] == 1
@@ -143,7 +121,7 @@ def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_rea
         assert mine["kvcast_sidecar_replica_hit_rate"] == 1.0
         assert mb["kvcast_agent_bytes_pulled_total"] == moved
         served = [m["kvcast_agent_bytes_served_total"] for m in (ma, mc)]
-        assert served == [CHAIN_BLOCKS * BLOCK_BYTES] * 2
+        assert served == [CHAIN_BLOCKS * BLOCK] * 2
         assert mb["kvcast_agent_checksum_failures_total"] == 0
         assert mb["kvcast_agent_store_bytes{state=speculative}"] == moved
         assert mb["kvcast_agent_speculative_quota_bytes"] >= moved
