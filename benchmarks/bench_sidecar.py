@@ -10,7 +10,9 @@ Same-run baselines on the same payloads: msgpack decoding alone (msgspec, the fl
 decoder), ``decode_batch`` alone, and ``FeatureState.update`` alone.
 
 Tick over 1,024 candidate blocks (128 chains of 8 blocks on 8 nodes, after 4,096 arrivals and
-telemetry): the consumer-side snapshot (candidates, feature rows, GPU holders), ONNX scoring
+telemetry; ticks 250 ms apart, with 4 new requests for those chains before each, so that
+nothing a tick derives from the state is the same as the last tick's): the consumer-side
+snapshot (candidates, feature rows, GPU holders), ONNX scoring
 and the cluster view + decider, exactly as the decision loop runs them, with a fresh decider
 ledger every tick (every chain is weighed each time: the worst case; ``tick_steady_ledger``
 keeps one decider across ticks, as the loop does). Baseline: the same tick with the
@@ -58,6 +60,7 @@ from kvcast.serving.sidecar.replicas import ReplicaTracker
 from kvcast.serving.sidecar.tick_input import TickInput, snapshot
 
 NODES, CHAINS, DEPTH, BATCH = 8, 128, 8, 32
+ARRIVALS_PER_TICK = 4  # a 250 ms tick at 16 requests/s: each tick sees new requests
 
 
 def cpu(fn: Callable[[], Any], repeat: int = 5) -> float:
@@ -212,8 +215,9 @@ def logistic_model(path: Path, spec: FeatureSpec, seed: int = 0) -> Path:
     return path
 
 
-def cluster(cfg: FeatureConfig) -> tuple[StateKeeper, LiveView, float]:
-    """128 hot chains on 8 nodes after 4,096 arrivals; half the nodes busy."""
+def cluster(cfg: FeatureConfig) -> tuple[StateKeeper, LiveView, float, Callable[[float], None]]:
+    """128 hot chains on 8 nodes after 4,096 arrivals; half the nodes busy. The last item:
+    ``arrive(t)`` applies the requests the router sends between two ticks (ending at ``t``)."""
     from kvcast.serving.agent.api_models import StateTotals, Telemetry
 
     keeper = keeper_for(cfg)
@@ -242,12 +246,20 @@ def cluster(cfg: FeatureConfig) -> tuple[StateKeeper, LiveView, float]:
     sc = SidecarConfig.model_validate({"nodes": [{"name": f"n{i}"} for i in range(NODES)]})
     view = LiveView(loads, sc.links, sc.node_names, sc.kv_block_bytes, cfg.block_tokens,
                     cfg.prefill)  # fmt: skip
-    return keeper, view, now
+
+    def arrive(t: float) -> None:
+        keeper.apply([
+            RequestArrived(t - 0.5 + 0.1 * j, f"t{t}-{j}", (i := rng.randrange(CHAINS)) % NODES,
+                           f"t{i % 4}", f"s{i}", tokens, 50, chains[i])
+            for j in range(ARRIVALS_PER_TICK)
+        ])  # fmt: skip
+
+    return keeper, view, now, arrive
 
 
 def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
     cfg = FeatureConfig(nodes=NODES)
-    keeper, view, now = cluster(cfg)
+    keeper, view, now, arrive = cluster(cfg)
     slot = ModelSlot(keeper.state.spec)
     with tempfile.TemporaryDirectory() as tmp:
         slot.load(model or str(logistic_model(Path(tmp) / "m.onnx", keeper.state.spec)))
@@ -268,7 +280,8 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
     walls, made, blocks = [], [], 0
     steady = Decider()  # the loop's own decider: its ledger remembers earlier ticks' copies
     for k in range(n_ticks):
-        t = now + 1.0 + k
+        t = now + 250.0 * (k + 1)
+        arrive(t)
         c0, w0, inp = timed(lambda t=t: snapshot(keeper, t, 512))
         c1, w1, probs = timed(lambda inp=inp: scorer.score(inp.rows)[inp.where])
         c2, w2, cmds = timed(lambda inp=inp, p=probs, t=t: Decider().decide(

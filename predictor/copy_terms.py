@@ -141,7 +141,8 @@ class CopyTerms:
     transfer: np.ndarray  # [R, n, K] ms until the copy lands
     gate: np.ndarray  # [R, n, K] queue_gate_factor x transfer; +inf where the cut or target
     # is barred whatever the queues (no block to move, tenant rule, time gates)
-    fetch: np.ndarray  # [R, n, K] without the copy, the cost of the missing blocks there
+    fetch: np.ndarray  # [R, n] without a copy, the cost of the held prefix's missing blocks
+    residual: np.ndarray  # [R, n, K] with the copy, the blocks beyond the cut still missing
     cost_transfer: np.ndarray  # [R, n, K] weighted transfer + tier penalty
     congestion: np.ndarray  # [R, n, K]
     p_hit: np.ndarray  # [R, K] the chain's P at each cut (the same for every target)
@@ -215,11 +216,19 @@ def copy_terms(
     valid = nblk > 0
     wire = latency + nblk * bb / bw
     transfer = backlog + wire
-    te, th = (ends * bt)[:, None, :], (held * bt)[:, :, None]
-    fetch = pf.b_ms_per_token * (te - th) + pf.c_ms_per_token2 * (te**2 - th**2)
+    # what a request still has to do to have the whole held prefix (``depth`` blocks) in
+    # HBM: without a copy, from each node's own prefix; with one, from the cut on
+    td, th, te = (depth * bt)[:, None], (held * bt).astype(float), (ends * bt)[:, None, :]
+    fetch = pf.b_ms_per_token * (td - th) + pf.c_ms_per_token2 * (td**2 - th**2)
+    residual = pf.b_ms_per_token * (td[:, :, None] - te) + pf.c_ms_per_token2 * (
+        td[:, :, None] ** 2 - te**2
+    )
     if view.reactive_pull:  # the router would pull the missing blocks on the critical path
-        fetch = np.minimum(fetch, wire)
-    fetch = np.where(valid, fetch, 0.0)
+        fetch = np.minimum(fetch, latency[:, :, 0] + full / bw[:, :, 0])
+        rest = (depth[:, None, None] - ends[:, None, :]) * bb
+        residual = np.minimum(residual, np.where(rest > 0, latency + rest / bw, 0.0))
+    fetch = np.where(depth[:, None] > held, fetch, 0.0)  # [R, n]
+    residual = np.where(valid, np.maximum(residual, 0.0), 0.0)  # [R, n, K]
     cost_transfer = c.transfer_weight * transfer + tier_ms
     congestion = c.congestion_weight * wire * util
     ok = valid & (np.arange(k) < cuts[:, None])[:, None, :]
@@ -236,7 +245,8 @@ def copy_terms(
     gate = np.where(ok, c.queue_gate_factor * transfer, np.inf)  # barred: never passed
     return CopyTerms(
         depth, cuts.tolist(), ends, src, held, real, nblk, nblk.astype(float), transfer,
-        gate, fetch, cost_transfer, congestion, p_hit, reclaim, ok.any(axis=(1, 2)).tolist(),
+        gate, fetch, residual, cost_transfer, congestion, p_hit, reclaim,
+        ok.any(axis=(1, 2)).tolist(),
         nblk.max(axis=(1, 2), initial=0).tolist(), (~congestion.any(axis=(1, 2))).tolist(),
         (~reclaim.any(axis=(1, 2))).tolist(), (lens * bt + tail_tokens).tolist(),
     )  # fmt: skip

@@ -3,16 +3,20 @@ memory_pressure_cost + misprediction_reclaim_cost`` and the gates, for one actio
 
 All in milliseconds, for moving blocks ``[start, end)`` of a chain to a node:
 
-- ``saved``: the request's TTFT without the action minus with it. Without it, the request
-  goes to the node x the router would pick now (asked through the view's probe; without a
-  probe, the x that minimises ``queue_x + fetch_x``) and pays ``queue_x + fetch_x``, where
-  ``fetch_x`` is 0 on a node holding the prefix, else the prefill of the blocks it lacks
-  (or, when the router pulls missing KV on the critical path, Mooncake-style, the pull's
-  wire time if shorter). With it, it runs on the target with the blocks in HBM:
-  ``saved = max(0, queue_x + fetch_x - queue_target)``. A replica on the node the router
-  picks anyway saves that node's recompute; one elsewhere saves the queue it avoids. The
-  router must also pick the target once the copy is there (asked likewise), else the
-  option is dropped. Queues are the predicted ones of :mod:`kvcast.predictor.targets`.
+- ``saved``: the request's TTFT without the action minus with it, to the point where it
+  has the chain's whole held prefix (the ``depth`` blocks its sources hold) in HBM; what
+  comes after is the same wherever it runs. Without the action the request goes to the node
+  x the router would pick now (asked through the view's probe; without a probe, the x that
+  minimises ``queue_x + fetch_x``) and pays ``queue_x + fetch_x``, where ``fetch_x`` is the
+  prefill of the prefix blocks x lacks (0 on a holder; when the router pulls missing KV on
+  the critical path, Mooncake-style, the pull's wire time if shorter). With it, it runs on
+  the target and pays ``queue_target + residual``, where ``residual`` is what the cut leaves
+  missing (the blocks from ``end`` to ``depth``, priced the same way; 0 for a whole copy):
+  ``saved = max(0, queue_x + fetch_x - queue_target - residual)``. A replica on the node
+  the router picks anyway saves that node's recompute; one elsewhere saves the queue it
+  avoids, less what it still has to compute. The router must also pick the target once the
+  copy is there (asked likewise), else the option is dropped. Queues are the predicted ones
+  of :mod:`kvcast.predictor.targets`.
 - ``transfer``: ``transfer_weight x`` the time until the copy lands (link backlog + latency
   + bytes / bandwidth of the link's tier), plus the tier's fixed penalty. The copy is off
   the critical path, so the default weight is below 1: what link time costs beyond that is
@@ -137,17 +141,17 @@ def _best(
     does not change; the arithmetic is the one of the module doc, term by term and in this
     order, so that the values, ties included, never depend on how they are batched)."""
     c = cfg.costs
-    fetch, nblk = ct.fetch[i, :, :k], ct.nblk_f[i, :, :k]
+    fetch, nblk = ct.fetch[i], ct.nblk_f[i, :, :k]
     q = np.array(queue)
     qcol = q[:, None]
     tokens = 0
     if view.would_route is not None:  # where the router would send it without the copy
         tokens = ct.tokens[i]
         home = view.would_route(plan.blocks, tokens, plan.held)
-        without = queue[home] + fetch[home]
+        without = queue[home] + fetch.item(home)
     else:  # a router that picks the least TTFT
-        without = (fetch + qcol).min(axis=0)
-    saved = without - qcol
+        without = (fetch + q).min().item()
+    saved = (without - qcol) - ct.residual[i, :, :k]
     np.maximum(saved, 0.0, out=saved)
     margin = c.safety_margin_gib * GIB
     free_now, room, least = terms.memory(in_flight_bytes, hot, view.block_bytes, margin)
@@ -187,7 +191,7 @@ def _best(
         congestion.item(t, j),
         0.0 if memory is None else memory.item(t, j),
         reclaim.item(t, j),
-        without.item(j),
+        without,
         float(queue[t]),
         ct.nblk.item(i, t, j),
     )
@@ -205,17 +209,19 @@ def _routed_choice(
     tokens: int,
 ) -> tuple[int, int]:
     """The best admissible (target, cut) that the router would actually use: a replica on a
-    node the router would not send the request to saves nothing. Candidates go in the order
-    of ``np.argsort`` over ``net`` (targets x cuts, -inf where not admissible; ties as it
-    puts them), best first."""
-    order = net.ravel().argsort()  # as np.argsort(net, axis=None)
+    node the router would not send the request to saves nothing. Candidates go best first
+    (``net``: targets x cuts, -inf where not admissible); equal values go lowest target
+    first, then shallowest cut, on every machine (a stable order: numpy's default sort
+    orders ties differently on CPUs with and without AVX-512, and identical idle nodes tie
+    all the time)."""
+    flat_net = net.ravel()
     width = net.shape[1]
     if view.would_route is None:  # the best, as the router follows the replicas
-        flat = order.item(-1)
-        return divmod(flat, width) if math.isfinite(net.item(flat)) else (-1, -1)
-    values = net.ravel().tolist()
+        flat = int(flat_net.argmax())  # the first of the equal best
+        return divmod(flat, width) if math.isfinite(flat_net.item(flat)) else (-1, -1)
+    values = flat_net.tolist()
     tried: set[int] = set()
-    for flat in order[::-1].tolist():
+    for flat in np.argsort(-flat_net, kind="stable").tolist():
         t, j = divmod(flat, width)
         if not math.isfinite(values[flat]) or len(tried) >= cfg.targets.route_checks:
             break

@@ -60,9 +60,21 @@ def test_does_not_replicate_to_a_full_target() -> None:
 def test_gate_holder_queue_shorter_than_the_transfer_means_no_copy() -> None:
     # the holder frees up in 10 ms, copying even one block takes ~15 ms: waiting wins
     assert replications(Decider().decide(*one_chain(0.9), view(queue=(10.0, 0.0, 0.0)))) == []
-    # at 100 ms, a 3-block cut (~46 ms) beats waiting, the whole chain (~154 ms) does not
-    cmd = replications(Decider().decide(*one_chain(0.9), view(queue=(100.0, 0.0, 0.0))))[0]
-    assert cmd.block_hashes == CHAIN[:3]
+    # at 100 ms a 3-block cut would land in ~46 ms, but the request would still compute the
+    # other 7 blocks there (~270 ms): waiting for the holder wins, and the whole chain
+    # (~154 ms) too is slower than the wait
+    assert replications(Decider().decide(*one_chain(0.9), view(queue=(100.0, 0.0, 0.0)))) == []
+
+
+def test_a_cut_is_priced_with_the_blocks_it_leaves_to_compute() -> None:
+    busy = view(queue=(3000.0, 0.0, 0.0))  # the least TTFT without a copy: recompute (~377 ms)
+    whole = replications(Decider().decide(*one_chain(1.0), busy))[0]
+    assert whole.block_hashes == CHAIN and whole.reason.saved_ms == pytest.approx(376.75, abs=0.1)
+    # the request comes in 100 ms: only 6 blocks land in time; the 4 others (~155 ms) are
+    # still computed on the target, and come off the saving
+    soon = replications(Decider().decide(*one_chain(1.0, first_use_ms=100.0), busy))[0]
+    assert soon.block_hashes == CHAIN[:6]
+    assert soon.reason.saved_ms == pytest.approx(376.75 - 155.2, abs=0.1)
 
 
 def test_gate_first_use_sooner_than_the_transfer_means_no_copy() -> None:

@@ -112,3 +112,19 @@ def test_object_choice_takes_the_most_valuable_chain_first() -> None:
     cands = ChainCandidates.build([small, big])
     cmds = reps(Decider().decide(cands, [0.9] * 43, view(holders=holders)))
     assert cmds[0].block_hashes[0] == big[0] and cmds[0].priority == 0
+
+
+def test_equal_targets_go_to_the_lowest_node_on_every_machine() -> None:
+    # nodes 1..7 are identical and idle: every one of them nets the same; the choice must not
+    # depend on how the CPU's sort orders ties (numpy's default sort differs with AVX-512)
+    queue = (2000.0,) + (0.0,) * 7
+    cmd = reps(Decider().decide(*one_chain(0.9), view(queue=queue)))[0]
+    assert cmd.target == 1
+
+    # the same through the router probe, which accepts whichever idle node gets the copy
+    def route(blocks: object, tokens: int, match: Sequence[int]) -> int:
+        return next((t for t in range(1, len(match)) if match[t] == max(match)), 0)
+
+    probe = view(queue=queue, would_route=route)
+    cmd = reps(Decider().decide(*one_chain(0.9), probe))[0]
+    assert cmd.target == 1
