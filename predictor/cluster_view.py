@@ -11,6 +11,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +26,14 @@ class PrefillCost:
         """Marginal time to compute tokens ``[start, end)`` after a cached prefix of ``start``."""
         if end_tokens <= start_tokens:
             return 0.0
-        b, c = self.b_ms_per_token, self.c_ms_per_token2
+        b, c = self.b_ms_per_token, self.c_ms_per_token2  # plain floats: a per-chain hot path
         return b * (end_tokens - start_tokens) + c * (end_tokens**2 - start_tokens**2)
+
+    def spans_ms(self, start_tokens: ArrayLike, end_tokens: ArrayLike) -> np.ndarray:
+        """:meth:`span_ms` elementwise over arrays (the same arithmetic), without the clamp:
+        negative where ``end < start`` (callers mask those)."""
+        s, e = np.asarray(start_tokens, dtype=float), np.asarray(end_tokens, dtype=float)
+        return self.b_ms_per_token * (e - s) + self.c_ms_per_token2 * (e**2 - s**2)
 
 
 @dataclass(frozen=True, slots=True)

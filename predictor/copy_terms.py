@@ -218,11 +218,9 @@ def copy_terms(
     transfer = backlog + wire
     # what a request still has to do to have the whole held prefix (``depth`` blocks) in
     # HBM: without a copy, from each node's own prefix; with one, from the cut on
-    td, th, te = (depth * bt)[:, None], (held * bt).astype(float), (ends * bt)[:, None, :]
-    fetch = pf.b_ms_per_token * (td - th) + pf.c_ms_per_token2 * (td**2 - th**2)
-    residual = pf.b_ms_per_token * (td[:, :, None] - te) + pf.c_ms_per_token2 * (
-        td[:, :, None] ** 2 - te**2
-    )
+    td = (depth * bt)[:, None]
+    fetch = pf.spans_ms(held * bt, td)  # [R, n]
+    residual = pf.spans_ms((ends * bt)[:, None, :], td[:, :, None])  # [R, 1, K]
     if view.reactive_pull:  # the router would pull the missing blocks on the critical path
         fetch = np.minimum(fetch, latency[:, :, 0] + full / bw[:, :, 0])
         rest = (depth[:, None, None] - ends[:, None, :]) * bb

@@ -39,7 +39,7 @@ class LoadForecast:
         bt, pf = view.block_tokens, view.prefill
         start = (depth * bt).astype(float)
         end = (plans.lens * bt + plans.tail_tokens).astype(float)
-        span = pf.b_ms_per_token * (end - start) + pf.c_ms_per_token2 * (end**2 - start**2)
+        span = pf.spans_ms(start, end)
         work = pf.a_ms + np.where(end > start, span, 0.0)
         each = w * work / homes.sum(axis=1)  # what the request brings to each of its homes
         go = w > 0.0

@@ -70,16 +70,11 @@ class Residency:
         held.difference_update(hashes)
         removed = before - len(held)
         if removed:
-            bit, holders = (self._gpu_bit if gpu else self._lower_bit)[node], self.holders
-            gone = hashes
+            bit = (self._gpu_bit if gpu else self._lower_bit)[node]
+            gone: Iterable[int] = hashes
             if removed != len(hashes):  # not all held (or some named twice): those that were
-                gone = tuple(h for h in set(hashes) if holders.get(h, 0) & bit)
-            for h in gone:
-                m = holders[h] ^ bit
-                if m:
-                    holders[h] = m
-                else:
-                    del holders[h]
+                gone = [h for h in set(hashes) if self.holders.get(h, 0) & bit]
+            self._unset(gone, bit)
         if removed != len(hashes):  # some not held, or named twice
             missing = len(set(hashes)) - removed
             if missing:
