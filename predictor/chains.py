@@ -113,9 +113,7 @@ class PlanBatch:
     def priority(self, view: ClusterView) -> np.ndarray:
         """[P] :meth:`ChainPlan.priority` of every chain (0 where no node holds its root)."""
         depth = self.depth
-        e = (depth * view.block_tokens).astype(float)
-        pf = view.prefill
-        span = pf.b_ms_per_token * e + pf.c_ms_per_token2 * (e * e)
+        span = view.prefill.spans_ms(0, depth * view.block_tokens)
         p = self.p[np.arange(len(self)), np.maximum(depth - 1, 0)]
         with np.errstate(invalid="ignore"):
             out = np.where(depth > 0, span * p * self.life_ms, 0.0)

@@ -1,5 +1,6 @@
 """The discrete-event loop: arrivals, routing, reactive pulls, prefill iterations, decode,
-replication ticks and telemetry, in simulated milliseconds.
+replication ticks and telemetry, in simulated milliseconds. The replication ticks and the
+commands they return are carried out by :mod:`kvcast.simulator.replication_hooks`.
 
 Walk of one request: ``_arrive`` matches its block chain against every node's HBM through the
 shared ``holders`` index, asks the routing policy for a node (and maybe a pull of KV from
@@ -15,7 +16,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -23,29 +24,27 @@ from kvcast.features.events import (
     BlockRemoved,
     BlockStored,
     Event,
-    ReplicationDone,
     RequestArrived,
     TelemetrySample,
 )
 from kvcast.features.traces.dequantize import spread_quantized
 from kvcast.features.traces.table import Trace
-from kvcast.predictor.commands import Command, EvictCommand, PromoteCommand, ReplicateCommand
 from kvcast.simulator.block_pool import BlockPool
 from kvcast.simulator.config import SimConfig
+from kvcast.simulator.event_kinds import DECODE, ITER, PROMOTE, PULL, REPL, TELEM, TICK
 from kvcast.simulator.metrics import RequestLog, SimResult, Timeline
 from kvcast.simulator.network import Network
 from kvcast.simulator.node import LiveRequest, Node
 from kvcast.simulator.policies import create_policy
 from kvcast.simulator.policies.base import RoutingContext, RoutingPolicy
 from kvcast.simulator.replication import Replicator
+from kvcast.simulator.replication_hooks import ReplicationHooks
 
 Observer = Callable[[Event], None]
 Progress = Callable[[int, int], None]
 
-_ITER, _DECODE, _PULL, _REPL, _PROMOTE, _TELEM, _TICK = range(7)
 
-
-class Simulator:
+class Simulator(ReplicationHooks):
     """Replays one trace through one cluster under one routing policy (and replicator)."""
 
     def __init__(
@@ -238,7 +237,7 @@ class Simulator:
                 done = self.network.reserve(d.pull_from, d.node, nbytes, now)
                 self.replication["bytes_pulled"] += nbytes
                 log.transferred_blocks[r] = len(moved)
-                self._push(done, _PULL, (req, d.pull_from, moved))
+                self._push(done, PULL, (req, d.pull_from, moved))
                 return
         self._ready(req)
 
@@ -268,7 +267,7 @@ class Simulator:
     def _kick(self, node: Node) -> None:
         end = node.schedule(self.now)
         if end is not None:
-            self._push(end, _ITER, node)
+            self._push(end, ITER, node)
 
     def _stored(self, node: int, blocks: Sequence[int], speculative: bool = False) -> None:
         if self.observers and blocks:
@@ -291,7 +290,7 @@ class Simulator:
             self._stored(node.node_id, req.blocks[req.hit + req.lower_blocks :])
             tpot = node.start_decode(req)
             log.tpot_ms[r] = tpot
-            self._push(now + req.output_tokens * tpot, _DECODE, (node, req))
+            self._push(now + req.output_tokens * tpot, DECODE, (node, req))
         self._kick(node)
 
     def _decode_done(self, payload: tuple[Node, LiveRequest]) -> None:
@@ -300,94 +299,6 @@ class Simulator:
         self.log.finish[req.idx] = self.now
         self._live -= 1
         self._kick(node)
-
-    # -- replication hook --------------------------------------------------------------------
-    def _tick(self) -> None:
-        rep = self.replicator
-        assert rep is not None
-        for pool in (n.pool for n in self.nodes):
-            pool.expire(self.now)
-        self.execute(rep.on_tick(self.now, self))
-        if self._work_left():
-            self._push(self.now + rep.tick_ms, _TICK, None)
-
-    def execute(self, commands: Iterable[Command]) -> None:
-        """Carry out replication commands now (transfers complete later)."""
-        for cmd in commands:
-            if isinstance(cmd, ReplicateCommand):
-                self._replicate(cmd)
-            elif isinstance(cmd, PromoteCommand):
-                self._promote(cmd)
-            elif isinstance(cmd, EvictCommand):
-                self.nodes[cmd.node].pool.drop_speculative(cmd.block_hashes)
-
-    def _replicate(self, cmd: ReplicateCommand) -> None:
-        src = self.nodes[cmd.source].pool
-        dst = self.nodes[cmd.target].pool
-        chain: list[int] = []
-        for b in cmd.block_hashes:  # a chain is useful only up to its first missing block
-            if not src.in_hbm(b):
-                break
-            chain.append(b)
-        moved = [b for b in chain if not dst.in_hbm(b)]
-        if not moved:
-            return
-        src.pin(moved, self.now)
-        done = self.network.reserve(cmd.source, cmd.target, len(moved) * self.block_bytes, self.now)
-        self.replication["replications"] += 1
-        self.replication["blocks_moved"] += len(moved)
-        self._push(done, _REPL, (cmd, moved))
-
-    def _replication_done(self, payload: tuple[ReplicateCommand, list[int]]) -> None:
-        cmd, moved = payload
-        self.nodes[cmd.source].pool.release(moved)
-        dst = self.nodes[cmd.target].pool
-        placed = dst.add_speculative(moved, self.now, cmd.ttl_ms, cmd.deadline_ms)
-        self._placed += placed
-        self._note_quota(dst)
-        if self.observers:
-            self._stored(cmd.target, moved[:placed], speculative=True)
-            self._emit(
-                ReplicationDone(
-                    self.now, cmd.source, cmd.target, tuple(moved[:placed]), placed == len(moved)
-                )
-            )
-
-    def _promote(self, cmd: PromoteCommand) -> None:
-        """Start loading lower-tier blocks into HBM; they land as speculative when loaded."""
-        node = self.nodes[cmd.node]
-        pool = node.pool
-        dram_bw, nvme_bw, shared_bw = node.tier_bytes_per_ms
-        ms = 0.0
-        lower = []
-        for b in cmd.block_hashes:
-            bw = (
-                dram_bw
-                if b in pool.dram
-                else nvme_bw
-                if b in pool.nvme
-                else shared_bw
-                if b in pool.shared
-                else 0.0
-            )
-            if bw:
-                lower.append(b)
-                ms += self.block_bytes / bw
-        if lower:
-            self._push(self.now + ms, _PROMOTE, (cmd, lower))
-
-    def _promote_done(self, payload: tuple[PromoteCommand, list[int]]) -> None:
-        cmd, lower = payload
-        pool = self.nodes[cmd.node].pool
-        still = [b for b in lower if b in pool.dram or b in pool.nvme or b in pool.shared]
-        pool.take_lower(still)
-        placed = pool.add_speculative(still, self.now, cmd.ttl_ms, cmd.deadline_ms)
-        self._placed += placed
-        self._note_quota(pool)
-
-    def _note_quota(self, pool: BlockPool) -> None:
-        over = (len(pool.spec) - pool.spec_quota) * self.block_bytes
-        self.speculative_peak_over_quota = max(self.speculative_peak_over_quota, over)
 
     # -- telemetry ---------------------------------------------------------------------------
     def _telemetry(self) -> None:
@@ -413,7 +324,7 @@ class Simulator:
             if self.observers:
                 self._emit(sample)
         if self._work_left():
-            self._push(now + self.cfg.telemetry_period_ms, _TELEM, None)
+            self._push(now + self.cfg.telemetry_period_ms, TELEM, None)
 
     def _work_left(self) -> bool:
         return self._next < self._n or self._live > 0
@@ -428,18 +339,18 @@ class Simulator:
         self._placed = 0
         arrivals = self._tr.arrivals
         start = float(arrivals[0]) if self._n else 0.0
-        self._push(start, _TELEM, None)
+        self._push(start, TELEM, None)
         if self.replicator is not None:
-            self._push(start, _TICK, None)
+            self._push(start, TICK, None)
         heap = self._heap
         handlers: dict[int, Callable[[object], None]] = {
-            _ITER: self._iteration_done,  # type: ignore[dict-item]
-            _DECODE: self._decode_done,  # type: ignore[dict-item]
-            _PULL: self._pull_done,  # type: ignore[dict-item]
-            _REPL: self._replication_done,  # type: ignore[dict-item]
-            _PROMOTE: self._promote_done,  # type: ignore[dict-item]
-            _TELEM: lambda _: self._telemetry(),
-            _TICK: lambda _: self._tick(),
+            ITER: self._iteration_done,  # type: ignore[dict-item]
+            DECODE: self._decode_done,  # type: ignore[dict-item]
+            PULL: self._pull_done,  # type: ignore[dict-item]
+            REPL: self._replication_done,  # type: ignore[dict-item]
+            PROMOTE: self._promote_done,  # type: ignore[dict-item]
+            TELEM: lambda _: self._telemetry(),
+            TICK: lambda _: self._tick(),
         }
         n, step = self._n, max(self._n // 100, 1)
         while self._next < n or heap:
