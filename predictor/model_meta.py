@@ -12,12 +12,15 @@ metadata, read here without importing onnx (onnxruntime exposes it):
 - ``kvcast.fallback``: probability for a row whose score is still not finite (training rate);
 - ``kvcast.baseline_recency``: the recency table fitted on the same training window;
 - ``kvcast.feature_config``, ``kvcast.trace_hash``, ``kvcast.config_hash``, ``kvcast.train_window``:
-  provenance, used by ``kvcast score`` to rebuild features the way training did.
+  provenance, used by ``kvcast score`` to rebuild features the way training did; the
+  feature config's label horizon is what the model's probability is *within*, and a decider
+  with another window refuses the model (:meth:`ModelMeta.require_horizon`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -31,6 +34,10 @@ REQUIRED = ("kind", "feature_spec", "input", "output", "window", "calibration", 
 
 class ModelFormatError(ValueError):
     """A model file is not a usable kvcast ONNX model; the message says why."""
+
+
+class HorizonMismatch(ValueError):
+    """A model predicts a use within a different horizon than the decider acts on."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,31 @@ class ModelMeta:
             props["baseline_recency"] = self.baseline.to_json()
         props |= dict(self.extra)
         return {PREFIX + k: v for k, v in props.items()}
+
+    @property
+    def label_horizon_ms(self) -> float | None:
+        """H of the labels the model was trained on (its P is of a use within H), from the
+        feature config it records; None when it records none."""
+        text = self.extra.get("feature_config", "")
+        try:
+            horizon = json.loads(text)["labels"]["horizon_ms"] if text else None
+        except (ValueError, KeyError, TypeError):
+            return None
+        return float(horizon) if isinstance(horizon, int | float) else None
+
+    def require_horizon(self, window_ms: float, source: str = "model") -> None:
+        """Raise :class:`HorizonMismatch` unless the model's label horizon is ``window_ms``
+        (the decider's prediction window: its P(hit), replica TTLs and load forecast all
+        read the probability as "within the window"). A model that records no horizon
+        passes."""
+        horizon = self.label_horizon_ms
+        if horizon is not None and not math.isclose(horizon, window_ms, rel_tol=1e-9):
+            raise HorizonMismatch(
+                f"{source}: the model predicts a use within {horizon:g} ms (its labels' "
+                f"horizon_ms), but the decider's window_ms is {window_ms:g}: set window_ms: "
+                f"{horizon:g} in the decider config, or retrain with labels.horizon_ms: "
+                f"{window_ms:g}"
+            )
 
     @classmethod
     def from_props(cls, props: Mapping[str, str], source: str = "model") -> ModelMeta:

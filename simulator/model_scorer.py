@@ -167,6 +167,7 @@ class ModelPolicy(ReplicatingPolicy):
                 f"{self.model}: a {scorer.kind!r} model, but policy {self.name!r} "
                 f"needs a {self.kind!r} model"
             )
+        scorer.meta.require_horizon(params.window_ms, self.model)
         return PredictiveReplicator(ModelScorer(scorer), params)
 
 

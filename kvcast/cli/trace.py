@@ -1,4 +1,5 @@
-"""``kvcast trace``: trace tools (``synth``: a longer trace with a real one's statistics)."""
+"""``kvcast trace``: trace tools (``synth``: a longer trace with a real one's statistics;
+``reuse``: how predictable its prefix reuse is)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import typer
 from kvcast.cli.common import console, open_trace, progress_bar, user_errors
 
 trace_app = typer.Typer(
-    help="Trace tools: synthesise a longer trace from a real one.",
+    help="Trace tools: synthesise a longer trace from a real one; measure its reuse.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -49,3 +50,62 @@ def synth_cmd(
         f"({scale} x {len(src.requests):,} from {src.name})",
         highlight=False,
     )
+
+
+@trace_app.command("reuse")
+@user_errors
+def reuse_cmd(
+    trace: Annotated[str, typer.Option("--trace", help="Trace file, or bundled:NAME.")],
+    window_s: Annotated[
+        float, typer.Option("--window-s", help="Prediction window: next use within this.")
+    ] = 30.0,
+    idle_s: Annotated[
+        str, typer.Option("--idle-s", help="Comma-separated idle ages (s) to report.")
+    ] = "0,15,30,60,120,240,480",
+    min_blocks: Annotated[
+        int, typer.Option("--min-blocks", help="Shared prefix depth that counts as a use.")
+    ] = 2,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the figures as JSON here.")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Also plot the hazard (PNG).")] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="Trace format: auto, mooncake, azure, parquet.")
+    ] = "auto",
+) -> None:
+    """How predictable the trace's prefix reuse is: among requests whose chain has been idle
+    for X s, the share used again within the window (the precision of the best rule that
+    knows only idle time). Compare it with the P the decider needs to act."""
+    import json
+
+    from rich.table import Table
+
+    from kvcast.features.traces.reuse import plot_hazard, reuse_hazard
+
+    try:
+        ages = [float(x) * 1e3 for x in idle_s.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--idle-s must be comma-separated seconds, got {idle_s!r}") from None
+    src = open_trace(trace, format)
+    with progress_bar(None, "next uses"):
+        h = reuse_hazard(src.requests, window_ms=window_s * 1e3, idle_ms=ages,
+                         min_blocks=min_blocks)  # fmt: skip
+    console.print(f"{src.name}: P(next use within {window_s:g} s | idle X s)", highlight=False)
+    table = Table()
+    for col in ("idle s", "waiting", "used in window", "P"):
+        table.add_column(col, justify="right")
+    for r in h.rows:
+        table.add_row(f"{r.idle_ms / 1e3:g}", f"{r.waiting:,}", f"{r.followed:,}", f"{r.p:.3f}")
+    console.print(table)
+    console.print(
+        f"{h.requests:,} requests; {h.ever_followed:.1%} used again within "
+        f"{h.horizon_ms / 1e3:g} s; median gap to the next use "
+        f"{h.gap_quantiles_ms.get('p50', float('nan')) / 1e3:.1f} s",
+        highlight=False,
+    )
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({"trace": src.name, **h.to_dict()}, indent=2) + "\n")
+    if plot is not None:
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        console.print(f"plot: {plot_hazard({src.name: h}, str(plot))}", highlight=False)

@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from kvcast import __version__
 from kvcast.features.spec import SpecMismatch
+from kvcast.predictor.model_meta import HorizonMismatch
 from kvcast.serving.http.auth import BearerTokenGuard, bearer_scheme
 from kvcast.serving.http.errors import error_responses, install_error_handlers
 from kvcast.serving.http.limits import BodySizeLimit
@@ -99,11 +100,12 @@ def _writes(sc: Sidecar) -> APIRouter:
     @router.post("/model", responses=error_responses(400, 401, 409, 411, 413, 422))
     async def load_model(body: ModelLoad) -> ModelState:
         """Load a model (ONNX path or ``models:/name@alias``) and swap it in; events keep
-        flowing meanwhile. 409 when its feature spec differs (the features are named), 400
-        when it is not a usable kvcast model; either way the current model stays."""
+        flowing meanwhile. 409 when its feature spec differs (the features are named) or it
+        predicts within another horizon than the decider's window, 400 when it is not a
+        usable kvcast model; either way the current model stays."""
         try:
             await asyncio.to_thread(sc.slot.load, body.source)
-        except SpecMismatch as err:
+        except (SpecMismatch, HorizonMismatch) as err:
             raise HTTPException(409, str(err)) from None
         except Exception as err:  # a bad file, a bad URI, an unreachable registry
             raise HTTPException(400, f"cannot load {body.source}: {err}") from None

@@ -68,7 +68,7 @@ class Sidecar:
         stale_s = max(STALE_POLLS * cfg.agents.telemetry_period_s, STALE_MIN_S)
         self.loads = NodeLoads(n, fcfg.prefill, stale_s)
         self.keeper = StateKeeper(self.state, self.queue, self.chains, self.replicas, self.loads)
-        self.slot = ModelSlot(self.state.spec)
+        self.slot = ModelSlot(self.state.spec, dcfg.window_ms)
         self.recent = RecentDecisions(cfg.recent_decisions)
         self.decider = Decider(dcfg)
         tenants = tuple(None if x.tenants is None else frozenset(x.tenants) for x in cfg.nodes)

@@ -2,8 +2,9 @@
 
 :meth:`ModelSlot.load` resolves and loads a new model (an ONNX path or an MLflow URI such as
 ``models:/kvcast@champion``), refuses it when its feature spec differs from the running
-feature state's (:class:`SpecMismatch` naming every differing feature) or when it is not a
-usable kvcast model (:class:`ModelFormatError`), and only then swaps it in: one reference
+feature state's (:class:`SpecMismatch` naming every differing feature), when it predicts
+within another horizon than the decider's window (:class:`HorizonMismatch`) or when it is
+not a usable kvcast model (:class:`ModelFormatError`), and only then swaps it in: one reference
 assignment, so a tick scores wholly with the old model or wholly with the new one, and events
 keep flowing throughout (loading runs off the event loop and off the consumer thread).
 """
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvcast.features.spec import FeatureSpec
-from kvcast.predictor.model_meta import ModelFormatError
+from kvcast.predictor.model_meta import HorizonMismatch, ModelFormatError
 from kvcast.predictor.scorer import OnnxScorer, resolve_model
 
-__all__ = ["LoadedModel", "ModelFormatError", "ModelInfo", "ModelSlot"]
+__all__ = ["HorizonMismatch", "LoadedModel", "ModelFormatError", "ModelInfo", "ModelSlot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +50,12 @@ def file_digest(path: Path) -> str:
 
 
 class ModelSlot:
-    def __init__(self, spec: FeatureSpec) -> None:
+    def __init__(self, spec: FeatureSpec, window_ms: float | None = None) -> None:
         self.spec = spec
+        self.window_ms = window_ms  # the decider's window (None: any model horizon)
         self.current: LoadedModel | None = None
         self.loads = 0  # models swapped in
-        self.refused = 0  # load attempts refused (bad file, different spec)
+        self.refused = 0  # load attempts refused (bad file, different spec or horizon)
         self._lock = threading.Lock()  # one load at a time
 
     def load(self, source: str) -> ModelInfo:
@@ -62,6 +64,8 @@ class ModelSlot:
             try:
                 path = resolve_model(source)
                 scorer = OnnxScorer.load(path, expected=self.spec)
+                if self.window_ms is not None:
+                    scorer.meta.require_horizon(self.window_ms, source)
                 digest = file_digest(path)
             except Exception:
                 self.refused += 1

@@ -33,3 +33,24 @@ def test_trace_synth_has_help_and_refuses_bad_input(tmp_path: Path) -> None:
     missing = tmp_path / "nope.jsonl"
     r = runner.invoke(app, ["trace", "synth", "--trace", str(missing)])
     assert r.exit_code == 2 and "nope.jsonl" in r.output
+
+
+def test_trace_reuse_prints_the_hazard_and_writes_json_and_plot(tmp_path: Path) -> None:
+    import json
+
+    args = ["trace", "reuse", "--trace", "bundled:conversation", "--idle-s", "0,60"]
+    r = runner.invoke(app, [*args, "--json", str(tmp_path / "h.json"), "--plot",
+                            str(tmp_path / "h.png")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    got = json.loads((tmp_path / "h.json").read_text())
+    assert [row["idle_ms"] for row in got["rows"]] == [0.0, 60_000.0]
+    assert all(0.0 <= row["p"] <= 1.0 and row["waiting"] > 0 for row in got["rows"])
+    assert (tmp_path / "h.png").stat().st_size > 0
+    assert "P(next use within 30 s" in r.output
+
+
+def test_trace_reuse_refuses_bad_ages() -> None:
+    r = runner.invoke(app, ["trace", "reuse", "--trace", "bundled:conversation", "--idle-s", "a"])
+    assert r.exit_code == 2 and "--idle-s must be comma-separated seconds, got 'a'" in r.output
+    r = runner.invoke(app, ["trace", "reuse", "--trace", "bundled:conversation", "--idle-s", "-5"])
+    assert r.exit_code == 2 and "idle ages must be non-negative" in r.output

@@ -120,3 +120,25 @@ def test_the_scorer_module_imports_neither_torch_lightgbm_nor_mlflow() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_label_horizon_is_read_from_the_recorded_feature_config() -> None:
+    from kvcast.features.config import FeatureConfig
+
+    fcfg = FeatureConfig.model_validate({"labels": {"horizon_ms": 120_000.0}})
+    meta = ModelMeta("rule", SPEC, extra={"feature_config": fcfg.model_dump_json()})
+    assert meta.label_horizon_ms == 120_000.0
+    meta.require_horizon(120_000.0)  # the same window: accepted
+    assert ModelMeta("rule", SPEC).label_horizon_ms is None  # records none: any window
+    ModelMeta("rule", SPEC).require_horizon(30_000.0)
+    assert ModelMeta("rule", SPEC, extra={"feature_config": "{"}).label_horizon_ms is None
+
+
+def test_a_model_for_another_horizon_is_refused_naming_both() -> None:
+    from kvcast.features.config import FeatureConfig
+    from kvcast.predictor.model_meta import HorizonMismatch
+
+    fcfg = FeatureConfig.model_validate({"labels": {"horizon_ms": 120_000.0}})
+    meta = ModelMeta("rule", SPEC, extra={"feature_config": fcfg.model_dump_json()})
+    with pytest.raises(HorizonMismatch, match=r"m.onnx: .* within 120000 ms .* window_ms is 30000"):
+        meta.require_horizon(30_000.0, "m.onnx")

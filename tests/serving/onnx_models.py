@@ -16,7 +16,12 @@ from kvcast.predictor.model_meta import ModelMeta
 
 
 def write_recency_model(
-    path: Path, spec: FeatureSpec, *, tau_ms: float = 30_000.0, kind: str = "recency-test"
+    path: Path,
+    spec: FeatureSpec,
+    *,
+    tau_ms: float = 30_000.0,
+    kind: str = "recency-test",
+    extra: dict[str, str] | None = None,
 ) -> Path:
     col = spec.index("since_last_ms")
     f = len(spec)
@@ -43,7 +48,9 @@ def write_recency_model(
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    meta = ModelMeta(kind=kind, spec=spec, version="test", missing="never seen: P = 0")
+    meta = ModelMeta(
+        kind=kind, spec=spec, version="test", missing="never seen: P = 0", extra=extra or {}
+    )
     for key, value in meta.to_props().items():
         model.metadata_props.add(key=key, value=value)
     onnx.checker.check_model(model)

@@ -158,3 +158,11 @@ def test_a_sequence_model_scores_each_block_over_its_feature_tick_history(
         np.testing.assert_array_equal(np.array(list(h)), np.array(want))
         checked += 1
     assert checked > 0
+
+
+def test_a_decider_window_other_than_the_model_horizon_is_refused(lgbm_model: Path) -> None:
+    from kvcast.predictor.model_meta import HorizonMismatch
+
+    other = DeciderConfig(window_ms=120_000.0)  # the model's labels: within 30 s
+    with pytest.raises(HorizonMismatch, match=r"within 30000 ms .* window_ms is 120000"):
+        make_policy("predictive_lgbm", SimConfig(), other, {"lgbm": str(lgbm_model)})

@@ -1,6 +1,7 @@
 """Model hot reload: a model is swapped in while events keep flowing (none dropped); a model
-built for a different feature spec is refused with the differing features named and the
-running model kept; a file that is not a kvcast model is refused too."""
+built for a different feature spec, or for another horizon than the decider's window, is
+refused with the difference named and the running model kept; a file that is not a kvcast
+model is refused too."""
 
 from __future__ import annotations
 
@@ -70,5 +71,26 @@ def test_a_model_with_a_different_feature_spec_is_refused_naming_the_features(
             assert sc.slot.current.info.kind == "recency-test" and sc.slot.refused == 3
             text = (await client.get("/metrics")).text
             assert "kvcast_sidecar_model_refusals_total 3.0" in text
+
+    run(main())
+
+
+def test_a_model_for_another_horizon_than_the_decider_window_is_refused(
+    tmp_path, run, model_path
+) -> None:
+    fcfg = FeatureConfig.model_validate({"labels": {"horizon_ms": 120_000.0}})
+    longer = write_recency_model(
+        tmp_path / "h120.onnx", build_spec(FeatureConfig()), kind="horizon-120s",
+        extra={"feature_config": fcfg.model_dump_json()},
+    )  # fmt: skip
+
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path, model=str(model_path))) as (_, client):
+            r = await client.post("/v1/model", json={"source": str(longer)})
+            assert r.status_code == 409
+            assert "within 120000 ms" in r.json()["detail"]
+            assert "window_ms is 30000" in r.json()["detail"]
+            state = (await client.get("/v1/model")).json()
+            assert state["kind"] == "recency-test" and state["refused"] == 1
 
     run(main())
