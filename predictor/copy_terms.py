@@ -35,10 +35,11 @@ class TickTerms:
     no_evictions: bool  # no node evicts (a replica's survival odds are 1)
     serving: dict[str, np.ndarray]  # tenant -> [n] which nodes serve it (filled as asked)
     quota_room: list[float]  # [n] speculative quota minus the resident speculative bytes
+    factor: float = 1.0  # P(hit) correction from the copies' outcomes (outcome_feedback)
     _memory: _Memory | None = None
 
     @classmethod
-    def of(cls, view: ClusterView, cfg: DeciderConfig) -> TickTerms:
+    def of(cls, view: ClusterView, cfg: DeciderConfig, factor: float = 1.0) -> TickTerms:
         links = view.links
         with np.errstate(invalid="ignore", divide="ignore"):
             util = np.clip(links.backlog_ms / cfg.budgets.budget_window_ms, 0.0, 1.0)
@@ -56,6 +57,7 @@ class TickTerms:
             rate is None or not np.any(rate),
             {},
             [quota(float(c)) - float(x) for c, x in zip(capacity, spec, strict=True)],
+            factor,
         )
 
     def memory(
@@ -145,7 +147,8 @@ class CopyTerms:
     residual: np.ndarray  # [R, n, K] with the copy, the blocks beyond the cut still missing
     cost_transfer: np.ndarray  # [R, n, K] weighted transfer + tier penalty
     congestion: np.ndarray  # [R, n, K]
-    p_hit: np.ndarray  # [R, K] the chain's P at each cut (the same for every target)
+    p_hit: np.ndarray  # [R, K] the chain's P at each cut, corrected by the copies' outcomes
+    # (the same for every target)
     reclaim: np.ndarray  # [R, n, K] (1 - P) x blocks x reclaim_ms_per_block at p_hit
     any_ok: list[bool]  # [R] some cut and target pass the gates that need no queue
     most: list[int]  # [R] the most blocks any copy moves
@@ -239,6 +242,8 @@ def copy_terms(
     if known.any():  # a known first use: the replica lands at most lead_ms before it
         ok &= ~known[:, None, None] | (left - transfer <= c.lead_ms)
     p_hit = p[np.arange(r)[:, None], np.minimum(np.maximum(ends - 1, 0), p.shape[1] - 1)]
+    if terms.factor != 1.0:  # as often as this decider's copies turned out to be used
+        p_hit = np.minimum(p_hit * terms.factor, 1.0)
     reclaim = (1.0 - p_hit[:, None, :]) * nblk * c.reclaim_ms_per_block
     gate = np.where(ok, c.queue_gate_factor * transfer, np.inf)  # barred: never passed
     return CopyTerms(

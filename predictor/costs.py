@@ -1,7 +1,10 @@
 """The cost terms of ``P(hit) x saved_critical_path_ms > transfer_ms + congestion_cost +
 memory_pressure_cost + misprediction_reclaim_cost`` and the gates, for one action.
 
-All in milliseconds, for moving blocks ``[start, end)`` of a chain to a node:
+All in milliseconds, for moving blocks ``[start, end)`` of a chain to a node; ``P(hit)`` is
+the scorer's probability that the cut's deepest block is requested within the window,
+corrected by how often this decider's copies turned out to be used: requested in their life
+and routed to their node (:mod:`kvcast.predictor.outcome_feedback`):
 
 - ``saved``: the request's TTFT without the action minus with it, to the point where it
   has the chain's whole held prefix (the ``depth`` blocks its sources hold) in HBM; what

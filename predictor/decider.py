@@ -34,6 +34,7 @@ their order included, are those of the arithmetic term by term.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -44,6 +45,7 @@ from kvcast.predictor.commands import Command, EvictCommand, PromoteCommand, Rep
 from kvcast.predictor.copy_terms import CopyTerms, TickTerms, copy_terms
 from kvcast.predictor.costs import Option, replication_option
 from kvcast.predictor.decider_config import DeciderConfig
+from kvcast.predictor.outcome_feedback import OutcomeFeedback
 from kvcast.predictor.promotion import promotion_option
 from kvcast.predictor.targets import LoadForecast
 
@@ -54,7 +56,13 @@ class Decider:
     def __init__(self, cfg: DeciderConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else DEFAULT
         self.ledger = BudgetLedger(self.cfg.budgets)
+        self.feedback = OutcomeFeedback(self.cfg.feedback)  # are the copies used as expected?
         self.refused: Counter[str] = Counter()  # budget refusals by budget name
+
+    def observe_arrival(self, node: int, blocks: Iterable[int], now_ms: float) -> None:
+        """A request was routed to ``node``: settles whether the copies it reads were used
+        where they were made (see :mod:`kvcast.predictor.outcome_feedback`)."""
+        self.feedback.observe(node, blocks, now_ms)
 
     def decide(
         self,
@@ -69,6 +77,7 @@ class Decider:
         now = view.now_ms
         ledger = self.ledger
         ledger.settle(now)
+        self.feedback.expire(now)
         out: list[Command] = [
             EvictCommand(node, tuple(blocks), "ttl expired")
             for node, blocks in sorted(ledger.expired(now).items())
@@ -137,7 +146,7 @@ class Decider:
                 real[i] = prefix_lengths(p.blocks, n, hbm, None)
         cands, index = plans.cands, plans.index[rows]
         public = cands.public_blocks[index] if len(cands.public_blocks) else np.zeros(len(rows))
-        terms = TickTerms.of(view, self.cfg)
+        terms = TickTerms.of(view, self.cfg, self.feedback.factor(view.now_ms))
         copies = copy_terms(
             view,
             self.cfg,
@@ -190,8 +199,8 @@ class Decider:
                 if hot[n] or not view.serves(n, plan.tenant):
                     continue
                 opt = promotion_option(
-                    plan, view, cfg, node=n, queue=queue, in_flight_bytes=float(in_flight[n])
-                )
+                    plan, view, cfg, node=n, queue=queue, in_flight_bytes=float(in_flight[n]),
+                )  # fmt: skip
                 if opt is not None and (best is None or opt.net_ms > best.net_ms):
                     best = opt
         return best
@@ -225,6 +234,10 @@ class Decider:
         deadline = now + plan.time_left_ms
         t = Transfer(now, now + opt.transfer_ms, opt.source, opt.target, nbytes, moved)
         self.ledger.record(t, now + ttl)
+        if opt.source != opt.target:  # a replication (promotions are not corrected)
+            factor = self.feedback.factor(now)
+            p = opt.reason.p_hit / factor if factor > 0.0 else opt.reason.p_hit
+            self.feedback.watch(plan.blocks[opt.end - 1], opt.target, now + ttl, p)
         plan.held[opt.target] = opt.end
         forecast.move(plan, opt.target)
         chain = plan.blocks[: opt.end]

@@ -1,8 +1,9 @@
 """The decider's constants, one frozen config (``configs/decider/default.yaml`` writes it out).
 
 Sections: ``costs`` (the terms and gates of the inequality), ``budgets`` (quota, bandwidth,
-transfers in flight, TTL), ``targets`` (hot-node prediction and topology), ``loop`` (how a
-policy drives the decider: tick, base router, candidate chains, the recency scorer).
+transfers in flight, TTL), ``targets`` (hot-node prediction and topology), ``feedback``
+(P(hit) corrected by how often the copies were used), ``loop`` (how a policy drives the
+decider: tick, base router, candidate chains, the recency scorer).
 """
 
 from __future__ import annotations
@@ -72,6 +73,17 @@ class TargetConfig(FrozenConfig):
     max_chains_per_tick: int = Field(16, ge=1)  # chains weighed per tick, by priority (compute)
 
 
+class FeedbackConfig(FrozenConfig):
+    """P(hit) corrected by what became of the decider's own copies
+    (:mod:`kvcast.predictor.outcome_feedback`): times ``(strength + used) / (strength +
+    expected)``, the sums over settled copies losing half their weight every
+    ``half_life_ms`` (so that the decider tries again once it has stopped copying)."""
+
+    enabled: bool = True
+    strength: float = Field(5.0, gt=0)  # the prior: this many expected hits at a factor of 1
+    half_life_ms: float = Field(600_000.0, gt=0)
+
+
 class LoopConfig(FrozenConfig):
     """How a replication policy runs the decider."""
 
@@ -92,6 +104,7 @@ class DeciderConfig(FrozenConfig):
     costs: CostConfig = CostConfig()
     budgets: BudgetConfig = BudgetConfig()
     targets: TargetConfig = TargetConfig()
+    feedback: FeedbackConfig = FeedbackConfig()
     loop: LoopConfig = LoopConfig()
 
 

@@ -41,6 +41,7 @@ from kvcast.simulator.replication import Replicator
 from kvcast.simulator.replication_hooks import ReplicationHooks
 
 Observer = Callable[[Event], None]
+ArrivalHook = Callable[[int, Sequence[int], float], None]  # node, blocks, now (ms)
 Progress = Callable[[int, int], None]
 
 
@@ -80,6 +81,9 @@ class Simulator(ReplicationHooks):
         consumer = attach(self) if attach is not None else None
         if consumer is not None:
             self.observers.append(consumer)
+        # a replicator that learns where the router sent each request (the decider's
+        # copies' outcomes) is told so at every accepted arrival, without the event stream
+        self._on_arrival: ArrivalHook | None = getattr(replicator, "on_arrival", None)
         self.holders: dict[int, int] = {}
         self.network = Network(cfg.network, cfg.nodes)
         cap = cfg.kv_capacity_bytes() // self.block_bytes
@@ -208,6 +212,8 @@ class Simulator(ReplicationHooks):
         node = nodes[d.node]
         node.outstanding += 1
         node.queue_len += 1
+        if self._on_arrival is not None:
+            self._on_arrival(d.node, blocks, now)
         if self.observers:
             self._emit(
                 RequestArrived(

@@ -15,7 +15,7 @@ decider starts from an empty ledger, so one policy object may serve several runs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,6 +63,10 @@ class DeciderReplicator:
     def observer_for(self, sim: Simulator) -> Callable[[Event], None] | None:
         """What to feed with the run's event stream (None: this replicator needs none)."""
         return None
+
+    def on_arrival(self, node: int, blocks: Sequence[int], now_ms: float) -> None:
+        """Where the router sent a request: the decider learns whether its copies are used."""
+        self.decider.observe_arrival(node, blocks, now_ms)
 
     def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
         if self._view is None or self._view.sim is not sim:
@@ -113,6 +117,9 @@ class ReplicatingPolicy:
 
     def route(self, ctx: RoutingContext) -> RoutingDecision:
         return self.router.route(ctx)
+
+    def on_arrival(self, node: int, blocks: Sequence[int], now_ms: float) -> None:
+        self.inner.on_arrival(node, blocks, now_ms)
 
     def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
         if self._sim is not sim:

@@ -5,7 +5,9 @@ arrives) with read access to the running :class:`~kvcast.simulator.engine.Simula
 returns commands; the simulator executes them under the same physics as everything else:
 transfers share links, replicas land as speculative blocks under each node's quota, a replica
 never displaces an active block. To see the event stream (arrivals, block events, telemetry)
-a replicator also registers itself as an observer.
+a replicator also registers itself as an observer (``observer_for(sim)``); one with an
+``on_arrival(node, blocks, now_ms)`` method is told where the router sent each accepted
+request, which is all the decider needs to learn whether the router uses its copies.
 """
 
 from __future__ import annotations

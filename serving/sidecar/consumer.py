@@ -2,9 +2,11 @@
 
 It takes event batches from the :class:`EventQueue` in arrival order and applies them, one
 event at a time, to the feature state and to the sidecar's own views of the stream (recent
-chains, replica hits, per-node request sizes and evictions). Between chunks of at most
-``chunk_events`` it runs *queries* (the decision tick's snapshot, a block lookup) handed in by
-other threads, so that they see a consistent state without a lock around it.
+chains, replica hits, per-node request sizes and evictions, and the routed requests the next
+decision tick hands to the decider, which learns from them whether its copies are used).
+Between chunks of at most ``chunk_events`` it runs *queries* (the decision tick's snapshot, a
+block lookup) handed in by other threads, so that they see a consistent state without a lock
+around it.
 
 Timestamps: the feature state drops an event older than the newest one it applied (beyond its
 ``reorder_tolerance_ms``) or than the last decision time. Sources interleave (several engines,
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -33,6 +36,8 @@ from kvcast.serving.sidecar.replicas import ReplicaTracker
 
 log = logging.getLogger("kvcast.serving.sidecar")
 R = TypeVar("R")
+ROUTED_KEPT = 65_536  # routed requests kept for the next tick (beyond: the oldest go)
+Routed = tuple[float, int, tuple[int, ...]]  # time (ms), node, block hashes
 
 
 class StateKeeper:
@@ -50,6 +55,7 @@ class StateKeeper:
         self.applied = 0  # events applied to the feature state
         self.restamped = 0  # events re-stamped to keep the stream in order
         self.gpu_removals = np.zeros(state.cfg.nodes)  # blocks leaving each node's HBM
+        self.routed: deque[Routed] = deque(maxlen=ROUTED_KEPT)  # since the last snapshot
         self._tol = state.cfg.reorder_tolerance_ms
         self._floor = float("-inf")  # the earliest time the feature state still accepts
         self._newest = float("-inf")
@@ -131,7 +137,14 @@ class StateKeeper:
                 future.set_exception(err)
 
     # -- side views of the stream ----------------------------------------------------------
+    def take_routed(self) -> list[Routed]:
+        """The requests routed since the last call (consumer thread: call it in a query)."""
+        out = list(self.routed)
+        self.routed.clear()
+        return out
+
     def _on_request(self, ev: RequestArrived) -> None:
+        self.routed.append((ev.ts_ms, ev.node, ev.block_hashes))
         self.chains.add(ev)
         self.loads.note_request(ev.node, ev.input_tokens)
         if self.replicas:

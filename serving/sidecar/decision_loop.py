@@ -126,6 +126,8 @@ class DecisionLoop:
         removals = inp.removals if inp is not None else self.keeper.gpu_removals.copy()
         view = self.live.view(now, hbm, self.in_flight(), removals)
         holders = inp.holders if inp is not None and len(probs) else None
+        for ts, node, blocks in inp.routed if inp is not None else ():
+            self.decider.observe_arrival(node, blocks, ts)  # were its copies used?
         commands = self.decider.decide(cands, probs, view, holders)
         self.timers.decide.observe(time.perf_counter() - t1)
         mode, digest = self.mode(), model.info.digest if model is not None else ""

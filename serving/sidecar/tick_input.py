@@ -1,7 +1,8 @@
 """What a decision tick reads from the feature state, taken on the consumer thread.
 
 :func:`snapshot` runs as a :meth:`StateKeeper.ask` query: the candidate chains, their distinct
-blocks, the feature rows of those blocks at ``now`` and who holds each in GPU memory. The
+blocks, the feature rows of those blocks at ``now``, who holds each in GPU memory, and the
+requests routed since the last snapshot. The
 rest of the tick (scoring, deciding, acting) runs on the decision thread from this snapshot,
 while the consumer goes back to the events.
 """
@@ -15,7 +16,7 @@ from itertools import chain, compress
 import numpy as np
 
 from kvcast.predictor.cluster_view import ChainCandidates
-from kvcast.serving.sidecar.consumer import StateKeeper
+from kvcast.serving.sidecar.consumer import Routed, StateKeeper
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class TickInput:
     removals: np.ndarray  # cumulative blocks removed from each node's HBM
     features_s: float  # time taken by the rows
     holders: np.ndarray | None = None  # per block of the chains, its ``hbm`` mask (or None)
+    routed: tuple[Routed, ...] = ()  # requests routed since the last snapshot (time, node, blocks)
 
 
 MASK_COLUMN = "replica_mask"  # bit n: node n holds the block in GPU memory (exact below 52)
@@ -80,8 +82,9 @@ def snapshot(keeper: StateKeeper, now_ms: float, default_tail_tokens: int) -> Ti
     hbm = gpu_holders(keeper, blocks, rows, masks)
     holders = None if masks is None else masks[where]  # the decider's, per block of the chains
     return TickInput(
-        now_ms, cands, blocks, where, rows, hbm, keeper.gpu_removals.copy(), features_s, holders
-    )
+        now_ms, cands, blocks, where, rows, hbm, keeper.gpu_removals.copy(), features_s, holders,
+        tuple(keeper.take_routed()),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

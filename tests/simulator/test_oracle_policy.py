@@ -78,3 +78,14 @@ def test_oracle_beats_its_router_at_a_loaded_time_scale(bundled_4min: Trace) -> 
     assert s["replications"] > 0 and s["replication_hit_rate"] > 0.3
     assert s["active_evictions_by_speculative"] == 0
     assert s["peak_speculative_bytes_over_quota"] == 0
+
+
+def test_the_decider_learns_that_its_copy_was_used_where_the_router_sent_the_turn() -> None:
+    cfg = config(nodes=2, arrival_spread="off")
+    policy = make_policy("oracle", cfg)
+    res = simulate(next_turn_trace(), cfg, policy)
+    feedback = policy.inner.decider.feedback
+    assert res.summary["replications"] == 1
+    # the copy of A's chain was settled by C's arrival, on the node it was copied to
+    assert (feedback.settled, feedback.used, len(feedback)) == (1, 1, 0)
+    assert feedback.factor(5_000.0) == pytest.approx(1.0)  # used as expected (P = 1)

@@ -1,0 +1,99 @@
+"""The decider's P(hit) is corrected by what became of its own copies: used (requested while
+alive and routed to the copy's node) per copy expected (the P it was made with)."""
+
+from __future__ import annotations
+
+import pytest
+from decider_views import CHAIN, decider_cfg, one_chain, view
+
+from kvcast.predictor.commands import ReplicateCommand
+from kvcast.predictor.decider import Decider
+from kvcast.predictor.decider_config import FeedbackConfig
+from kvcast.predictor.outcome_feedback import OutcomeFeedback
+
+HOUR = 3_600_000.0
+
+
+def test_without_outcomes_the_factor_is_one() -> None:
+    fb = OutcomeFeedback(FeedbackConfig())
+    assert fb.factor(0.0) == 1.0
+    fb.watch(7, node=1, expiry_ms=1_000.0, p=0.5)
+    assert fb.factor(500.0) == 1.0 and len(fb) == 1  # watched, not settled
+
+
+def test_a_copy_is_used_only_when_its_request_is_routed_to_its_node_while_it_lives() -> None:
+    fb = OutcomeFeedback(FeedbackConfig(strength=5.0, half_life_ms=HOUR))
+    fb.watch(7, node=1, expiry_ms=1_000.0, p=0.5)
+    fb.watch(8, node=1, expiry_ms=1_000.0, p=0.5)
+    fb.watch(9, node=2, expiry_ms=1_000.0, p=0.5)
+    fb.observe(1, [1, 2, 7], 100.0)  # used
+    fb.observe(0, [1, 2, 8], 100.0)  # its request went to node 0: unused
+    fb.observe(2, [1, 2, 9], 2_000.0)  # came after the copy expired: unused
+    assert (fb.settled, fb.used, len(fb)) == (3, 1, 0)
+    assert fb.factor(2_000.0) == pytest.approx((5.0 + 1.0) / (5.0 + 1.5), rel=1e-4)  # ~no decay
+
+
+def test_only_the_first_request_settles_a_copy() -> None:
+    fb = OutcomeFeedback(FeedbackConfig())
+    fb.watch(7, node=1, expiry_ms=1_000.0, p=1.0)
+    fb.observe(0, [7], 10.0)
+    fb.observe(1, [7], 20.0)  # the copy was already judged unused
+    assert (fb.settled, fb.used) == (1, 0)
+
+
+def test_a_copy_that_expires_before_its_request_counts_unused() -> None:
+    fb = OutcomeFeedback(FeedbackConfig(strength=1.0, half_life_ms=HOUR))
+    fb.watch(7, node=1, expiry_ms=1_000.0, p=1.0)
+    fb.expire(999.0)
+    assert len(fb) == 1
+    fb.expire(1_001.0)
+    assert (fb.settled, fb.used, len(fb)) == (1, 0, 0)
+    assert fb.factor(1_001.0) == pytest.approx(0.5, rel=1e-6)
+
+
+def test_outcomes_fade_so_the_factor_returns_to_one() -> None:
+    fb = OutcomeFeedback(FeedbackConfig(strength=1.0, half_life_ms=1_000.0))
+    for b in range(9):
+        fb.watch(b, node=1, expiry_ms=0.0, p=1.0)
+    fb.expire(1.0)
+    low = fb.factor(1.0)
+    assert low == pytest.approx(0.1, rel=1e-3)
+    assert fb.factor(1_001.0) == pytest.approx(1.0 / (1.0 + 4.5), rel=1e-3)  # half the weight
+    assert fb.factor(60_000.0) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_disabled_feedback_leaves_p_alone() -> None:
+    fb = OutcomeFeedback(FeedbackConfig(enabled=False))
+    fb.watch(7, node=1, expiry_ms=0.0, p=1.0)
+    fb.expire(1.0)
+    assert fb.settled == 1 and fb.factor(1.0) == 1.0
+
+
+def replications(cmds: list) -> list[ReplicateCommand]:
+    return [c for c in cmds if isinstance(c, ReplicateCommand)]
+
+
+def test_the_decider_scales_p_hit_by_its_copies_outcomes_and_stops_when_unused() -> None:
+    fresh = replications(Decider().decide(*one_chain(0.9), view()))[0]
+    taught = Decider(decider_cfg(feedback={"strength": 1.0, "half_life_ms": HOUR}))
+    for b in range(100, 103):  # three earlier copies at P = 1, all routed elsewhere
+        taught.feedback.watch(b, node=1, expiry_ms=10.0, p=1.0)
+        taught.observe_arrival(2, [b], 5.0)
+    cmd = replications(taught.decide(*one_chain(0.9), view(now_ms=10.0)))[0]
+    assert cmd.reason.p_hit == pytest.approx(fresh.reason.p_hit / 4.0)
+    # the copy just made is watched with the P it would have had uncorrected
+    assert taught.feedback._watch[CHAIN[-1]][2] == pytest.approx(fresh.reason.p_hit)
+    for b in range(200, 240):  # many more unused: P x saved no longer pays
+        taught.feedback.watch(b, node=1, expiry_ms=20.0, p=1.0)
+        taught.observe_arrival(2, [b], 15.0)
+    assert replications(taught.decide(*one_chain(0.9, (50, *CHAIN[1:])), view(now_ms=20.0))) == []
+
+
+def test_used_copies_keep_the_decider_copying() -> None:
+    cfg = decider_cfg(feedback={"strength": 1.0, "half_life_ms": HOUR})
+    d = Decider(cfg)
+    for b in range(100, 140):  # every copy used where it was made
+        d.feedback.watch(b, node=1, expiry_ms=10.0, p=1.0)
+        d.observe_arrival(1, [b], 5.0)
+    assert d.feedback.factor(10.0) == pytest.approx(1.0)
+    assert len(replications(d.decide(*one_chain(0.9), view(now_ms=10.0)))) == 1

@@ -1,0 +1,50 @@
+"""The routed requests reach the decider: it learns from them whether its copies are used
+(real sidecar, HTTP arrivals through the consumer thread to the decision tick)."""
+
+from __future__ import annotations
+
+from sidecar_harness import (
+    AUTH,
+    BLOCK_TOKENS,
+    chain,
+    hot_chain_on_node_a,
+    open_sidecar,
+    settle,
+    sidecar_config,
+    telemetry,
+    tick,
+)
+
+
+def test_the_next_tick_settles_copies_with_the_requests_routed_since(tmp_path, run, model_path):
+    used, elsewhere = chain(1), chain(2)
+
+    async def main() -> None:
+        cfg = sidecar_config(tmp_path, model=str(model_path))
+        async with open_sidecar(cfg) as (sc, client):
+            for i, name in enumerate(cfg.node_names):
+                sc.loads.note_telemetry(i, telemetry(name))
+            for hashes in (used, elsewhere):
+                await hot_chain_on_node_a(client, hashes, tenant=f"t{hashes[0] >> 32}")
+            await settle(sc)
+            made = await tick(sc)
+            assert {(d.target, d.block_hashes[-1]) for d in made} == {
+                (1, used[-1]),
+                (1, elsewhere[-1]),
+            }
+            assert len(sc.decider.feedback) == 2 and sc.decider.feedback.settled == 0
+            turns = [
+                {"request_id": f"r-{node}", "node": node, "tenant": f"t{h[0] >> 32}",
+                 "block_hashes": [*h, 99], "input_tokens": (len(h) + 1) * BLOCK_TOKENS}
+                for node, h in (("node-b", used), ("node-a", elsewhere))
+            ]  # fmt: skip
+            r = await client.post("/v1/requests", json={"requests": turns}, headers=AUTH)
+            assert r.status_code == 202, r.text
+            await settle(sc)
+            assert sc.decider.feedback.settled == 0  # not before the decision thread's tick
+            await tick(sc)
+            fb = sc.decider.feedback
+            assert (fb.settled, fb.used, len(fb)) == (2, 1, 0)
+            assert len(sc.keeper.routed) == 0  # handed over once
+
+    run(main())
