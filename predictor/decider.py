@@ -199,8 +199,8 @@ class Decider:
                 if hot[n] or not view.serves(n, plan.tenant):
                     continue
                 opt = promotion_option(
-                    plan, view, cfg, node=n, queue=queue, in_flight_bytes=float(in_flight[n]),
-                )  # fmt: skip
+                    plan, view, cfg, node=n, queue=queue, in_flight_bytes=float(in_flight[n])
+                )
                 if opt is not None and (best is None or opt.net_ms > best.net_ms):
                     best = opt
         return best

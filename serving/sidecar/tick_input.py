@@ -2,9 +2,8 @@
 
 :func:`snapshot` runs as a :meth:`StateKeeper.ask` query: the candidate chains, their distinct
 blocks, the feature rows of those blocks at ``now``, who holds each in GPU memory, and the
-requests routed since the last snapshot. The
-rest of the tick (scoring, deciding, acting) runs on the decision thread from this snapshot,
-while the consumer goes back to the events.
+requests routed since the last snapshot. The rest of the tick (scoring, deciding, acting)
+runs on the decision thread from this snapshot, while the consumer goes back to the events.
 """
 
 from __future__ import annotations
