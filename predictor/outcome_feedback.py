@@ -45,6 +45,7 @@ class OutcomeFeedback:
         self._at = 0.0  # when the sums were last decayed
         self.settled = 0  # copies settled (not decayed)
         self.used = 0
+        self.last_factor = 1.0  # the factor last computed (for metrics: no decay on read)
 
     def __len__(self) -> int:
         return len(self._watch)
@@ -75,7 +76,8 @@ class OutcomeFeedback:
             return 1.0
         self._decay(now_ms)
         s = self.cfg.strength
-        return (s + self._used) / (s + self._expected)
+        self.last_factor = (s + self._used) / (s + self._expected)
+        return self.last_factor
 
     def _settle(self, p: float, used: bool, now_ms: float) -> None:
         self._decay(now_ms)

@@ -3,8 +3,9 @@ counters its parts keep, plus the latency histograms the decision loop observes.
 
 Events in (by source), dropped (queue full) and bad (by the feature state's reason); the KV
 subscribers' counters per node (gaps, restarts, replays, decode errors); decisions by kind;
-replications issued / done / failed / retried / dropped and their bytes; replica hit rate;
-model kind, version and digest; agents up; tick, feature, scoring and decide latencies.
+the decider's copies settled and used and its P(hit) correction; replications issued /
+done / failed / retried / dropped and their bytes; replica hit rate; model kind, version and
+digest; agents up; tick, feature, scoring and decide latencies.
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
                   dict(loop.decisions)),
         _labelled("counter", "decider_refusals_total", "Decisions a budget refused", "budget",
                   dict(sc.decider.refused)),
+        _one("counter", "decider_copies_settled_total", "Copies whose fate the decider learnt",
+             sc.decider.feedback.settled),
+        _one("counter", "decider_copies_used_total", "Of those, routed to the copy's node",
+             sc.decider.feedback.used),
+        _one("gauge", "decider_p_factor", "P(hit) correction from the copies' outcomes",
+             sc.decider.feedback.last_factor),
         _one("counter", "replications_issued_total", "Replications sent to agents", ex.issued),
         _one("counter", "replications_done_total", "Replications the agents completed", ex.done),
         _labelled("counter", "replications_failed_total", "Failed attempts, by reason", "reason",

@@ -15,6 +15,8 @@ from sidecar_harness import (
     tick,
 )
 
+from kvcast.serving.cluster.summary import parse_metrics
+
 
 def test_the_next_tick_settles_copies_with_the_requests_routed_since(tmp_path, run, model_path):
     used, elsewhere = chain(1), chain(2)
@@ -46,5 +48,9 @@ def test_the_next_tick_settles_copies_with_the_requests_routed_since(tmp_path, r
             fb = sc.decider.feedback
             assert (fb.settled, fb.used, len(fb)) == (2, 1, 0)
             assert len(sc.keeper.routed) == 0  # handed over once
+            samples = parse_metrics((await client.get("/metrics")).text)
+            assert samples["kvcast_sidecar_decider_copies_settled_total"] == 2
+            assert samples["kvcast_sidecar_decider_copies_used_total"] == 1
+            assert samples["kvcast_sidecar_decider_p_factor"] == fb.last_factor < 1.0
 
     run(main())
