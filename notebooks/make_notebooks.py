@@ -151,6 +151,41 @@ pd.DataFrame(
 ).T.round(3)
 """),
     md("""
+## How predictable is the next use
+
+A copy made ahead of a request pays only if the request comes while the copy lives. Among
+requests whose prefix has been idle for X s, the share used again within the window is the
+precision of the best rule that knows only idle time (`kvcast trace reuse`). The decider acts
+on a DRAM-to-HBM promotion only above P of about 0.38 with the default costs; well below
+that at every age, only features that tell chains apart can make prediction pay.
+"""),
+    py("""
+from kvcast.features.traces.reuse import reuse_hazard
+
+ages_s = [0, 15, 30, 60, 120, 240]
+hazards = {
+    name: reuse_hazard(
+        spread_quantized(t, seed=0).requests, window_ms=H_MS, idle_ms=[a * 1e3 for a in ages_s]
+    )
+    for name, t in traces.items()
+}
+fig, ax = plt.subplots(figsize=(7, 4))
+for name, h in hazards.items():
+    ax.plot(ages_s, [r.p for r in h.rows], marker="o", label=name)
+ax.set(
+    xlabel="idle since the request (s)",
+    ylabel="P(next use within H)",
+    ylim=(0, None),
+    title="reuse hazard",
+)
+ax.legend()
+fig.tight_layout()
+pd.DataFrame(
+    {name: [r.p for r in h.rows] for name, h in hazards.items()},
+    index=pd.Index(ages_s, name="idle s"),
+).round(3)
+"""),
+    md("""
 ## Prefix trees
 
 Each request's block chain is a path from a root in the prefix tree of the trace; requests
