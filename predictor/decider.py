@@ -237,7 +237,7 @@ class Decider:
         if opt.source != opt.target:  # a replication (promotions are not corrected)
             factor = self.feedback.factor(now)
             p = opt.reason.p_hit / factor if factor > 0.0 else opt.reason.p_hit
-            self.feedback.watch(plan.blocks[opt.end - 1], opt.target, now + ttl, p)
+            self.feedback.watch(plan.blocks[opt.end - 1], opt.target, now + ttl, p, opt.source)
         plan.held[opt.target] = opt.end
         forecast.move(plan, opt.target)
         chain = plan.blocks[: opt.end]

@@ -31,29 +31,33 @@ use; on the tiered bundled trace the correction cut the oracle's useful promotio
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from kvcast.predictor.decider_config import FeedbackConfig
+
+FATES = ("used", "routed_to_source", "routed_elsewhere", "expired")
 
 
 class OutcomeFeedback:
     def __init__(self, cfg: FeedbackConfig) -> None:
         self.cfg = cfg
-        # deepest block -> (node, expiry, P the copy was made with)
-        self._watch: dict[int, tuple[int, float, float]] = {}
+        # deepest block -> (node, expiry, P the copy was made with, source node)
+        self._watch: dict[int, tuple[int, float, float, int]] = {}
         self._used = self._expected = 0.0  # decayed sums over the settled copies
         self._at = 0.0  # when the sums were last decayed
         self.settled = 0  # copies settled (not decayed)
         self.used = 0
+        self.fates: Counter[str] = Counter()  # settled copies by fate (FATES)
         self.last_factor = 1.0  # the factor last computed (for metrics: no decay on read)
 
     def __len__(self) -> int:
         return len(self._watch)
 
-    def watch(self, block: int, node: int, expiry_ms: float, p: float) -> None:
-        """A copy of a chain down to ``block`` is on its way to ``node``, live until expiry,
-        made at P(used) = ``p`` (before this feedback's factor)."""
-        self._watch[block] = (node, expiry_ms, p)
+    def watch(self, block: int, node: int, expiry_ms: float, p: float, source: int = -1) -> None:
+        """A copy of a chain down to ``block`` is on its way to ``node`` (from ``source``),
+        live until expiry, made at P(used) = ``p`` (before this feedback's factor)."""
+        self._watch[block] = (node, expiry_ms, p, source)
 
     def observe(self, node: int, blocks: Iterable[int], now_ms: float) -> None:
         """A request was routed to ``node`` with ``blocks``: settle the copies it reads."""
@@ -61,14 +65,20 @@ class OutcomeFeedback:
         if not watch:
             return
         for b in watch.keys() & set(blocks):
-            target, expiry, p = watch.pop(b)
-            self._settle(p, expiry >= now_ms and target == node, now_ms)
+            target, expiry, p, source = watch.pop(b)
+            if expiry < now_ms:
+                fate = "expired"
+            elif node == target:
+                fate = "used"
+            else:
+                fate = "routed_to_source" if node == source else "routed_elsewhere"
+            self._settle(p, fate, now_ms)
 
     def expire(self, now_ms: float) -> None:
         """Settle, unused, the copies whose life ended before their request came."""
         gone = [b for b, w in self._watch.items() if w[1] < now_ms]
         for b in gone:
-            self._settle(self._watch.pop(b)[2], False, now_ms)
+            self._settle(self._watch.pop(b)[2], "expired", now_ms)
 
     def factor(self, now_ms: float) -> float:
         """What P(hit) is multiplied by: copies used per copy expected (1 with no outcome)."""
@@ -79,12 +89,14 @@ class OutcomeFeedback:
         self.last_factor = (s + self._used) / (s + self._expected)
         return self.last_factor
 
-    def _settle(self, p: float, used: bool, now_ms: float) -> None:
+    def _settle(self, p: float, fate: str, now_ms: float) -> None:
+        used = fate == "used"
         self._decay(now_ms)
         self._expected += p
         self._used += used
         self.settled += 1
         self.used += used
+        self.fates[fate] += 1
 
     def _decay(self, now_ms: float) -> None:
         dt = now_ms - self._at

@@ -171,4 +171,13 @@ def summarise(sim: Simulator, df: pd.DataFrame, wall_s: float) -> dict[str, Any]
         "active_evictions_by_speculative": sum(p.spec_active_evictions for p in pools),
         "peak_speculative_bytes_over_quota": int(max(sim.speculative_peak_over_quota, 0)),
         "sim_wall_s": wall_s,
+        **_copy_fates(sim),
     }
+
+
+def _copy_fates(sim: Simulator) -> dict[str, dict[str, int]]:
+    """``copy_fates``: what became of a replicating policy's copies, each followed to the
+    first request that read its deepest block (used on its node, routed back to the source,
+    routed to another node, or expired first); absent for a plain router."""
+    fates = getattr(sim.replicator, "copy_fates", None)
+    return {"copy_fates": fates()} if fates is not None else {}

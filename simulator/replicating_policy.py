@@ -24,6 +24,7 @@ from kvcast.predictor.cluster_view import ChainCandidates
 from kvcast.predictor.commands import Command
 from kvcast.predictor.decider import Decider
 from kvcast.predictor.decider_config import GIB, DeciderConfig
+from kvcast.predictor.outcome_feedback import FATES
 from kvcast.simulator.cluster_adapter import SimulatorView
 from kvcast.simulator.policies.base import RoutingContext, RoutingDecision, RoutingPolicy
 from kvcast.simulator.policies.registry import create_policy
@@ -67,6 +68,12 @@ class DeciderReplicator:
     def on_arrival(self, node: int, blocks: Sequence[int], now_ms: float) -> None:
         """Where the router sent a request: the decider learns whether its copies are used."""
         self.decider.observe_arrival(node, blocks, now_ms)
+
+    def copy_fates(self) -> dict[str, int]:
+        """What became of the run's replications so far, by fate (``FATES``; ``unsettled``:
+        still alive, their request not come yet)."""
+        fb = self.decider.feedback
+        return {**{f: fb.fates[f] for f in FATES}, "unsettled": len(fb)}
 
     def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
         if self._view is None or self._view.sim is not sim:
@@ -120,6 +127,9 @@ class ReplicatingPolicy:
 
     def on_arrival(self, node: int, blocks: Sequence[int], now_ms: float) -> None:
         self.inner.on_arrival(node, blocks, now_ms)
+
+    def copy_fates(self) -> dict[str, int]:
+        return self.inner.copy_fates()
 
     def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
         if self._sim is not sim:

@@ -23,14 +23,20 @@ def test_without_outcomes_the_factor_is_one() -> None:
 
 def test_a_copy_is_used_only_when_its_request_is_routed_to_its_node_while_it_lives() -> None:
     fb = OutcomeFeedback(FeedbackConfig(strength=5.0, half_life_ms=HOUR))
-    fb.watch(7, node=1, expiry_ms=1_000.0, p=0.5)
-    fb.watch(8, node=1, expiry_ms=1_000.0, p=0.5)
-    fb.watch(9, node=2, expiry_ms=1_000.0, p=0.5)
+    fb.watch(7, node=1, expiry_ms=1_000.0, p=0.5, source=0)
+    fb.watch(8, node=1, expiry_ms=1_000.0, p=0.5, source=0)
+    fb.watch(9, node=2, expiry_ms=1_000.0, p=0.5, source=0)
+    fb.watch(6, node=2, expiry_ms=1_000.0, p=0.5, source=0)
     fb.observe(1, [1, 2, 7], 100.0)  # used
-    fb.observe(0, [1, 2, 8], 100.0)  # its request went to node 0: unused
+    fb.observe(0, [1, 2, 8], 100.0)  # its request went back to the source: unused
     fb.observe(2, [1, 2, 9], 2_000.0)  # came after the copy expired: unused
-    assert (fb.settled, fb.used, len(fb)) == (3, 1, 0)
-    assert fb.factor(2_000.0) == pytest.approx((5.0 + 1.0) / (5.0 + 1.5), rel=1e-4)  # ~no decay
+    fb.observe(3, [1, 6], 200.0)  # went to a third node: unused
+    assert (fb.settled, fb.used, len(fb)) == (4, 1, 0)
+    assert fb.fates == {"used": 1, "routed_to_source": 1, "expired": 1, "routed_elsewhere": 1}
+    fb.watch(5, node=2, expiry_ms=1_000.0, p=0.5, source=0)
+    fb.observe(2, [5], 100.0)
+    assert (fb.settled, fb.used) == (5, 2)
+    assert fb.factor(2_000.0) == pytest.approx((5.0 + 2.0) / (5.0 + 2.5), rel=1e-4)  # ~no decay
 
 
 def test_only_the_first_request_settles_a_copy() -> None:

@@ -89,3 +89,11 @@ def test_the_decider_learns_that_its_copy_was_used_where_the_router_sent_the_tur
     # the copy of A's chain was settled by C's arrival, on the node it was copied to
     assert (feedback.settled, feedback.used, len(feedback)) == (1, 1, 0)
     assert feedback.factor(5_000.0) == pytest.approx(1.0)  # used as expected (P = 1)
+    assert res.summary["copy_fates"] == {
+        "used": 1,
+        "routed_to_source": 0,
+        "routed_elsewhere": 0,
+        "expired": 0,
+        "unsettled": 0,
+    }
+    assert "copy_fates" not in simulate(next_turn_trace(), cfg, "dynamo_kv").summary
