@@ -36,7 +36,7 @@ from kvcast.serving.sidecar.replicas import ReplicaTracker
 
 log = logging.getLogger("kvcast.serving.sidecar")
 R = TypeVar("R")
-ROUTED_KEPT = 65_536  # routed requests kept for the next tick (beyond: the oldest go)
+ROUTED_KEPT = 8_192  # routed requests kept for the next tick (beyond: the oldest go)
 Routed = tuple[float, int, tuple[int, ...]]  # time (ms), node, block hashes
 
 
