@@ -54,3 +54,25 @@ def test_the_next_tick_settles_copies_with_the_requests_routed_since(tmp_path, r
             assert samples["kvcast_sidecar_decider_p_factor"] == fb.last_factor < 1.0
 
     run(main())
+
+
+def test_routed_requests_kept_between_ticks_are_bounded_newest_first() -> None:
+    from kvcast.features.config import FeatureConfig
+    from kvcast.features.events import RequestArrived
+    from kvcast.features.online.state import FeatureState
+    from kvcast.prefill import PrefillModel
+    from kvcast.serving.sidecar.consumer import ROUTED_KEPT, StateKeeper
+    from kvcast.serving.sidecar.event_queue import EventQueue
+    from kvcast.serving.sidecar.node_loads import NodeLoads
+    from kvcast.serving.sidecar.recent_chains import RecentChains
+    from kvcast.serving.sidecar.replicas import ReplicaTracker
+
+    keeper = StateKeeper(FeatureState(FeatureConfig(nodes=2, block_tokens=16)), EventQueue(10),
+                         RecentChains(60_000.0, 10, 16), ReplicaTracker(),
+                         NodeLoads(2, PrefillModel(), 5.0))  # fmt: skip
+    n = ROUTED_KEPT + 10
+    keeper.apply([RequestArrived(float(i), f"r{i}", i % 2, "t", None, 32, 1, (i, i + 1))
+                  for i in range(n)])  # fmt: skip
+    routed = keeper.take_routed()
+    assert len(routed) == ROUTED_KEPT and routed[-1] == (float(n - 1), (n - 1) % 2, (n - 1, n))
+    assert routed[0][0] == 10.0 and keeper.take_routed() == []
