@@ -101,6 +101,8 @@ def reuse_hazard(
     ages = sorted(float(x) for x in idle_ms)
     if not ages or ages[0] < 0:
         raise ValueError(f"idle ages must be non-negative and at least one, got {list(idle_ms)}")
+    if not requests["block_hashes"].map(len).any():
+        raise ValueError("the trace has no block hashes: its prefix reuse cannot be measured")
     arrivals = requests["arrival_ms"].to_numpy(dtype=np.float64)
     gap = next_use_ms(requests, min_blocks) - arrivals
     end = float(arrivals.max()) if len(arrivals) else 0.0

@@ -80,3 +80,8 @@ def test_gap_quantiles_are_over_the_requests_that_were_used_again() -> None:
     df = table([(0, [1, 2]), (10, [1, 2, 3]), (100, [5, 6]), (130, [5, 6, 7]), (200, [9])])
     h = reuse_hazard(df, window_ms=1.0, idle_ms=[0.0])
     assert h.gap_quantiles_ms["p50"] == pytest.approx(np.median([10.0, 30.0]))
+
+
+def test_a_trace_without_block_hashes_is_refused() -> None:
+    with pytest.raises(ValueError, match="no block hashes"):
+        reuse_hazard(table([(0, []), (10, [])]), window_ms=1.0, idle_ms=[0.0])
