@@ -22,6 +22,9 @@ the consumer thread does for a tick (candidates, feature rows, GPU holders).
 
     python benchmarks/bench_sidecar.py [--events 200000] [--ticks 200] [--model PATH]
 
+Also the decider settling its copies with the requests routed between ticks, per request
+(``feedback``), against looking up every block of every request.
+
 Goals (issue 6): ingestion >= 100,000 KV events/s on one core; tick <= 2 ms p99.
 """
 
@@ -329,13 +332,42 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
     }
 
 
+def routed_settle(repeat: int = 20) -> dict[str, float]:
+    """The decider settling its copies with the routed requests (what each tick does for the
+    requests since the last one): 100 live copies at 20 depths, 400 requests of 100 blocks
+    that read none of them (the common case). Baseline: the same with the copies' depths
+    unknown, i.e. every block of every request looked up."""
+    from kvcast.predictor.decider_config import FeedbackConfig
+    from kvcast.predictor.outcome_feedback import OutcomeFeedback
+
+    rng = random.Random(2)
+    chains = [[rng.getrandbits(60) for _ in range(100)] for _ in range(500)]
+    depths = [rng.randrange(10, 30) for _ in range(100)]
+
+    def per_request(known: bool) -> float:
+        fb = OutcomeFeedback(FeedbackConfig())
+        for c, d in zip(chains, depths, strict=False):
+            fb.watch(c[d], 1, float("inf"), 0.2, 0, d if known else -1)
+        reqs = chains[100:]
+
+        def settle() -> None:
+            for r in reqs:
+                fb.observe(2, r, 0.0)
+
+        return cpu(lambda: [settle() for _ in range(repeat)]) / (repeat * len(reqs)) * 1e6
+
+    return {"routed_settle_us_per_request": per_request(True),
+            "baseline_every_block_looked_up_us": per_request(False)}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--ticks", type=int, default=200)
     ap.add_argument("--model", default=None, help="an ONNX model (default: a logistic graph)")
     args = ap.parse_args()
-    out = {"ingestion": ingestion(args.events), "tick": ticks(args.ticks, args.model)}
+    out = {"ingestion": ingestion(args.events), "tick": ticks(args.ticks, args.model),
+           "feedback": routed_settle()}  # fmt: skip
     print(json.dumps(out, indent=2))
 
 

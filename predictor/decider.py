@@ -34,7 +34,7 @@ their order included, are those of the arithmetic term by term.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -59,7 +59,7 @@ class Decider:
         self.feedback = OutcomeFeedback(self.cfg.feedback)  # are the copies used as expected?
         self.refused: Counter[str] = Counter()  # budget refusals by budget name
 
-    def observe_arrival(self, node: int, blocks: Iterable[int], now_ms: float) -> None:
+    def observe_arrival(self, node: int, blocks: Sequence[int], now_ms: float) -> None:
         """A request was routed to ``node``: settles whether the copies it reads were used
         where they were made (see :mod:`kvcast.predictor.outcome_feedback`)."""
         self.feedback.observe(node, blocks, now_ms)
@@ -237,7 +237,8 @@ class Decider:
         if opt.source != opt.target:  # a replication (promotions are not corrected)
             factor = self.feedback.factor(now)
             p = opt.reason.p_hit / factor if factor > 0.0 else opt.reason.p_hit
-            self.feedback.watch(plan.blocks[opt.end - 1], opt.target, now + ttl, p, opt.source)
+            deepest = opt.end - 1
+            self.feedback.watch(plan.blocks[deepest], opt.target, now + ttl, p, opt.source, deepest)
         plan.held[opt.target] = opt.end
         forecast.move(plan, opt.target)
         chain = plan.blocks[: opt.end]

@@ -32,7 +32,7 @@ use; on the tiered bundled trace the correction cut the oracle's useful promotio
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from kvcast.predictor.decider_config import FeedbackConfig
 
@@ -42,8 +42,9 @@ FATES = ("used", "routed_to_source", "routed_elsewhere", "expired")
 class OutcomeFeedback:
     def __init__(self, cfg: FeedbackConfig) -> None:
         self.cfg = cfg
-        # deepest block -> (node, expiry, P the copy was made with, source node)
-        self._watch: dict[int, tuple[int, float, float, int]] = {}
+        # deepest block -> (node, expiry, P the copy was made with, source node, its depth)
+        self._watch: dict[int, tuple[int, float, float, int, int]] = {}
+        self._depths: Counter[int] = Counter()  # watched blocks per depth (-1: unknown)
         self._used = self._expected = 0.0  # decayed sums over the settled copies
         self._at = 0.0  # when the sums were last decayed
         self.settled = 0  # copies settled (not decayed)
@@ -54,18 +55,35 @@ class OutcomeFeedback:
     def __len__(self) -> int:
         return len(self._watch)
 
-    def watch(self, block: int, node: int, expiry_ms: float, p: float, source: int = -1) -> None:
-        """A copy of a chain down to ``block`` is on its way to ``node`` (from ``source``),
-        live until expiry, made at P(used) = ``p`` (before this feedback's factor)."""
-        self._watch[block] = (node, expiry_ms, p, source)
+    def watch(
+        self, block: int, node: int, expiry_ms: float, p: float, source: int = -1, depth: int = -1
+    ) -> None:
+        """A copy of a chain down to ``block`` (its index in the chain: ``depth``, -1 when
+        unknown) is on its way to ``node`` (from ``source``), live until expiry, made at
+        P(used) = ``p`` (before this feedback's factor)."""
+        self._forget(block)
+        self._watch[block] = (node, expiry_ms, p, source, depth)
+        self._depths[depth] += 1
 
-    def observe(self, node: int, blocks: Iterable[int], now_ms: float) -> None:
-        """A request was routed to ``node`` with ``blocks``: settle the copies it reads."""
+    def observe(self, node: int, blocks: Sequence[int], now_ms: float) -> None:
+        """A request was routed to ``node`` with ``blocks``: settle the copies it reads.
+
+        Block hashes are prefix-chained (a hash names its whole prefix, so it sits at one
+        index in every chain), so only the blocks at the watched depths are looked up: a few
+        dict lookups per request instead of a pass over its blocks, unless a copy's depth is
+        unknown or the watched depths outnumber the request's blocks."""
         watch = self._watch
         if not watch:
             return
-        for b in watch.keys() & set(blocks):
-            target, expiry, p, source = watch.pop(b)
+        depths, n = self._depths, len(blocks)
+        if -1 in depths or len(depths) >= n:
+            hits = list(watch.keys() & set(blocks))
+        else:
+            hits = [b for d in depths if d < n and (b := blocks[d]) in watch]
+        for b in sorted(hits):  # one order whichever way they were found (float sums)
+            w = self._forget(b)
+            assert w is not None
+            target, expiry, p, source, _ = w
             if expiry < now_ms:
                 fate = "expired"
             elif node == target:
@@ -78,7 +96,9 @@ class OutcomeFeedback:
         """Settle, unused, the copies whose life ended before their request came."""
         gone = [b for b, w in self._watch.items() if w[1] < now_ms]
         for b in gone:
-            self._settle(self._watch.pop(b)[2], "expired", now_ms)
+            w = self._forget(b)
+            assert w is not None
+            self._settle(w[2], "expired", now_ms)
 
     def factor(self, now_ms: float) -> float:
         """What P(hit) is multiplied by: copies used per copy expected (1 with no outcome)."""
@@ -88,6 +108,18 @@ class OutcomeFeedback:
         s = self.cfg.strength
         self.last_factor = (s + self._used) / (s + self._expected)
         return self.last_factor
+
+    def _forget(self, block: int) -> tuple[int, float, float, int, int] | None:
+        """Stop watching ``block``; what was watched (None: nothing)."""
+        w = self._watch.pop(block, None)
+        if w is not None:
+            depth = w[4]
+            left = self._depths[depth] - 1
+            if left:
+                self._depths[depth] = left
+            else:
+                del self._depths[depth]
+        return w
 
     def _settle(self, p: float, fate: str, now_ms: float) -> None:
         used = fate == "used"

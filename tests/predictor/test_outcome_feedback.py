@@ -3,8 +3,12 @@ alive and routed to the copy's node) per copy expected (the P it was made with).
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from decider_views import CHAIN, decider_cfg, one_chain, view
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvcast.predictor.commands import ReplicateCommand
 from kvcast.predictor.decider import Decider
@@ -103,3 +107,36 @@ def test_used_copies_keep_the_decider_copying() -> None:
         d.observe_arrival(1, [b], 5.0)
     assert d.feedback.factor(10.0) == pytest.approx(1.0)
     assert len(replications(d.decide(*one_chain(0.9), view(now_ms=10.0)))) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_looking_only_at_the_watched_depths_settles_what_a_full_pass_settles(data) -> None:
+    """Prefix-chained requests (a block id names its whole prefix): the positional lookup and
+    a pass over every block settle the same copies with the same fates."""
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    chains: list[list[int]] = [[]]
+    for _ in range(40):  # a random prefix tree: extend some earlier chain by fresh blocks
+        base = rng.choice(chains)
+        chains.append(base[: rng.randint(0, len(base))] + [rng.getrandbits(40) for _ in
+                                                          range(rng.randint(1, 6))])  # fmt: skip
+    positional = OutcomeFeedback(FeedbackConfig(half_life_ms=HOUR))
+    full_pass = OutcomeFeedback(FeedbackConfig(half_life_ms=HOUR))
+    now = 0.0
+    for _ in range(120):
+        now += rng.uniform(0.0, 50.0)
+        chain = rng.choice(chains[1:])
+        if rng.random() < 0.4:  # a copy of a prefix of it
+            depth = rng.randrange(len(chain))
+            args = (chain[depth], rng.randrange(4), now + rng.uniform(0, 500), rng.random(), 0)
+            positional.watch(*args, depth=depth)
+            full_pass.watch(*args)  # depth unknown: every block of each request is looked up
+        else:
+            node = rng.randrange(4)
+            positional.observe(node, chain, now)
+            full_pass.observe(node, chain, now)
+        if rng.random() < 0.1:
+            positional.expire(now)
+            full_pass.expire(now)
+    assert positional.fates == full_pass.fates and len(positional) == len(full_pass)
+    assert positional.factor(now) == full_pass.factor(now)
