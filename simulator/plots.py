@@ -132,6 +132,38 @@ def plot_replication(ev: Evaluation, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+FATE_COLOURS = {
+    "used": "tab:green",
+    "routed_to_source": "tab:orange",
+    "routed_elsewhere": "tab:red",
+    "expired": "tab:grey",
+    "unsettled": "lightgrey",
+}
+
+
+def plot_copy_fates(ev: Evaluation, path: Path) -> Path | None:
+    """Where each replicating policy's copies went (``copy_fates``: used on their node,
+    their request routed back to the source or elsewhere, expired first), one bar per policy
+    and load (its number of copies in brackets), as shares of its copies (None if no policy
+    made a copy)."""
+    bars = [(f"{label} x{s['time_scale']:g} ({sum(s['copy_fates'].values())})", s["copy_fates"])
+            for label, rows in _by_label(ev).items() for s in rows
+            if sum(s.get("copy_fates", {}).values())]  # fmt: skip
+    if not bars:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(bars) + 1.5))
+    left = np.zeros(len(bars))
+    for fate, colour in FATE_COLOURS.items():
+        share = np.array([f.get(fate, 0) / sum(f.values()) for _, f in bars])
+        ax.barh(range(len(bars)), share, left=left, color=colour, label=fate.replace("_", " "))
+        left += share
+    ax.set_yticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the copies (each followed to the first request reading it)")
+    ax.legend(fontsize=8, ncol=len(FATE_COLOURS), loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    return _save(fig, path)
+
+
 def plot_waste_vs_budget(ev: Evaluation, path: Path) -> Path | None:
     """Replicated and wasted bytes against the speculative quota, per policy and load (None
     unless the evaluation swept quotas)."""
@@ -163,6 +195,7 @@ def write_plots(ev: Evaluation, out: Path) -> list[Path]:
         plot_p99_vs_load(ev, out / "p99_vs_load.png"),
         plot_goodput_vs_load(ev, out / "goodput_vs_load.png"),
         plot_replication(ev, out / "replication.png"),
+        plot_copy_fates(ev, out / "copy_fates.png"),
         plot_waste_vs_budget(ev, out / "waste_vs_budget.png"),
     ]
     return [p for p in written if p is not None]

@@ -49,6 +49,7 @@ def test_evaluate_sweeps_slos_and_quotas_for_replicating_policies_only(tmp_path:
         assert (out / png).stat().st_size > 1000
     if any(s["bytes_replicated"] for s in rows):
         assert (out / "replication.png").is_file() and (out / "waste_vs_budget.png").is_file()
+        assert (out / "copy_fates.png").is_file()
 
 
 @pytest.mark.parametrize(
