@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kvcast.features.config import FeatureConfig
 from kvcast.features.spec import FeatureSpec
 from kvcast.predictor.calibration import Calibration
 from kvcast.predictor.recency_table import RecencyTable
@@ -73,15 +74,21 @@ class ModelMeta:
         return {PREFIX + k: v for k, v in props.items()}
 
     @property
+    def feature_config(self) -> FeatureConfig | None:
+        """The feature config the model was trained with (provenance), None when it records
+        none; ``ValueError`` when the recorded one is not a valid config."""
+        text = self.extra.get("feature_config", "")
+        return FeatureConfig.model_validate_json(text) if text else None
+
+    @property
     def label_horizon_ms(self) -> float | None:
         """H of the labels the model was trained on (its P is of a use within H), from the
-        feature config it records; None when it records none."""
-        text = self.extra.get("feature_config", "")
+        feature config it records; None when it records none (or an unreadable one)."""
         try:
-            horizon = json.loads(text)["labels"]["horizon_ms"] if text else None
-        except (ValueError, KeyError, TypeError):
+            fcfg = self.feature_config
+        except ValueError:
             return None
-        return float(horizon) if isinstance(horizon, int | float) else None
+        return None if fcfg is None else fcfg.labels.horizon_ms
 
     def require_horizon(self, window_ms: float, source: str = "model") -> None:
         """Raise :class:`HorizonMismatch` unless the model's label horizon is ``window_ms``

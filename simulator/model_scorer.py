@@ -63,8 +63,7 @@ def load_scorer(model: str) -> OnnxScorer:
 
 
 def model_feature_config(scorer: OnnxScorer) -> FeatureConfig:
-    text = scorer.meta.extra.get("feature_config", "")
-    return FeatureConfig.model_validate_json(text) if text else FeatureConfig()
+    return scorer.meta.feature_config or FeatureConfig()
 
 
 class ModelScorer:

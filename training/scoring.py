@@ -23,8 +23,7 @@ from kvcast.training.evaluate import metrics_of, predict_rows
 
 def model_feature_config(scorer: OnnxScorer) -> FeatureConfig:
     """The model's feature config (defaults if it has none), with every candidate kept."""
-    text = scorer.meta.extra.get("feature_config", "")
-    fcfg = FeatureConfig.model_validate_json(text) if text else FeatureConfig()
+    fcfg = scorer.meta.feature_config or FeatureConfig()
     sampling = fcfg.sampling.model_copy(update={"negative_keep": 1.0})
     return fcfg.model_copy(update={"sampling": sampling})
 
