@@ -160,7 +160,7 @@ on a DRAM-to-HBM promotion only above P of about 0.38 with the default costs; we
 that at every age, only features that tell chains apart can make prediction pay.
 """),
     py("""
-from kvcast.features.traces.reuse import reuse_hazard
+from kvcast.features.traces.reuse import draw_hazard, reuse_hazard
 
 ages_s = [0, 15, 30, 60, 120, 240]
 hazards = {
@@ -170,15 +170,8 @@ hazards = {
     for name, t in traces.items()
 }
 fig, ax = plt.subplots(figsize=(7, 4))
-for name, h in hazards.items():
-    ax.plot(ages_s, [r.p for r in h.rows], marker="o", label=name)
-ax.set(
-    xlabel="idle since the request (s)",
-    ylabel="P(next use within H)",
-    ylim=(0, None),
-    title="reuse hazard",
-)
-ax.legend()
+draw_hazard(ax, hazards)
+ax.set_title("reuse hazard")
 fig.tight_layout()
 pd.DataFrame(
     {name: [r.p for r in h.rows] for name, h in hazards.items()},

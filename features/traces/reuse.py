@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -123,14 +124,8 @@ def reuse_hazard(
     return ReuseHazard(window_ms, min_blocks, len(arrivals), ever, horizon, quantiles, tuple(rows))
 
 
-def plot_hazard(hazards: dict[str, ReuseHazard], path: str) -> str:
-    """The hazard against idle age, one line per named trace, as a PNG at ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+def draw_hazard(ax: Any, hazards: dict[str, ReuseHazard]) -> None:
+    """The hazard against idle age on the matplotlib axes ``ax``, one line per named trace."""
     for name, h in hazards.items():
         xs = [r.idle_ms / 1e3 for r in h.rows]
         ax.plot(xs, [r.p for r in h.rows], marker="o", label=name)
@@ -140,6 +135,17 @@ def plot_hazard(hazards: dict[str, ReuseHazard], path: str) -> str:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend()
+
+
+def plot_hazard(hazards: dict[str, ReuseHazard], path: str) -> str:
+    """:func:`draw_hazard` as a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    draw_hazard(ax, hazards)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
