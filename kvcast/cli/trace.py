@@ -1,5 +1,5 @@
 """``kvcast trace``: trace tools (``synth``: a longer trace with a real one's statistics;
-``reuse``: how predictable its prefix reuse is)."""
+``agent``: a synthetic agent workload; ``reuse``: how predictable its prefix reuse is)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import typer
 from kvcast.cli.common import console, open_trace, progress_bar, user_errors
 
 trace_app = typer.Typer(
-    help="Trace tools: synthesise a longer trace from a real one; measure its reuse.",
+    help="Trace tools: synthesise a longer trace from a real one or an agent workload; "
+    "measure a trace's reuse.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -48,6 +49,57 @@ def synth_cmd(
     console.print(
         f"{path}: {len(df):,} requests over {span_s:,.0f} s "
         f"({scale} x {len(src.requests):,} from {src.name})",
+        highlight=False,
+    )
+
+
+@trace_app.command("agent")
+@user_errors
+def agent_cmd(
+    out: Annotated[
+        Path, typer.Option("--out", help="Output Mooncake JSONL (.jsonl or .jsonl.gz).")
+    ] = Path("kvcast-out/traces/agent.jsonl"),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Workload YAML (default: the values of configs/traces/agent.yaml)."
+        ),
+    ] = None,
+    duration_s: Annotated[
+        float | None, typer.Option("--duration-s", help="Override: seconds of arrivals.")
+    ] = None,
+    tasks_per_s: Annotated[
+        float | None, typer.Option("--tasks-per-s", help="Override: new agent tasks per second.")
+    ] = None,
+    tool_s: Annotated[
+        float | None, typer.Option("--tool-s", help="Override: median tool latency (s).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Override: the seed.")] = None,
+    sessions: Annotated[
+        bool,
+        typer.Option("--sessions/--no-sessions", help="Write each request's task id too."),
+    ] = False,
+) -> None:
+    """Write a synthetic agent workload: tasks that call the model step after step around an
+    app's shared prompt, each next call after the tool's run time (see
+    kvcast.features.traces.agent_trace)."""
+    from kvcast.config import with_overrides
+    from kvcast.features.traces.agent_config import load_agent_config
+    from kvcast.features.traces.agent_trace import agent_trace
+    from kvcast.features.traces.synthesize import write_mooncake
+
+    cfg = load_agent_config(config)
+    if tool_s is not None:
+        tool = cfg.tool_s.model_dump() | {"median": tool_s}
+        tool["low"], tool["high"] = min(tool["low"], tool_s), max(tool["high"], tool_s)
+        cfg = with_overrides(cfg, tool_s=tool)
+    cfg = with_overrides(cfg, duration_s=duration_s, tasks_per_s=tasks_per_s, seed=seed)
+    with progress_bar(None, "agent tasks"):
+        df = agent_trace(cfg)
+        path = write_mooncake(df, out, sessions=sessions)
+    console.print(
+        f"{path}: {len(df):,} requests from {df['session'].nunique():,} tasks over "
+        f"{cfg.duration_s:,.0f} s (seed {cfg.seed})",
         highlight=False,
     )
 

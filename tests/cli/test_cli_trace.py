@@ -54,3 +54,36 @@ def test_trace_reuse_refuses_bad_ages() -> None:
     assert r.exit_code == 2 and "--idle-s must be comma-separated seconds, got 'a'" in r.output
     r = runner.invoke(app, ["trace", "reuse", "--trace", "bundled:conversation", "--idle-s", "-5"])
     assert r.exit_code == 2 and "idle ages must be non-negative" in r.output
+
+
+def test_trace_agent_writes_a_loadable_agent_workload(tmp_path: Path) -> None:
+    out = tmp_path / "agent.jsonl"
+    args = ["trace", "agent", "--duration-s", "300", "--tasks-per-s", "0.2", "--seed", "7"]
+    r = runner.invoke(app, [*args, "--tool-s", "2", "--out", str(out), "--sessions"])
+    assert r.exit_code == 0, r.output
+    got = load_trace(out).requests
+    tasks = got["session"].nunique()
+    assert f"{len(got):,} requests from {tasks:,} tasks" in " ".join(r.output.split())
+    assert len(got) > tasks > 20 and got["arrival_ms"].max() < 300_000
+    # the same seed writes the same trace; without --sessions no session key is written
+    again = tmp_path / "again.jsonl"
+    assert runner.invoke(app, [*args, "--tool-s", "2", "--out", str(again)]).exit_code == 0
+    plain = load_trace(again).requests
+    assert plain["session"].isna().all()
+    assert plain["block_hashes"].tolist() == got["block_hashes"].tolist()
+
+
+def test_trace_agent_reads_a_config_and_refuses_bad_values(tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("apps: 2\nduration_s: 120\nseed: 1\n")
+    out = tmp_path / "a.jsonl"
+    r = runner.invoke(app, ["trace", "agent", "--config", str(cfg), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    got = load_trace(out).requests
+    assert len(got) and got["arrival_ms"].max() < 120_000
+    assert got["block_hashes"].str[0].nunique() <= 2  # every prompt starts with an app's
+    r = runner.invoke(app, ["trace", "agent", "--tasks-per-s", "-1", "--out", str(out)])
+    assert r.exit_code == 2 and "tasks_per_s" in r.output and "-1.0" in r.output
+    cfg.write_text("apps: 0\n")
+    r = runner.invoke(app, ["trace", "agent", "--config", str(cfg), "--out", str(out)])
+    assert r.exit_code == 2 and "apps" in r.output and "Traceback" not in r.output

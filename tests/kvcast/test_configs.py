@@ -16,6 +16,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def config_classes() -> dict[str, type[FrozenConfig]]:
     """configs/<dir>/ or configs/<dir>/<stem> -> the class its files load into."""
     from kvcast.features.config import FeatureConfig
+    from kvcast.features.traces.agent_config import AgentTraceConfig
     from kvcast.serving.agent.config import AgentConfig
     from kvcast.serving.sidecar.config import SidecarConfig
     from kvcast.training.config import TrainConfig
@@ -27,6 +28,7 @@ def config_classes() -> dict[str, type[FrozenConfig]]:
         "serving/agent": AgentConfig,
         "serving/sidecar": SidecarConfig,
         "train": TrainConfig,
+        "traces/agent": AgentTraceConfig,
     }
 
 
