@@ -149,6 +149,7 @@ class CopyTerms:
     congestion: np.ndarray  # [R, n, K]
     p_hit: np.ndarray  # [R, K] the chain's P at each cut, corrected by the copies' outcomes
     # (the same for every target)
+    p_model: np.ndarray  # [R, K] the same before the correction (the scorer's)
     reclaim: np.ndarray  # [R, n, K] (1 - P) x blocks x reclaim_ms_per_block at p_hit
     any_ok: list[bool]  # [R] some cut and target pass the gates that need no queue
     most: list[int]  # [R] the most blocks any copy moves
@@ -241,14 +242,15 @@ def copy_terms(
     ok &= left > transfer
     if known.any():  # a known first use: the replica lands at most lead_ms before it
         ok &= ~known[:, None, None] | (left - transfer <= c.lead_ms)
-    p_hit = p[np.arange(r)[:, None], np.minimum(np.maximum(ends - 1, 0), p.shape[1] - 1)]
+    p_model = p[np.arange(r)[:, None], np.minimum(np.maximum(ends - 1, 0), p.shape[1] - 1)]
+    p_hit = p_model
     if terms.factor != 1.0:  # as often as this decider's copies turned out to be used
-        p_hit = np.minimum(p_hit * terms.factor, 1.0)
+        p_hit = np.minimum(p_model * terms.factor, 1.0)
     reclaim = (1.0 - p_hit[:, None, :]) * nblk * c.reclaim_ms_per_block
     gate = np.where(ok, c.queue_gate_factor * transfer, np.inf)  # barred: never passed
     return CopyTerms(
         depth, cuts.tolist(), ends, src, held, real, nblk, nblk.astype(float), transfer,
-        gate, fetch, residual, cost_transfer, congestion, p_hit, reclaim,
+        gate, fetch, residual, cost_transfer, congestion, p_hit, p_model, reclaim,
         ok.any(axis=(1, 2)).tolist(),
         nblk.max(axis=(1, 2), initial=0).tolist(), (~congestion.any(axis=(1, 2))).tolist(),
         (~reclaim.any(axis=(1, 2))).tolist(), (lens * bt + tail_tokens).tolist(),

@@ -69,6 +69,7 @@ class Option:
     end: int
     transfer_ms: float  # unweighted time until it lands
     reason: DecisionReason
+    p_model: float | None = None  # P(hit) before the outcome correction (None: not corrected)
 
     @property
     def net_ms(self) -> float:
@@ -187,8 +188,11 @@ def _best(
     t, j = _routed_choice(plan, view, cfg, np.where(ok, net, -np.inf), ct, i, tokens)
     if t < 0:
         return None
+    p_tj = p.item(j) if p.ndim == 1 else p.item(t, j)
+    corrected = p_hit.item(j)  # P(hit) before the eviction risk: P(model) x factor, clipped
+    survive = p_tj / corrected if corrected > 0.0 else 0.0
     reason = DecisionReason(
-        p.item(j) if p.ndim == 1 else p.item(t, j),
+        p_tj,
         saved.item(t, j),
         cost_transfer.item(t, j),
         congestion.item(t, j),
@@ -199,7 +203,9 @@ def _best(
         ct.nblk.item(i, t, j),
     )
     start, src = ct.start.item(i, t), ct.src.item(i, t)
-    return Option(src, t, start, ct.ends.item(i, j), ct.transfer.item(i, t, j), reason)
+    p_model = ct.p_model.item(i, j) * survive  # the same, uncorrected
+    end, transfer = ct.ends.item(i, j), ct.transfer.item(i, t, j)
+    return Option(src, t, start, end, transfer, reason, p_model)
 
 
 def _routed_choice(

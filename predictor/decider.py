@@ -235,8 +235,7 @@ class Decider:
         t = Transfer(now, now + opt.transfer_ms, opt.source, opt.target, nbytes, moved)
         self.ledger.record(t, now + ttl)
         if opt.source != opt.target:  # a replication (promotions are not corrected)
-            factor = terms.factor  # this tick's correction: the P before it
-            p = opt.reason.p_hit / factor if factor > 0.0 else opt.reason.p_hit
+            p = opt.reason.p_hit if opt.p_model is None else opt.p_model  # before correction
             deepest = opt.end - 1
             self.feedback.watch(plan.blocks[deepest], opt.target, now + ttl, p, opt.source, deepest)
         plan.held[opt.target] = opt.end

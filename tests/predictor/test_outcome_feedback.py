@@ -109,6 +109,20 @@ def test_used_copies_keep_the_decider_copying() -> None:
     assert len(replications(d.decide(*one_chain(0.9), view(now_ms=10.0)))) == 1
 
 
+def test_a_copy_is_watched_with_its_uncorrected_p_even_when_the_correction_clips() -> None:
+    cfg = decider_cfg(feedback={"strength": 1.0, "half_life_ms": HOUR})
+    fresh = replications(Decider(cfg).decide(*one_chain(0.9), view()))[0]
+    d = Decider(cfg)
+    for b in range(100, 110):  # ten copies made at P = 0.1, all used: factor (1+10)/(1+1)
+        d.feedback.watch(b, node=1, expiry_ms=10.0, p=0.1)
+        d.observe_arrival(1, [b], 5.0)
+    assert d.feedback.factor(10.0) == pytest.approx(5.5)
+    cmd = replications(d.decide(*one_chain(0.9), view(now_ms=10.0)))[0]
+    assert cmd.reason.p_hit == pytest.approx(1.0)  # 0.9 x 5.5, clipped
+    # watched with the P the scorer gave (not 1 / 5.5), so the factor stays a fair ratio
+    assert d.feedback._watch[CHAIN[-1]][2] == pytest.approx(fresh.reason.p_hit)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_looking_only_at_the_watched_depths_settles_what_a_full_pass_settles(data) -> None:
