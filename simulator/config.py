@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kvcast.config import FrozenConfig, load_config
+from kvcast.features.traces.load_scaling import LoadScaling
 from kvcast.llm import LLMSpec, get_llm
 from kvcast.prefill import PrefillModel
 from kvcast.simulator.policies.config import RoutingConfig
@@ -108,6 +109,10 @@ class SimConfig(FrozenConfig):
     # quantised trace (Mooncake's conversation trace: 3 s grid), "off" replays as recorded,
     # a number forces that quantum in ms. See kvcast.features.traces.dequantize.
     arrival_spread: Literal["auto", "off"] | float = "auto"
+    # How a time-scale X raises the load: "arrivals" divides every arrival time by X (think
+    # and tool time shrink too); "sessions" divides only the sessions' start times, each
+    # session keeping its own gaps. See kvcast.features.traces.load_scaling.
+    load_scaling: LoadScaling = "arrivals"
     model: ModelConfig = ModelConfig()
     node: NodeConfig = NodeConfig()
     network: NetworkConfig = NetworkConfig()

@@ -28,6 +28,7 @@ from kvcast.features.events import (
     TelemetrySample,
 )
 from kvcast.features.traces.dequantize import spread_quantized
+from kvcast.features.traces.load_scaling import scale_load
 from kvcast.features.traces.table import Trace
 from kvcast.simulator.block_pool import BlockPool
 from kvcast.simulator.config import SimConfig
@@ -62,7 +63,7 @@ class Simulator(ReplicationHooks):
         if cfg.arrival_spread != "off":
             q = None if cfg.arrival_spread == "auto" else float(cfg.arrival_spread)
             trace = spread_quantized(trace, q, seed=cfg.seed)
-        self.trace = trace.time_scaled(time_scale) if time_scale != 1.0 else trace
+        self.trace = scale_load(trace, time_scale, cfg.load_scaling, cfg.seed)
         self.time_scale = time_scale
         self.block_tokens = cfg.block_tokens or trace.block_size
         self.block_bytes = cfg.block_bytes(self.block_tokens)

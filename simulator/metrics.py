@@ -145,6 +145,7 @@ def summarise(sim: Simulator, df: pd.DataFrame, wall_s: float) -> dict[str, Any]
         "policy": sim.policy.name,
         "trace": sim.trace.name,
         "time_scale": sim.time_scale,
+        "load_scaling": sim.cfg.load_scaling,  # how time_scale raised the load
         "nodes": sim.cfg.nodes,
         "requests": n,
         "rejected": int(df["rejected"].sum()),

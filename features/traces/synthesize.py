@@ -1,8 +1,8 @@
 """A longer trace with the statistics of a real one: sessions replayed with fresh block ids.
 
-The source is cut into *sessions*: the requests that share their first private block (the
-first block that is not *global*, i.e. in at least half of all requests, such as a system
-prompt), or that share an explicit session id. Each of ``scale`` copies places every
+The source is cut into *sessions* (:mod:`kvcast.features.traces.sessions`: explicit ids, else
+the block after the prompt shared between sessions); a block in at least half of all requests
+(such as a system prompt) is *global*. Each of ``scale`` copies places every
 session at the start time of a session of the source drawn without replacement (so each copy
 has the source's session arrivals, quantisation included), keeps the session's own turns at
 their offsets, and renames every non-global block ``b`` to ``b + (copy + 1) x stride``: prefix
@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kvcast.features.traces.sessions import session_ids
+
 GLOBAL_SHARE = 0.5  # a block in at least this share of requests is global (kept as is)
 
 
@@ -33,21 +35,6 @@ def global_blocks(hashes: list[list[int]]) -> set[int]:
     return {h for h, c in counts.items() if c >= GLOBAL_SHARE * max(len(hashes), 1)}
 
 
-def session_ids(requests: pd.DataFrame, shared: set[int]) -> np.ndarray:
-    """A session number per request: explicit session id, else first private block, else
-    the request alone."""
-    keys: dict[object, int] = {}
-    out = np.empty(len(requests), dtype=np.int64)
-    explicit = requests["session"] if "session" in requests else pd.Series([None] * len(requests))
-    for i, (sess, hs) in enumerate(zip(explicit, requests["block_hashes"], strict=True)):
-        if isinstance(sess, str):
-            key: object = ("s", sess)
-        else:
-            key = next((("b", h) for h in hs if h not in shared), ("r", i))
-        out[i] = keys.setdefault(key, len(keys))
-    return out
-
-
 def synthesize(requests: pd.DataFrame, scale: int, seed: int = 0) -> pd.DataFrame:
     """``scale`` copies of the source's sessions as described above; columns
     ``arrival_ms, input_tokens, output_tokens, block_hashes, session``, sorted by arrival."""
@@ -57,7 +44,7 @@ def synthesize(requests: pd.DataFrame, scale: int, seed: int = 0) -> pd.DataFram
         raise ValueError("the source trace has no requests")
     hashes = [list(map(int, h)) for h in requests["block_hashes"]]
     shared = global_blocks(hashes)
-    sess = session_ids(requests, shared)
+    sess = session_ids(requests)
     t = requests["arrival_ms"].to_numpy(dtype=float)
     n_sess = int(sess.max()) + 1
     start = np.full(n_sess, np.inf)

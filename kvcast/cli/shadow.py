@@ -61,6 +61,14 @@ def shadow_eval_cmd(
     time_scale: Annotated[
         float, typer.Option("--time-scale", help="The load the run replayed the trace at.")
     ] = 1.0,
+    load_scaling: Annotated[
+        str,
+        typer.Option(
+            "--load-scaling",
+            help="How the run's time-scale raised the load: arrivals or sessions (the "
+            "simulator config's load_scaling).",
+        ),
+    ] = "arrivals",
     spread: Annotated[
         str,
         typer.Option(
@@ -68,7 +76,9 @@ def shadow_eval_cmd(
             help="De-quantise arrivals like the simulator: auto, off or a quantum in ms.",
         ),
     ] = "auto",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the de-quantisation.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the de-quantisation and of the load scaling.")
+    ] = 0,
     clock_offset_ms: Annotated[
         float,
         typer.Option("--clock-offset-ms", help="The log's clock (ms) at trace time 0."),
@@ -90,6 +100,7 @@ def shadow_eval_cmd(
     """Replay a decision log against the trace: hit rate, lead time, hidden transfer, waste,
     TTFT saved, and the go-live rule (lead time covers the transfer time)."""
     from kvcast.features.traces.dequantize import spread_quantized
+    from kvcast.features.traces.load_scaling import scale_load
     from kvcast.predictor.decider_config import load_decider_config
     from kvcast.predictor.shadow_eval import ShadowConfig, evaluate_shadow, read_decisions
 
@@ -103,8 +114,7 @@ def shadow_eval_cmd(
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if quantum != 0.0:
         tr = spread_quantized(tr, quantum, seed=seed)
-    if time_scale != 1.0:
-        tr = tr.time_scaled(time_scale)
+    tr = scale_load(tr, time_scale, load_scaling, seed)  # type: ignore[arg-type]  # checked there
     cfg = ShadowConfig(clock_offset_ms, min_covered, costs.transfer_weight,
                        costs.promote_transfer_weight)  # fmt: skip
     with progress_bar(None, "shadow-eval") as update:

@@ -185,10 +185,21 @@ def test_bad_inputs_fail_with_one_line_naming_the_file_or_column(
     assert "x.jsonl" in msg
     assert "--spread" in one_line_error(run("--decisions", str(shadow_log), *trace,
                                             "--spread", "soon"))  # fmt: skip
+    msg = one_line_error(run("--decisions", str(shadow_log), *trace, "--time-scale", "2",
+                             "--load-scaling", "users"))  # fmt: skip
+    assert "unknown load scaling 'users'" in msg and "sessions" in msg
 
 
 def test_help_lists_the_options() -> None:
     r = runner.invoke(app, ["shadow-eval", "--help"])
     assert r.exit_code == 0
-    for opt in ("--decisions", "--trace", "--clock-offset-ms", "--json", "--out", "--check"):
+    for opt in (
+        "--decisions",
+        "--trace",
+        "--clock-offset-ms",
+        "--json",
+        "--out",
+        "--check",
+        "--load-scaling",
+    ):
         assert opt in r.output

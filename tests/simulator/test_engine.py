@@ -191,3 +191,22 @@ def test_time_scale_compresses_arrivals(bundled_head: Trace) -> None:
     a = simulate(bundled_head, SimConfig(), "round_robin").requests["arrival_ms"]
     b = simulate(bundled_head, SimConfig(), "round_robin", time_scale=2.0).requests["arrival_ms"]
     assert np.allclose(b.to_numpy(), a.to_numpy() / 2.0)
+
+
+@pytest.mark.parametrize("how", ["arrivals", "sessions"])
+def test_the_configured_load_scaling_sets_the_replayed_arrivals(how: str) -> None:
+    # two conversations on a shared root, 10 s between turns, the second starting at 60 s
+    rows = [(0.0, 1500, 10, [0, 1, 2]), (60_000.0, 1500, 10, [0, 5, 6]),
+            (10_000.0, 2000, 10, [0, 1, 3, 4]), (70_000.0, 2000, 10, [0, 5, 7, 8])]  # fmt: skip
+    trace = tiny_trace(sorted(rows))
+    res = simulate(trace, config(load_scaling=how), "least_loaded", time_scale=2.0)
+    got = sorted(res.requests["arrival_ms"].tolist())
+    assert res.summary["load_scaling"] == how
+    if how == "arrivals":  # the think time halves with everything else
+        assert got == [0.0, 5_000.0, 30_000.0, 35_000.0]
+    else:  # twice the conversations: the recorded ones, and one more replay of each
+        df = res.requests.set_index("request_id")["arrival_ms"]
+        assert len(df) == 8 and all(f"{i}~1" in df.index for i in range(4))
+        assert [df[str(i)] for i in range(4)] == [0.0, 10_000.0, 60_000.0, 70_000.0]
+        replayed = [df[f"{i}~1"] for i in range(4)]  # 0, 1: one conversation; 2, 3: the other
+        assert replayed[1] - replayed[0] == replayed[3] - replayed[2] == 10_000.0

@@ -10,7 +10,8 @@ import pytest
 
 from kvcast.data import bundled_trace_path
 from kvcast.features.traces import load_trace
-from kvcast.features.traces.synthesize import global_blocks, session_ids, synthesize
+from kvcast.features.traces.sessions import session_ids
+from kvcast.features.traces.synthesize import global_blocks, synthesize
 
 SCALE = 3
 
@@ -45,9 +46,7 @@ def test_synthesised_trace_is_scale_times_as_long_at_the_source_rate(
 def test_every_copy_has_the_source_sessions_and_prefix_sharing(
     source: pd.DataFrame, synth: pd.DataFrame
 ) -> None:
-    sizes = Counter(
-        Counter(session_ids(source, global_blocks(list(source["block_hashes"])))).values()
-    )
+    sizes = Counter(Counter(session_ids(source)).values())
     copies = synth["session"].str.split("-").str[0]
     for c in range(SCALE):
         part = synth[copies == f"c{c}"]
