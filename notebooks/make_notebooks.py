@@ -157,18 +157,24 @@ A copy made ahead of a request pays only if the request comes while the copy liv
 requests whose prefix has been idle for X s, the share used again within the window is the
 precision of the best rule that knows only idle time (`kvcast trace reuse`). The decider acts
 on a DRAM-to-HBM promotion only above P of about 0.38 with the default costs; well below
-that at every age, only features that tell chains apart can make prediction pay.
+that at every age, only features that tell chains apart can make prediction pay. Beside the
+two samples, ten minutes of the agent workload that `kvcast trace agent` writes (the next
+call follows each tool's run, seconds later): the case the source documents expect
+prediction to pay on.
 """),
     py("""
+from kvcast.features.traces.agent_config import AgentTraceConfig
+from kvcast.features.traces.agent_trace import agent_trace
 from kvcast.features.traces.reuse import draw_hazard, reuse_hazard
 
 ages_s = [0, 15, 30, 60, 120, 240]
+idle_ms = [a * 1e3 for a in ages_s]
 hazards = {
-    name: reuse_hazard(
-        spread_quantized(t, seed=0).requests, window_ms=H_MS, idle_ms=[a * 1e3 for a in ages_s]
-    )
+    name: reuse_hazard(spread_quantized(t, seed=0).requests, window_ms=H_MS, idle_ms=idle_ms)
     for name, t in traces.items()
 }
+agent = agent_trace(AgentTraceConfig(duration_s=600.0))
+hazards["agent (generated)"] = reuse_hazard(agent, window_ms=H_MS, idle_ms=idle_ms)
 fig, ax = plt.subplots(figsize=(7, 4))
 draw_hazard(ax, hazards)
 ax.set_title("reuse hazard")
