@@ -10,6 +10,9 @@ sequential run, in the order asked.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -27,6 +30,21 @@ from kvcast.simulator.replication_policies import is_replicating, make_policy
 
 Step = Callable[[str], None]
 """Called with a short label each time one simulation finishes."""
+
+PARENT_POLL_S = 1.0  # how often a worker looks whether the evaluation that started it lives
+
+
+def _watch_parent(parent: int) -> None:
+    """Worker initializer: exit as soon as the parent process is gone, so that a killed
+    evaluation (SIGTERM or SIGKILL from a scheduler, not only Ctrl-C) leaves no worker
+    computing on (a process whose parent died is re-parented, so its parent id changes)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="kvcast-parent-watch", daemon=True).start()
 
 
 @dataclass
@@ -158,7 +176,11 @@ def evaluate(
             results[i] = run_task(trace, task, time_scales, capacity, models, on_step)
     else:
         ctx = multiprocessing.get_context("spawn")  # no fork of threads (onnxruntime, BLAS)
-        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx) as pool:
+        pool = ProcessPoolExecutor(
+            min(jobs, len(tasks)), mp_context=ctx, initializer=_watch_parent,
+            initargs=(os.getpid(),),
+        )  # fmt: skip
+        with pool:
             futures = {
                 pool.submit(run_task, trace, task, time_scales, capacity, models): i
                 for i, task in enumerate(tasks)
