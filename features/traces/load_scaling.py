@@ -6,12 +6,14 @@
 - ``sessions``: X times as many sessions over the same span, each as it was. Sessions are
   told apart by :mod:`kvcast.features.traces.sessions`; each is replayed ``floor(X)`` times,
   plus once more with probability ``X - floor(X)`` (so X < 1 thins the trace): the first
-  replay as recorded, every further one starting where a session drawn at random started
-  (wrapping around the span, as ``kvcast trace synth`` does) with its own gaps kept, and the
-  blocks only that session uses renamed to fresh ids (a block that two or more sessions use,
-  such as a system prompt or an agent app's tool descriptions, keeps its id, so sharing
-  between sessions stays what it was). This is how load grows in a real cluster: more users
-  or agents, each as fast as before.
+  replay as recorded, every further one starting where a session drawn at random started,
+  with its own gaps kept (turns past the end wrap around to the start, as ``kvcast trace
+  synth`` does: the load stays level, and the first minutes hold late turns of sessions begun
+  before them, as a recorded trace's first minutes do), and the blocks only that session
+  uses renamed to fresh ids (a block that two or more sessions use, such as a system prompt
+  or an agent app's tool descriptions, keeps its id, so sharing between sessions stays what
+  it was). This is how load grows in a real cluster: more users or agents, each as fast as
+  before.
 
 At X = 1 both return the trace as it is.
 """
