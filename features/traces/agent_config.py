@@ -46,6 +46,8 @@ class AgentTraceConfig(FrozenConfig):
     output_tokens: LogNormal = LogNormal(median=150, sigma=0.8, low=1, high=4000)
     tool_result_tokens: LogNormal = LogNormal(median=600, sigma=1.0, low=0, high=16000)
     tool_s: LogNormal = LogNormal(median=3.0, sigma=1.0, low=0.05, high=300)  # tool latency
+    fanout_p: float = Field(0.0, ge=0, le=1)  # a call starts several tools at once
+    fanout_calls: int = Field(4, ge=2)  # ... this many, each answered by its own call
     model_base_s: float = Field(0.5, ge=0)  # a call's own time: base + output x per token
     decode_s_per_token: float = Field(0.03, ge=0)
     max_context_tokens: int = Field(128_000, ge=1)  # a task ends before its context exceeds this

@@ -13,6 +13,10 @@ trace, from :class:`~kvcast.features.traces.agent_config.AgentTraceConfig`:
   never past ``max_context_tokens``): the first reads the app's prefix and the task's prompt;
   each next one reads the last one's context plus its output and the tool's result, and
   arrives ``model_base_s + output x decode_s_per_token + tool_s`` after it;
+- with probability ``fanout_p`` a call starts ``fanout_calls`` tools at once (parallel tool
+  use, sub-agents): one call per result, each reading the shared context plus its own
+  result, arrives as its tool finishes, a burst on one prefix; the task goes on once all are
+  answered, its next call reading every result and answer;
 - hash ids follow the trace's rule: one id per ``block_tokens`` of the prompt, equal ids
   for equal prefixes. A call's last, partial block is its own; once the context grows past
   it, the full block it becomes has a new id (its tokens differ), as a real block hash would.
@@ -64,6 +68,40 @@ class _Context:
         return self.blocks + (ids.take(1) if self.tail else [])
 
 
+Row = tuple[float, int, int, list[int], str]
+
+
+def _fan_out(
+    cfg: AgentTraceConfig,
+    rng: np.random.Generator,
+    ids: _Ids,
+    ctx: _Context,
+    t_ms: float,
+    out: int,
+    session: str,
+    rows: list[Row],
+) -> tuple[float, _Context]:
+    """The call at ``t_ms`` (context ``ctx``, ``out`` tokens of output) started
+    ``fanout_calls`` tools at once: one call per tool result, each reading the shared context
+    and its own result, arriving when its tool is done; then the task's next call, once all of
+    them are answered, reads every result and answer. Returns that call's time and context."""
+    per_token, base_s = cfg.decode_s_per_token, cfg.model_base_s
+    done_ms = t_ms + 1000.0 * (base_s + out * per_token)
+    shared = ctx.extended(out, ids)
+    next_ms, added = done_ms, 0
+    for _ in range(cfg.fanout_calls):
+        tool = _draw(rng, cfg.tool_s).item()
+        result = round(_draw(rng, cfg.tool_result_tokens).item())
+        answer = round(_draw(rng, cfg.output_tokens).item())
+        branch = shared.extended(result, ids)
+        at = done_ms + 1000.0 * tool
+        if at < cfg.duration_s * 1000.0 and branch.tokens <= cfg.max_context_tokens:
+            rows.append((at, branch.tokens, answer, branch.hash_ids(ids), session))
+        next_ms = max(next_ms, at + 1000.0 * (base_s + answer * per_token))
+        added += result + answer
+    return next_ms, shared.extended(added, ids)
+
+
 def agent_trace(cfg: AgentTraceConfig) -> pd.DataFrame:
     """The workload of ``cfg``: columns ``arrival_ms, input_tokens, output_tokens,
     block_hashes, session`` (the task), sorted by arrival."""
@@ -79,17 +117,21 @@ def agent_trace(cfg: AgentTraceConfig) -> pd.DataFrame:
     n_tasks = int(rng.poisson(cfg.tasks_per_s * cfg.duration_s))
     starts = np.sort(rng.uniform(0.0, cfg.duration_s, n_tasks))
     end_ms = cfg.duration_s * 1000.0
-    rows: list[tuple[float, int, int, list[int], str]] = []
+    rows: list[Row] = []
     for task, start in enumerate(starts.tolist()):
         app = int(rng.choice(cfg.apps, p=weights))
         steps = min(int(rng.geometric(1.0 / cfg.mean_steps)), cfg.max_steps)
         ctx = prefixes[app].extended(round(_draw(rng, cfg.task_tokens).item()), ids)
         t_ms = start * 1000.0
+        session = f"a{app}-task{task}"
         for _ in range(steps):
             if t_ms >= end_ms or ctx.tokens > cfg.max_context_tokens:
                 break
             out = round(_draw(rng, cfg.output_tokens).item())
-            rows.append((t_ms, ctx.tokens, out, ctx.hash_ids(ids), f"a{app}-task{task}"))
+            rows.append((t_ms, ctx.tokens, out, ctx.hash_ids(ids), session))
+            if cfg.fanout_p > 0.0 and rng.random() < cfg.fanout_p:
+                t_ms, ctx = _fan_out(cfg, rng, ids, ctx, t_ms, out, session, rows)
+                continue
             tool = _draw(rng, cfg.tool_s).item()
             t_ms += 1000.0 * (cfg.model_base_s + out * cfg.decode_s_per_token + tool)
             result = round(_draw(rng, cfg.tool_result_tokens).item())

@@ -130,3 +130,38 @@ def test_lognormal_clips_to_its_bounds() -> None:
         out = task["output_tokens"].to_numpy()[:-1] * 0.03 + 0.5
         tool = gaps - out
         assert (tool >= 5.0 - 1e-6).all() and (tool <= 20.0 + 1e-6).all()
+
+
+def test_a_fan_out_is_a_burst_of_calls_on_the_shared_context_then_one_join() -> None:
+    c = AgentTraceConfig(duration_s=3000.0, tasks_per_s=0.05, fanout_p=1.0, fanout_calls=3,
+                         mean_steps=2.0, max_steps=2, seed=6)  # fmt: skip
+    df = agent_trace(c)
+    bt, checked = c.block_tokens, 0
+    for _, task in df.groupby("session"):
+        if len(task) != 8:  # 2 steps, each fanning out: call, its 3 calls, join, its 3 calls
+            continue
+        rows = list(task.itertuples(index=False))
+        first, branches, join = rows[0], rows[1:4], rows[4]
+        full = first.input_tokens // bt
+        done = first.arrival_ms + 1000.0 * (c.model_base_s + first.output_tokens * 0.03)
+        own = []
+        for b in branches:
+            assert b.block_hashes[:full] == first.block_hashes[:full]  # the shared context
+            assert b.arrival_ms >= done + 1000.0 * c.tool_s.low - 1e-6
+            answered = b.arrival_ms + 1000.0 * (c.model_base_s + b.output_tokens * 0.03)
+            assert join.arrival_ms >= answered - 1e-6  # the task waits for every answer
+            own.append(set(b.block_hashes[(first.input_tokens + first.output_tokens) // bt :]))
+        assert not own[0] & own[1] and not own[1] & own[2]  # each reads its own result
+        assert join.block_hashes[:full] == first.block_hashes[:full]
+        assert join.input_tokens > max(b.input_tokens for b in branches)
+        checked += 1
+    assert checked > 50
+
+
+def test_without_fan_out_the_draws_are_unchanged() -> None:
+    plain = agent_trace(SMALL)
+    off = agent_trace(AgentTraceConfig(duration_s=600.0, tasks_per_s=0.3, seed=3, fanout_p=0.0,
+                                       fanout_calls=8))  # fmt: skip
+    pd.testing.assert_frame_equal(plain, off)
+    assert len(agent_trace(AgentTraceConfig(duration_s=600.0, tasks_per_s=0.3, seed=3,
+                                            fanout_p=0.5))) > len(plain)  # fmt: skip
