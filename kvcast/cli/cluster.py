@@ -169,6 +169,12 @@ def replay_cmd(
         120.0
     ),
     time_scale: Annotated[float, typer.Option("--time-scale", min=1e-6, help="Load x.")] = 1.0,
+    load_scaling: Annotated[
+        str,
+        typer.Option(
+            "--load-scaling", help="How --time-scale raises the load: arrivals or sessions."
+        ),
+    ] = "arrivals",
     speed: Annotated[float, typer.Option("--speed", min=1e-6, help="Playback x wall.")] = 1.0,
     router: Annotated[str, typer.Option("--router", help="Baseline routing rule.")] = (
         "prefix_sticky"
@@ -210,7 +216,8 @@ def replay_cmd(
         raise ValueError("give --cluster DIR, or --sidecar URL and --agents URL,URL,...")
     default_bytes = str(layout.block_bytes) if layout is not None else "64KiB"
     spec = ReplaySpec(
-        start_s=start_s, window_s=window_s, time_scale=time_scale, speed=speed, router=router,
+        start_s=start_s, window_s=window_s, time_scale=time_scale, load_scaling=load_scaling,
+        speed=speed, router=router,
         block_bytes=_size("--block-bytes", block_bytes or default_bytes), node_blocks=node_blocks,
         max_requests=max_requests, max_wall_s=max_wall_s,
     )  # fmt: skip

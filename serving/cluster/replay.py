@@ -42,7 +42,8 @@ class ReplaySpec:
 
     start_s: float = 0.0
     window_s: float = 120.0
-    time_scale: float = 1.0  # load: arrivals compressed by this
+    time_scale: float = 1.0  # load: arrivals compressed by this (or sessions multiplied)
+    load_scaling: str = "arrivals"  # how time_scale raises the load (features.traces.load_scaling)
     speed: float = 1.0  # playback: the scaled trace clock runs this much faster than the wall
     router: str = "prefix_sticky"
     block_bytes: int = 64 << 10
@@ -57,6 +58,12 @@ class ReplaySpec:
     def __post_init__(self) -> None:
         if self.router not in ROUTERS:
             raise ValueError(f"--router {self.router!r}: one of {', '.join(ROUTERS)}")
+        from kvcast.features.traces.load_scaling import SCALERS
+
+        if self.load_scaling not in SCALERS:
+            raise ValueError(
+                f"--load-scaling {self.load_scaling!r}: one of {', '.join(sorted(SCALERS))}"
+            )
         positive = {
             "--window-s": self.window_s, "--time-scale": self.time_scale, "--speed": self.speed,
             "--block-bytes": self.block_bytes, "--max-wall-s": self.max_wall_s,
@@ -72,10 +79,11 @@ def trace_requests(trace: Any, spec: ReplaySpec) -> list[TraceRequest]:
     import pandas as pd
 
     from kvcast.features.traces.dequantize import spread_quantized
+    from kvcast.features.traces.load_scaling import scale_load
 
     start = spec.start_s * 1000.0
     t = spread_quantized(trace.window(start, start + spec.window_s * 1000.0), seed=spec.seed)
-    df = t.time_scaled(spec.time_scale).requests
+    df = scale_load(t, spec.time_scale, spec.load_scaling, spec.seed).requests  # type: ignore[arg-type]
     if spec.max_requests is not None:
         df = df.iloc[: spec.max_requests]
     out = []

@@ -83,3 +83,9 @@ def test_the_window_is_cut_time_scaled_and_bounded() -> None:
     fast = trace_requests(trace, ReplaySpec(window_s=120.0, time_scale=2.0, max_requests=50))
     assert len(fast) == 50
     assert fast[-1].arrival_ms == pytest.approx(two_minutes[49].arrival_ms / 2.0)
+    more = trace_requests(trace, ReplaySpec(window_s=120.0, time_scale=2.0,
+                                            load_scaling="sessions"))  # fmt: skip
+    assert len(more) == 2 * len(two_minutes)  # every session twice, over the same window
+    assert max(r.arrival_ms for r in more) < 123_000.0
+    with pytest.raises(ValueError, match="--load-scaling 'users'"):
+        ReplaySpec(load_scaling="users")
