@@ -160,6 +160,7 @@ def _best(
     margin = c.safety_margin_gib * GIB
     free_now, room, least = terms.memory(in_flight_bytes, hot, view.block_bytes, margin)
     p_hit = ct.p_hit[i, :k]
+    survival = None  # per target and cut, the chance no eviction takes the copy before use
     if terms.no_evictions:  # P(hit) is the same on every target
         p, reclaim = p_hit, ct.reclaim[i, :, :k]
     else:
@@ -167,7 +168,8 @@ def _best(
         evictions = (view.evict_blocks_per_ms * until_use)[:, None]  # type: ignore[operator]
         excess = evictions - np.maximum(free_now - nblk, 0.0)
         np.maximum(excess, 0.0, out=excess)
-        p = p_hit * np.exp(-excess)
+        survival = np.exp(-excess)
+        p = p_hit * survival
         reclaim = (1.0 - p) * nblk * c.reclaim_ms_per_block
     cost_transfer, congestion = ct.cost_transfer[i, :, :k], ct.congestion[i, :, :k]
     net = p * saved
@@ -188,11 +190,8 @@ def _best(
     t, j = _routed_choice(plan, view, cfg, np.where(ok, net, -np.inf), ct, i, tokens)
     if t < 0:
         return None
-    p_tj = p.item(j) if p.ndim == 1 else p.item(t, j)
-    corrected = p_hit.item(j)  # P(hit) before the eviction risk: P(model) x factor, clipped
-    survive = p_tj / corrected if corrected > 0.0 else 0.0
     reason = DecisionReason(
-        p_tj,
+        p.item(j) if p.ndim == 1 else p.item(t, j),
         saved.item(t, j),
         cost_transfer.item(t, j),
         congestion.item(t, j),
@@ -203,7 +202,9 @@ def _best(
         ct.nblk.item(i, t, j),
     )
     start, src = ct.start.item(i, t), ct.src.item(i, t)
-    p_model = ct.p_model.item(i, j) * survive  # the same, uncorrected
+    p_model = ct.p_model.item(i, j)  # P(hit) as the scorer gave it, before the correction
+    if survival is not None:
+        p_model *= survival.item(t, j)
     end, transfer = ct.ends.item(i, j), ct.transfer.item(i, t, j)
     return Option(src, t, start, end, transfer, reason, p_model)
 
