@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from kvcast.features.traces.sessions import session_ids
+from kvcast.features.traces.sessions import replay_span, session_ids, session_starts
 from kvcast.features.traces.table import Trace, sort_by_arrival
 
 LoadScaling = Literal["arrivals", "sessions"]
@@ -69,16 +69,13 @@ def _sessions(trace: Trace, factor: float, seed: int) -> Trace:
         return trace
     chains = [list(map(int, h)) for h in df["block_hashes"]]
     sess = session_ids(df)
-    n_sess = int(sess.max()) + 1
     t = df["arrival_ms"].to_numpy(dtype=float)
-    start = np.full(n_sess, np.inf)
-    np.minimum.at(start, sess, t)
+    start = session_starts(sess, t)
+    n_sess = len(start)
     rng = np.random.default_rng(seed)
     whole = int(factor)
     replays = whole + (rng.random(n_sess) < factor - whole)  # per session
-    gaps = np.diff(np.unique(t))
-    t0 = float(t.min())
-    span = float(t.max()) - t0 + (float(np.median(gaps)) if len(gaps) else 1.0)
+    t0, span = float(t.min()), replay_span(t)
     shared = _shared_blocks(chains, sess)
     fresh = _FreshIds(chains)
     parts = []

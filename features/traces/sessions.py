@@ -63,3 +63,18 @@ def session_ids(requests: pd.DataFrame) -> np.ndarray:
                 key = ("r", i)
         out[i] = keys.setdefault(key, len(keys))
     return out
+
+
+def session_starts(sess: np.ndarray, arrivals: np.ndarray) -> np.ndarray:
+    """Per session (numbered by :func:`session_ids`), its first arrival."""
+    start = np.full(int(sess.max()) + 1 if len(sess) else 0, np.inf)
+    np.minimum.at(start, sess, arrivals)
+    return start
+
+
+def replay_span(arrivals: np.ndarray) -> float:
+    """The span over which sessions replayed at other start times wrap around: first to last
+    arrival plus the median gap between distinct arrivals (1 ms without one), so that the
+    last arrival does not land on the first."""
+    gaps = np.diff(np.unique(arrivals))
+    return float(arrivals.max() - arrivals.min()) + (float(np.median(gaps)) if len(gaps) else 1.0)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvcast.features.traces.sessions import session_ids
+from kvcast.features.traces.sessions import replay_span, session_ids, session_starts
 
 GLOBAL_SHARE = 0.5  # a block in at least this share of requests is global (kept as is)
 
@@ -46,11 +46,8 @@ def synthesize(requests: pd.DataFrame, scale: int, seed: int = 0) -> pd.DataFram
     shared = global_blocks(hashes)
     sess = session_ids(requests)
     t = requests["arrival_ms"].to_numpy(dtype=float)
-    n_sess = int(sess.max()) + 1
-    start = np.full(n_sess, np.inf)
-    np.minimum.at(start, sess, t)
-    gaps = np.diff(np.unique(t))
-    duration = float(t.max() - t.min()) + (float(np.median(gaps)) if len(gaps) else 1.0)
+    start = session_starts(sess, t)
+    duration = replay_span(t)
     stride = max((max(hs) for hs in hashes if hs), default=0) + 1
     t0, total = float(t.min()), scale * duration
     rng = np.random.default_rng(seed)
