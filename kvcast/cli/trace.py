@@ -134,6 +134,8 @@ def reuse_cmd(
 
     from kvcast.features.traces.reuse import plot_hazard, reuse_hazard
 
+    if not window_s > 0:
+        raise ValueError(f"--window-s must be a positive number of seconds, got {window_s:g}")
     try:
         ages = [float(x) * 1e3 for x in idle_s.split(",") if x.strip()]
     except ValueError:

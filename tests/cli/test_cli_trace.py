@@ -56,6 +56,14 @@ def test_trace_reuse_refuses_bad_ages() -> None:
     assert r.exit_code == 2 and "idle ages must be non-negative" in r.output
 
 
+def test_trace_reuse_refuses_a_non_positive_window_naming_the_option() -> None:
+    for bad in ("0", "-3"):
+        args = ["trace", "reuse", "--trace", "bundled:conversation", "--window-s", bad]
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2
+        assert f"--window-s must be a positive number of seconds, got {bad}" in r.output
+
+
 def test_trace_agent_writes_a_loadable_agent_workload(tmp_path: Path) -> None:
     out = tmp_path / "agent.jsonl"
     args = ["trace", "agent", "--duration-s", "300", "--tasks-per-s", "0.2", "--seed", "7"]
