@@ -93,6 +93,16 @@ def shadow_eval_cmd(
     ] = 0.9,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the summary here.")] = None,
+    outcomes: Annotated[
+        Path | None,
+        typer.Option("--outcomes", help="Also write each decision's outcome here (Parquet)."),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", help="Also plot lead vs transfer time and the calibration here (PNG)."
+        ),
+    ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Exit with status 1 when the go-live rule fails.")
     ] = False,
@@ -124,8 +134,19 @@ def shadow_eval_cmd(
             raise ValueError(f"{decisions}: {err}") from None
     summary = {"decisions_file": str(decisions), "trace": tr.name, "time_scale": time_scale,
                **res.summary}  # fmt: skip
+    written = []
     if out is not None:
-        write_json(out, summary)
+        written.append(write_json(out, summary))
+    if outcomes is not None:
+        outcomes.parent.mkdir(parents=True, exist_ok=True)
+        res.outcomes.to_parquet(outcomes, index=False)
+        written.append(outcomes)
+    if plot is not None:
+        from kvcast.predictor.shadow_plots import plot_shadow
+
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        title = f"shadow-eval: {decisions.name} vs {tr.name} (x{time_scale:g})"
+        written.append(plot_shadow(res.outcomes, plot, min_covered, title))
     passed = summary["go_live"]["pass"]
     if json_out:
         typer.echo(json.dumps(summary, indent=2))
@@ -138,8 +159,8 @@ def shadow_eval_cmd(
             f"go-live {verdict}: lead time >= transfer time for {share} (needs {min_covered:.0%})",
             highlight=False,
         )
-        if out is not None:
-            out_console.print(f"wrote {out}")
+        for path in written:
+            out_console.print(f"wrote {path}", highlight=False)
     if check and not passed:
         raise typer.Exit(1)
 

@@ -142,6 +142,21 @@ def test_table_output_ends_with_the_go_live_verdict(shadow_log: Path) -> None:
     assert verdict.startswith(("go-live PASS", "go-live FAIL"))
 
 
+def test_outcomes_and_plot_are_written_and_agree_with_the_summary(
+    shadow_log: Path, tmp_path: Path
+) -> None:
+    outcomes, plot = tmp_path / "o" / "outcomes.parquet", tmp_path / "p" / "shadow.png"
+    r = run("--decisions", str(shadow_log), "--trace", "bundled:conversation",
+            "--time-scale", str(LOAD), "--json", "--outcomes", str(outcomes),
+            "--plot", str(plot))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    o = pd.read_parquet(outcomes)
+    assert len(o) == s["decisions"] and int(o["hit"].sum()) == s["hits"]
+    assert int(o.loc[~o["hit"], "bytes"].sum()) == s["bytes_wasted"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_check_exits_1_when_lead_does_not_cover_transfer(shadow_log: Path, tmp_path: Path) -> None:
     # a decider config whose transfer weight makes every logged transfer last ~forever
     cfg = tmp_path / "decider.yaml"

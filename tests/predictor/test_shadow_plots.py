@@ -1,0 +1,47 @@
+"""The shadow evaluation's figure: the calibration it plots, and a PNG for any outcome set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvcast.predictor.shadow_plots import calibration, plot_shadow
+
+
+def outcomes(p: list[float], hit: list[bool], censored: list[bool] | None = None) -> pd.DataFrame:
+    n = len(p)
+    lead = np.where(hit, 500.0, np.nan)
+    return pd.DataFrame({
+        "hit": hit, "p_hit": p, "lead_ms": lead, "transfer_ms": np.full(n, 100.0),
+        "censored": censored if censored is not None else [False] * n,
+        "bytes": np.full(n, 1 << 20),
+    })  # fmt: skip
+
+
+def test_calibration_bins_by_p_and_reports_the_share_hit() -> None:
+    p = [0.1] * 10 + [0.9] * 10
+    hit = [i == 0 for i in range(10)] + [i < 9 for i in range(10)]
+    cal = calibration(outcomes(p, hit), bins=4)
+    assert cal["decisions"].tolist() == [10, 10]
+    assert cal["p_mean"].tolist() == pytest.approx([0.1, 0.9])
+    assert cal["hit_rate"].tolist() == pytest.approx([0.1, 0.9])
+
+
+def test_calibration_leaves_out_censored_decisions() -> None:
+    # the censored misses would pull the bin's hit rate down if they counted
+    o = outcomes([0.5] * 4, [True, True, False, False], censored=[False, False, True, True])
+    cal = calibration(o)
+    assert cal["decisions"].tolist() == [2] and cal["hit_rate"].tolist() == [1.0]
+
+
+def test_calibration_of_nothing_is_empty() -> None:
+    assert len(calibration(outcomes([], []))) == 0
+
+
+@pytest.mark.parametrize("hits", [True, False])
+def test_plot_is_a_png_with_or_without_hits(tmp_path: Path, hits: bool) -> None:
+    path = plot_shadow(outcomes([0.2, 0.7], [hits, hits]), tmp_path / "s.png", 0.9, "t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
