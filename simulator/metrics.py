@@ -33,6 +33,7 @@ class RequestLog:
 class Timeline:
     """Node telemetry sampled every ``telemetry_period_ms``, kept as compact columns."""
 
+    # the frame's columns; the sample's fields are the same but for its time (ts_ms)
     COLUMNS = (
         "t_s",
         "node",
@@ -46,19 +47,7 @@ class Timeline:
         "evictions_total",
         "est_queue_ms",
     )
-    FIELDS = (
-        "ts_ms",
-        "node",
-        "queue_len",
-        "queued_prefill_tokens",
-        "running_decodes",
-        "active_tokens",
-        "used_bytes",
-        "cached_bytes",
-        "speculative_bytes",
-        "evictions_total",
-        "est_queue_ms",
-    )
+    FIELDS = ("ts_ms", *COLUMNS[1:])
 
     def __init__(self) -> None:
         self._cols = [array("d") for _ in self.COLUMNS]
