@@ -10,7 +10,7 @@ conversation trace under ``dynamo_kv`` the rule model's copies were made at P = 
 about 1% were used; the oracle's (P = 1) 60%.
 
 :class:`OutcomeFeedback` watches each copy (its deepest block, node, expiry and the P it was
-made with) and settles it once: *used* when the first request containing that block is
+made with; two copies of one chain on two nodes are two watches) and settles it once: *used* when the first request containing that block is
 routed to the copy's node while it lives, *unused* when that request goes elsewhere or the
 copy expires first. The decider multiplies P(hit) by ``(s + used) / (s + expected)``, where
 ``expected`` is the sum of the P of the settled copies and ``s`` a prior worth that many
@@ -33,18 +33,29 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from kvcast.predictor.decider_config import FeedbackConfig
 
 FATES = ("used", "routed_to_source", "routed_elsewhere", "expired")
 
 
+class Watch(NamedTuple):
+    """One copy being watched (its chain's deepest block and its node are the key)."""
+
+    expiry_ms: float  # the copy's end of life: it is gone at this instant (as the ledger's)
+    p: float  # P(used) it was made with, before this feedback's factor
+    source: int  # the node it was copied from (-1: unknown)
+    depth: int  # the deepest block's index in the chain (-1: unknown)
+
+
 class OutcomeFeedback:
     def __init__(self, cfg: FeedbackConfig) -> None:
         self.cfg = cfg
-        # deepest block -> (node, expiry, P the copy was made with, source node, its depth)
-        self._watch: dict[int, tuple[int, float, float, int, int]] = {}
-        self._depths: Counter[int] = Counter()  # watched blocks per depth (-1: unknown)
+        # deepest block -> node -> the copy there: several nodes may hold copies of one chain
+        self._watch: dict[int, dict[int, Watch]] = {}
+        self._watching = 0  # copies watched
+        self._depths: Counter[int] = Counter()  # watched copies per depth (-1: unknown)
         self._used = self._expected = 0.0  # decayed sums over the settled copies
         self._at = 0.0  # when the sums were last decayed
         self.settled = 0  # copies settled (not decayed)
@@ -53,20 +64,30 @@ class OutcomeFeedback:
         self.last_factor = 1.0  # the factor last computed (for metrics: no decay on read)
 
     def __len__(self) -> int:
-        return len(self._watch)
+        return self._watching
+
+    def watched(self, block: int) -> dict[int, Watch]:
+        """The copies watched whose deepest block is ``block``, by node (a new dict)."""
+        return dict(self._watch.get(block, {}))
 
     def watch(
         self, block: int, node: int, expiry_ms: float, p: float, source: int = -1, depth: int = -1
     ) -> None:
         """A copy of a chain down to ``block`` (its index in the chain: ``depth``, -1 when
         unknown) is on its way to ``node`` (from ``source``), live until expiry, made at
-        P(used) = ``p`` (before this feedback's factor)."""
-        self._forget(block)
-        self._watch[block] = (node, expiry_ms, p, source, depth)
+        P(used) = ``p`` (before this feedback's factor). A copy of the same chain to another
+        node is watched beside it; a new one to the same node replaces its watch."""
+        copies = self._watch.setdefault(block, {})
+        old = copies.pop(node, None)
+        if old is not None:
+            self._unwatched(old)
+        copies[node] = Watch(expiry_ms, p, source, depth)
+        self._watching += 1
         self._depths[depth] += 1
 
     def observe(self, node: int, blocks: Sequence[int], now_ms: float) -> None:
-        """A request was routed to ``node`` with ``blocks``: settle the copies it reads.
+        """A request was routed to ``node`` with ``blocks``: settle the copies it reads (each
+        copy of the chain: used where the request went, unused elsewhere).
 
         Block hashes are prefix-chained (a hash names its whole prefix, so it sits at one
         index in every chain), so only the blocks at the watched depths are looked up: a few
@@ -81,24 +102,28 @@ class OutcomeFeedback:
         else:
             hits = [b for d in depths if d < n and (b := blocks[d]) in watch]
         for b in sorted(hits):  # one order whichever way they were found (float sums)
-            w = self._forget(b)
-            assert w is not None
-            target, expiry, p, source, _ = w
-            if expiry < now_ms:
-                fate = "expired"
-            elif node == target:
-                fate = "used"
-            else:
-                fate = "routed_to_source" if node == source else "routed_elsewhere"
-            self._settle(p, fate, now_ms)
+            for target, w in sorted(watch.pop(b).items()):
+                self._unwatched(w)
+                if w.expiry_ms <= now_ms:
+                    fate = "expired"
+                elif node == target:
+                    fate = "used"
+                else:
+                    fate = "routed_to_source" if node == w.source else "routed_elsewhere"
+                self._settle(w.p, fate, now_ms)
 
     def expire(self, now_ms: float) -> None:
-        """Settle, unused, the copies whose life ended before their request came."""
-        gone = [b for b, w in self._watch.items() if w[1] < now_ms]
-        for b in gone:
-            w = self._forget(b)
-            assert w is not None
-            self._settle(w[2], "expired", now_ms)
+        """Settle, unused, the copies whose life ended before their request came (at their
+        expiry instant, as the ledger evicts them)."""
+        gone = [(b, node) for b, copies in self._watch.items()
+                for node, w in copies.items() if w.expiry_ms <= now_ms]  # fmt: skip
+        for b, node in gone:
+            copies = self._watch[b]
+            w = copies.pop(node)
+            if not copies:
+                del self._watch[b]
+            self._unwatched(w)
+            self._settle(w.p, "expired", now_ms)
 
     def factor(self, now_ms: float) -> float:
         """What P(hit) is multiplied by: copies used per copy expected (1 with no outcome)."""
@@ -109,17 +134,13 @@ class OutcomeFeedback:
         self.last_factor = (s + self._used) / (s + self._expected)
         return self.last_factor
 
-    def _forget(self, block: int) -> tuple[int, float, float, int, int] | None:
-        """Stop watching ``block``; what was watched (None: nothing)."""
-        w = self._watch.pop(block, None)
-        if w is not None:
-            depth = w[4]
-            left = self._depths[depth] - 1
-            if left:
-                self._depths[depth] = left
-            else:
-                del self._depths[depth]
-        return w
+    def _unwatched(self, w: Watch) -> None:
+        self._watching -= 1
+        left = self._depths[w.depth] - 1
+        if left:
+            self._depths[w.depth] = left
+        else:
+            del self._depths[w.depth]
 
     def _settle(self, p: float, fate: str, now_ms: float) -> None:
         used = fate == "used"

@@ -44,12 +44,14 @@ class BlockPool:
         "reserved",
         "shared",
         "shared_capacity",
+        "sourcing",
         "spec",
         "spec_active_evictions",
         "spec_hits",
         "spec_lead_ms",
         "spec_quota",
         "spec_wasted",
+        "_drop_after_source",
     )
 
     def __init__(
@@ -72,6 +74,10 @@ class BlockPool:
         self.cached: OrderedDict[int, None] = OrderedDict()
         # block -> (ready, expiry, hold_until), oldest first
         self.spec: OrderedDict[int, tuple[float, float, float]] = OrderedDict()
+        # replicas being read as a transfer's source -> transfers reading them: they stay
+        # speculative (a copy is not a use) and are not evicted until the reads end
+        self.sourcing: dict[int, int] = {}
+        self._drop_after_source: set[int] = set()  # evicted by command while being read
         self.dram: OrderedDict[int, None] = OrderedDict()
         self.nvme: OrderedDict[int, None] = OrderedDict()
         self.dram_capacity = dram_capacity
@@ -98,7 +104,12 @@ class BlockPool:
 
     @property
     def evictable(self) -> int:
-        return len(self.cached) + len(self.spec)
+        return len(self.cached) + len(self.spec) - self._spec_sourcing()
+
+    def _spec_sourcing(self) -> int:
+        """Replicas that cannot be evicted now: being read as a transfer's source."""
+        spec = self.spec
+        return sum(1 for b in self.sourcing if b in spec) if self.sourcing else 0
 
     @property
     def in_use(self) -> int:
@@ -187,10 +198,12 @@ class BlockPool:
         deficit = n - (self.capacity - len(self.active) - len(cached) - len(spec) - self.reserved)
         if deficit <= 0:
             return True
-        if deficit > len(cached) + len(spec):
+        if deficit > self.evictable:
             return False
+        sourcing = self.sourcing
         if spec:
-            released = [b for b, (_, _, hold) in spec.items() if hold <= now][:deficit]
+            released = [b for b, (_, _, hold) in spec.items()
+                        if hold <= now and b not in sourcing][:deficit]  # fmt: skip
             for b in released:
                 del spec[b]
                 self.spec_wasted += 1
@@ -202,7 +215,8 @@ class BlockPool:
             if cached:
                 block, _ = cached.popitem(last=False)
             else:
-                block, _ = spec.popitem(last=False)
+                block = next(b for b in spec if b not in sourcing)
+                del spec[block]
                 self.spec_wasted += 1
             h = holders[block] & mask
             if h:
@@ -248,8 +262,9 @@ class BlockPool:
                 continue
             if b in cached:
                 del cached[b]
-            elif b in spec:
+            elif b in spec:  # the request computed or loaded it itself: the replica saved nothing
                 del spec[b]
+                self.spec_wasted += 1
             else:
                 holders[b] = holders.get(b, 0) | bit
                 if tiers:
@@ -268,6 +283,38 @@ class BlockPool:
                 del active[b]
                 cached[b] = None
 
+    def pin_source(self, blocks: Sequence[int]) -> None:
+        """Hold resident blocks while a transfer reads them. A replica stays speculative (being
+        copied is not being used; its hit, TTL and quota are unchanged) but is not evicted
+        until :meth:`release_source`; other blocks are pinned as by a request, uncounted."""
+        active, cached, spec, sourcing = self.active, self.cached, self.spec, self.sourcing
+        for b in blocks:
+            if b in spec:
+                sourcing[b] = sourcing.get(b, 0) + 1
+                continue
+            r = active.get(b)
+            if r is not None:
+                active[b] = r + 1
+            else:
+                del cached[b]
+                active[b] = 1
+
+    def release_source(self, blocks: Sequence[int]) -> None:
+        """The transfer that :meth:`pin_source` held ``blocks`` for is over."""
+        sourcing, later = self.sourcing, self._drop_after_source
+        for b in blocks:
+            r = sourcing.get(b)
+            if r is None:
+                self.release([b])
+                continue
+            if r > 1:
+                sourcing[b] = r - 1
+                continue
+            del sourcing[b]
+            if b in later:
+                later.discard(b)
+                self.drop_speculative([b])
+
     def take_lower(self, blocks: Sequence[int]) -> None:
         """Remove blocks from the node's lower tiers (they are being promoted into HBM); the
         shared pool keeps its copy."""
@@ -279,9 +326,18 @@ class BlockPool:
 
     # -- speculative path --------------------------------------------------------------------
     def add_speculative(
-        self, blocks: Sequence[int], now: float, ttl_ms: float, hold_until: float | None = None
-    ) -> int:
-        """Place replicas that are not yet resident; returns how many were placed.
+        self,
+        blocks: Sequence[int],
+        now: float,
+        ttl_ms: float,
+        hold_until: float | None = None,
+        *,
+        promoted: bool = False,
+    ) -> list[int]:
+        """Place replicas that are not yet resident; returns the blocks placed (in order; a
+        block already resident is skipped, the quota or a full HBM stops the placement).
+        ``promoted``: the blocks come from this node's lower tiers, each leaving its tier as
+        it is placed; one no longer there (pushed out by the room made) stops the placement.
 
         Never displaces an active block; stops at the speculative quota; evicts expired
         replicas, then LRU cached blocks, to make room. ``hold_until``: until when the replica
@@ -290,7 +346,7 @@ class BlockPool:
         expiry = now + ttl_ms
         hold = min(hold_until, expiry) if hold_until is not None else now
         self.expire(now)
-        placed = 0
+        placed: list[int] = []
         for b in blocks:
             if self.in_hbm(b):
                 continue
@@ -303,16 +359,19 @@ class BlockPool:
                 if victim in self.active:  # would mean a speculative write hit a pinned block
                     self.spec_active_evictions += 1
                 self._drop_hbm(victim)
+            if promoted and not (b in self.dram or b in self.nvme or b in self.shared):
+                break
             self.spec[b] = (now, expiry, hold)
             self.holders[b] = self.holders.get(b, 0) | self.bit
             self.dram.pop(b, None)
             self.nvme.pop(b, None)
-            placed += 1
+            placed.append(b)
         return placed
 
     def expire(self, now: float) -> int:
         """Reclaim speculative replicas whose TTL has passed."""
-        expired = [b for b, (_, exp, _) in self.spec.items() if exp <= now]
+        sourcing = self.sourcing  # a replica being read expires once the read ends
+        expired = [b for b, (_, exp, _) in self.spec.items() if exp <= now and b not in sourcing]
         for b in expired:
             del self.spec[b]
             self.spec_wasted += 1
@@ -322,7 +381,9 @@ class BlockPool:
     def drop_speculative(self, blocks: Sequence[int]) -> int:
         n = 0
         for b in blocks:
-            if b in self.spec:
+            if b in self.sourcing and b in self.spec:  # dropped once the transfer has read it
+                self._drop_after_source.add(b)
+            elif b in self.spec:
                 del self.spec[b]
                 self.spec_wasted += 1
                 self._drop_hbm(b)

@@ -295,7 +295,7 @@ class Simulator(ReplicationHooks):
             log.lower_tier_blocks[r] = req.lower_blocks
             log.recomputed_tokens[r] = req.uncached
             self._stored(node.node_id, req.blocks[req.hit + req.lower_blocks :])
-            tpot = node.start_decode(req)
+            tpot = node.start_decode(req, now)
             log.tpot_ms[r] = tpot
             self._push(now + req.output_tokens * tpot, DECODE, (node, req))
         self._kick(node)

@@ -221,12 +221,12 @@ class Node:
         self.queue_len -= len(done)
         return done
 
-    def start_decode(self, req: LiveRequest) -> float:
-        """Admit a finished prefill to decode; returns its time per output token."""
+    def start_decode(self, req: LiveRequest, now: float) -> float:
+        """Admit a finished prefill to decode at ``now``; returns its time per output token."""
         d = self._cfg.decode
         tpot = d.step_ms + d.per_seq_ms * self.running
         self.running += 1
-        if self.pool.make_room(req.out_blocks, 0.0):
+        if self.pool.make_room(req.out_blocks, now):  # replicas past their hold go first
             self.pool.reserved += req.out_blocks
         else:
             req.out_blocks = 0

@@ -58,7 +58,7 @@ class ReplicationHooks:
         moved = [b for b in chain if not dst.in_hbm(b)]
         if not moved:
             return
-        src.pin(moved, self.now)
+        src.pin_source(moved)  # read, not used: a replica read here stays speculative
         done = self.network.reserve(cmd.source, cmd.target, len(moved) * self.block_bytes, self.now)
         self.replication["replications"] += 1
         self.replication["blocks_moved"] += len(moved)
@@ -66,16 +66,16 @@ class ReplicationHooks:
 
     def _replication_done(self: Simulator, payload: tuple[ReplicateCommand, list[int]]) -> None:
         cmd, moved = payload
-        self.nodes[cmd.source].pool.release(moved)
+        self.nodes[cmd.source].pool.release_source(moved)
         dst = self.nodes[cmd.target].pool
         placed = dst.add_speculative(moved, self.now, cmd.ttl_ms, cmd.deadline_ms)
-        self._placed += placed
+        self._placed += len(placed)
         self._note_quota(dst)
         if self.observers:
-            self._stored(cmd.target, moved[:placed], speculative=True)
+            self._stored(cmd.target, placed, speculative=True)
             self._emit(
                 ReplicationDone(
-                    self.now, cmd.source, cmd.target, tuple(moved[:placed]), placed == len(moved)
+                    self.now, cmd.source, cmd.target, tuple(placed), len(placed) == len(moved)
                 )
             )
 
@@ -106,9 +106,10 @@ class ReplicationHooks:
         cmd, lower = payload
         pool = self.nodes[cmd.node].pool
         still = [b for b in lower if b in pool.dram or b in pool.nvme or b in pool.shared]
-        pool.take_lower(still)
-        placed = pool.add_speculative(still, self.now, cmd.ttl_ms, cmd.deadline_ms)
-        self._placed += placed
+        # each block placed leaves its lower tier there; one the quota or a full HBM stops
+        # stays where it was
+        placed = pool.add_speculative(still, self.now, cmd.ttl_ms, cmd.deadline_ms, promoted=True)
+        self._placed += len(placed)
         self._note_quota(pool)
 
     def _note_quota(self: Simulator, pool: BlockPool) -> None:

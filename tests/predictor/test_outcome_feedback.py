@@ -92,7 +92,9 @@ def test_the_decider_scales_p_hit_by_its_copies_outcomes_and_stops_when_unused()
     cmd = replications(taught.decide(*one_chain(0.9), view(now_ms=10.0)))[0]
     assert cmd.reason.p_hit == pytest.approx(fresh.reason.p_hit / 4.0)
     # the copy just made is watched with the P it would have had uncorrected
-    assert taught.feedback._watch[CHAIN[-1]][2] == pytest.approx(fresh.reason.p_hit)
+    assert next(iter(taught.feedback.watched(CHAIN[-1]).values())).p == pytest.approx(
+        fresh.reason.p_hit
+    )
     for b in range(200, 240):  # many more unused: P x saved no longer pays
         taught.feedback.watch(b, node=1, expiry_ms=20.0, p=1.0)
         taught.observe_arrival(2, [b], 15.0)
@@ -120,7 +122,7 @@ def test_a_copy_is_watched_with_its_uncorrected_p_even_when_the_correction_clips
     cmd = replications(d.decide(*one_chain(0.9), view(now_ms=10.0)))[0]
     assert cmd.reason.p_hit == pytest.approx(1.0)  # 0.9 x 5.5, clipped
     # watched with the P the scorer gave (not 1 / 5.5), so the factor stays a fair ratio
-    assert d.feedback._watch[CHAIN[-1]][2] == pytest.approx(fresh.reason.p_hit)
+    assert next(iter(d.feedback.watched(CHAIN[-1]).values())).p == pytest.approx(fresh.reason.p_hit)
 
 
 @settings(max_examples=60, deadline=None)
@@ -154,3 +156,26 @@ def test_looking_only_at_the_watched_depths_settles_what_a_full_pass_settles(dat
             full_pass.expire(now)
     assert positional.fates == full_pass.fates and len(positional) == len(full_pass)
     assert positional.factor(now) == full_pass.factor(now)
+
+
+def test_two_copies_of_one_chain_are_each_settled() -> None:
+    fb = OutcomeFeedback(FeedbackConfig())
+    fb.watch(22, node=7, expiry_ms=1_000.0, p=0.5, source=4, depth=1)
+    fb.watch(22, node=5, expiry_ms=1_000.0, p=0.5, source=4, depth=1)
+    assert len(fb) == 2 and set(fb.watched(22)) == {5, 7}
+    fb.observe(7, [21, 22], now_ms=500.0)
+    assert fb.fates == {"used": 1, "routed_elsewhere": 1} and len(fb) == 0
+
+
+def test_a_copy_expires_at_its_expiry_instant_as_the_ledger_evicts_it() -> None:
+    from kvcast.predictor.budgets import BudgetLedger, Transfer
+    from kvcast.predictor.decider_config import BudgetConfig
+
+    ledger = BudgetLedger(BudgetConfig())
+    fb = OutcomeFeedback(FeedbackConfig())
+    ledger.record(Transfer(0.0, 10.0, 0, 1, 1, (5,)), 30_000.0)
+    fb.watch(5, node=1, expiry_ms=30_000.0, p=0.5, source=0, depth=0)
+    ledger.settle(30_000.0)
+    fb.expire(30_000.0)
+    assert ledger.expired(30_000.0) == {1: [5]}
+    assert fb.fates == {"expired": 1} and len(fb) == 0

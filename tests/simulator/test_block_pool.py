@@ -33,7 +33,7 @@ def test_active_blocks_are_never_evicted_and_make_room_fails_instead() -> None:
 def test_speculative_replicas_are_evicted_before_cached_blocks() -> None:
     p = pool(3, spec_quota=2)
     fill_cached(p, [1, 2])
-    assert p.add_speculative([9], now=0.0, ttl_ms=1e9) == 1
+    assert p.add_speculative([9], now=0.0, ttl_ms=1e9) == [9]
     assert p.make_room(1, 0.0)
     assert not p.in_hbm(9) and p.in_hbm(1) and p.in_hbm(2)
     assert p.spec_wasted == 1
@@ -43,9 +43,9 @@ def test_speculative_placement_stops_at_quota_and_never_displaces_active() -> No
     p = pool(3, spec_quota=5)
     p.make_room(3, 0.0)
     p.add_active([1, 2, 3])
-    assert p.add_speculative([7, 8], now=0.0, ttl_ms=1e9) == 0
+    assert p.add_speculative([7, 8], now=0.0, ttl_ms=1e9) == []
     q = pool(10, spec_quota=2)
-    assert q.add_speculative([7, 8, 9], now=0.0, ttl_ms=1e9) == 2
+    assert len(q.add_speculative([7, 8, 9], now=0.0, ttl_ms=1e9)) == 2
     assert len(q.spec) == 2
 
 
@@ -124,7 +124,7 @@ def test_shared_pool_receives_what_falls_out_of_local_tiers_and_serves_every_nod
 def test_a_held_replica_outlives_every_cached_block() -> None:
     p = pool(4, spec_quota=2)
     fill_cached(p, [1, 2, 3])
-    assert p.add_speculative([9], now=0.0, ttl_ms=1e9, hold_until=500.0) == 1
+    assert p.add_speculative([9], now=0.0, ttl_ms=1e9, hold_until=500.0) == [9]
     assert p.make_room(2, 100.0)  # a request needs two blocks before the replica's use
     assert p.in_hbm(9) and not p.in_hbm(1) and not p.in_hbm(2)
 
@@ -150,3 +150,52 @@ def test_a_hold_never_outlasts_the_replicas_ttl() -> None:
     p.add_speculative([9], now=0.0, ttl_ms=100.0, hold_until=1e6)
     assert p.spec[9][2] == 100.0
     assert p.expire(100.0) == 1 and p.used == 0
+
+
+def test_a_replica_its_request_recomputes_is_counted_wasted() -> None:
+    p = BlockPool(0, capacity=8, holders={}, spec_quota=4)
+    assert p.add_speculative([7], now=0.0, ttl_ms=1_000.0) == [7]
+    p.add_active([7])  # a request computed block 7 itself while the replica sat there
+    assert 7 in p.active and 7 not in p.spec
+    assert (p.spec_hits, p.spec_wasted) == (0, 1)
+
+
+def test_a_replica_read_as_a_transfer_source_stays_speculative_and_is_not_evicted() -> None:
+    p = BlockPool(0, capacity=2, holders={}, spec_quota=2)
+    p.add_speculative([7], now=0.0, ttl_ms=100.0)
+    p.pin_source([7])
+    assert 7 in p.spec and p.spec_hits == 0  # read, not used
+    assert p.expire(200.0) == 0  # past its TTL, but the transfer still reads it
+    p.drop_speculative([7])  # evicted by command meanwhile: dropped once the read ends
+    assert not p.make_room(2, 200.0)  # nothing else to evict, and the replica is being read
+    assert 7 in p.spec
+    p.release_source([7])
+    assert 7 not in p.spec and p.spec_wasted == 1
+
+
+def test_a_cached_block_read_as_a_source_comes_back_cached() -> None:
+    p = BlockPool(0, capacity=4, holders={})
+    p.add_active([1])
+    p.release([1])
+    p.pin_source([1])
+    assert 1 in p.active and not p.make_room(4, 0.0)
+    p.release_source([1])
+    assert 1 in p.cached and p.spec_hits == 0
+
+
+def test_decode_room_takes_a_replica_past_its_hold_before_a_cached_block() -> None:
+    from simtraces import config
+
+    from kvcast.simulator.node import LiveRequest, Node
+
+    pool = BlockPool(0, capacity=3, holders={}, spec_quota=2)
+    pool.add_active([1])
+    pool.release([1])  # cached
+    pool.add_active([2])  # active
+    now = 10_000.0
+    pool.add_speculative([3], now=now, ttl_ms=60_000.0)  # not held: its hold is now
+    node = Node(0, config(nodes=1).node, pool, block_tokens=512, block_bytes=1)
+    req = LiveRequest(0, [], 512, 1, 10, 1)
+    node.start_decode(req, now)
+    assert req.out_blocks == 1
+    assert 1 in pool.cached and 3 not in pool.spec

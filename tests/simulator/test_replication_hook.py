@@ -120,3 +120,67 @@ def test_promotion_loads_a_demoted_chain_back_into_hbm_ahead_of_use() -> None:
     third = res.requests.iloc[2]
     assert third["cached_blocks"] > 0  # found in HBM, not loaded on the critical path
     assert res.summary["bytes_replicated_used"] > 0
+
+
+def test_promotion_stopped_by_the_quota_leaves_the_rest_in_dram() -> None:
+    other = list(range(100, 112))
+    tr = tiny_trace([(0.0, 5000, 1, CHAIN), (2_000.0, 6000, 1, other), (9_000.0, 5000, 1, CHAIN)])
+    cfg = config(
+        nodes=1,
+        arrival_spread="off",
+        node={"kv_capacity_gib": 14 * BLOCK_GIB, "dram": {"capacity_gib": 100.0}},
+    )
+    promote = PromoteCommand(node=0, block_hashes=tuple(CHAIN), ttl_ms=60_000.0)
+    rep = Scripted({6_000.0: [promote]}, quota_blocks=4)
+    res = Simulator(tr, cfg, Pinned([0, 0, 0]), replicator=rep).run()
+    third = res.requests.iloc[2]
+    # 4 promoted into HBM; the other reusable blocks are still loaded from DRAM, not lost
+    # (the last block is always recomputed)
+    assert third["cached_blocks"] == 4
+    assert third["cached_blocks"] + third["lower_tier_blocks"] == len(CHAIN) - 1
+
+
+def test_replication_done_names_the_blocks_placed_not_a_prefix_of_those_sent() -> None:
+    from kvcast.features.events import BlockStored, ReplicationDone
+
+    tr = tiny_trace([(0.0, 5000, 1, CHAIN), (5_000.0, 5000, 1, CHAIN)])
+    short = ReplicateCommand(source=0, target=1, block_hashes=tuple(CHAIN[:5]), ttl_ms=60_000.0)
+    full = ReplicateCommand(source=0, target=1, block_hashes=tuple(CHAIN), ttl_ms=60_000.0)
+    events: list[object] = []
+    sim = Simulator(tr, config(nodes=2, arrival_spread="off"), Pinned([0, 0]),
+                    replicator=Scripted({1_000.0: [short, full]}),
+                    observers=[events.append])  # fmt: skip
+    sim.run()
+    done = [e for e in events if isinstance(e, ReplicationDone)]
+    stored = [e for e in events if isinstance(e, BlockStored) and e.speculative]
+    # both transfers were in flight at once: the second placed only what the first had not
+    assert [d.block_hashes for d in done] == [tuple(CHAIN[:5]), tuple(CHAIN[5:])]
+    assert sorted(b for e in stored for b in e.block_hashes) == CHAIN
+
+
+def test_copying_from_a_replica_is_not_a_use_of_it() -> None:
+    # every request goes to node 0: no request ever reads a replica on node 1 or node 2
+    tr = tiny_trace([(0.0, 5000, 1, CHAIN), (5_000.0, 5000, 1, CHAIN)])
+    hop1 = ReplicateCommand(source=0, target=1, block_hashes=tuple(CHAIN), ttl_ms=60_000.0)
+    hop2 = ReplicateCommand(source=1, target=2, block_hashes=tuple(CHAIN), ttl_ms=60_000.0)
+    rep = Scripted({1_000.0: [hop1], 3_000.0: [hop2]})
+    sim = Simulator(tr, config(nodes=3, arrival_spread="off"), Pinned([0, 0]), replicator=rep)
+    s = sim.run().summary
+    assert s["bytes_replicated"] == 20 * sim.block_bytes
+    assert s["bytes_replicated_used"] == 0
+    assert len(sim.nodes[1].pool.spec) == 10  # node 1's replicas are still speculative
+
+
+def test_replicated_bytes_are_used_plus_wasted_plus_alive_on_the_bundled_trace() -> None:
+    from kvcast.data import bundled_trace_path
+    from kvcast.features.traces import load_trace
+    from kvcast.simulator.config import SimConfig
+    from kvcast.simulator.replication_policies import make_policy
+
+    cfg = SimConfig()
+    trace = load_trace(bundled_trace_path("conversation"), name="conversation")
+    sim = Simulator(trace, cfg, make_policy("oracle", cfg), time_scale=2.0)
+    s = sim.run().summary
+    alive = sum(len(n.pool.spec) for n in sim.nodes) * sim.block_bytes
+    assert s["bytes_replicated"] > 0
+    assert s["bytes_replicated"] == s["bytes_replicated_used"] + s["bytes_wasted"] + alive
