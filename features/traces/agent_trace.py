@@ -138,5 +138,5 @@ def agent_trace(cfg: AgentTraceConfig) -> pd.DataFrame:
             ctx = ctx.extended(out + result, ids)
     df = pd.DataFrame(
         rows, columns=["arrival_ms", "input_tokens", "output_tokens", "block_hashes", "session"]
-    )
-    return df.sort_values("arrival_ms", kind="stable", ignore_index=True)
+    ).astype({"arrival_ms": "float64", "input_tokens": "int64", "output_tokens": "int64"})
+    return df.sort_values("arrival_ms", kind="stable", ignore_index=True)  # (typed when empty)

@@ -31,7 +31,7 @@ from kvcast.features.traces.sessions import replay_span, session_ids, session_st
 from kvcast.features.traces.table import Trace, sort_by_arrival
 
 LoadScaling = Literal["arrivals", "sessions"]
-_INT64_MAX = 2**63 - 1
+_INT64_MAX, _INT64_MIN = 2**63 - 1, -(2**63)
 
 
 def _shared_blocks(chains: list[list[int]], sess: np.ndarray) -> set[int]:
@@ -46,21 +46,48 @@ def _shared_blocks(chains: list[list[int]], sess: np.ndarray) -> set[int]:
 
 
 class _FreshIds:
-    """Per replay, a fresh id for each private block, counting up above the trace's ids."""
+    """Per replay, a fresh id for each private block: counting up above the trace's ids, then
+    (ids reaching the int64 maximum) down below them."""
 
     def __init__(self, chains: list[list[int]]) -> None:
-        self.next = max((max(hs) for hs in chains if hs), default=-1) + 1
+        ids = [h for hs in chains for h in hs]
+        self.up = max(ids, default=-1) + 1
+        self.down = min(ids, default=0) - 1
         self.ids: dict[tuple[int, int], int] = {}
 
     def __call__(self, block: int, replay: int) -> int:
         key = (replay, block)
         got = self.ids.get(key)
         if got is None:
-            if self.next > _INT64_MAX:
-                raise ValueError("load scaling by sessions ran out of int64 block ids")
-            got = self.ids[key] = self.next
-            self.next += 1
+            if self.up <= _INT64_MAX:
+                got, self.up = self.up, self.up + 1
+            elif self.down >= _INT64_MIN:
+                got, self.down = self.down, self.down - 1
+            else:
+                raise ValueError(
+                    "load scaling by sessions ran out of int64 block ids above and below the "
+                    "trace's own"
+                )
+            self.ids[key] = got
         return got
+
+
+def _separator(names: list[set[str]], replays: int) -> str:
+    """The separator of replay names (``name + sep + k``, k = 1 .. replays - 1) that names no
+    existing name in any of the sets (a trace already scaled and saved has ``r~1``)."""
+    sep = "~"
+    while any(_taken(ns, sep, replays) for ns in names):
+        sep += "~"
+    return sep
+
+
+def _taken(names: set[str], sep: str, replays: int) -> bool:
+    for m in names:
+        if sep in m:
+            head, _, k = m.rpartition(sep)
+            if k.isdigit() and 1 <= int(k) < replays and head in names:
+                return True
+    return False
 
 
 def _sessions(trace: Trace, factor: float, seed: int) -> Trace:
@@ -78,8 +105,12 @@ def _sessions(trace: Trace, factor: float, seed: int) -> Trace:
     t0, span = float(t.min()), replay_span(t)
     shared = _shared_blocks(chains, sess)
     fresh = _FreshIds(chains)
+    session = df["session"]
+    named = (session.notna() & (session != "")).fillna(False).to_numpy(bool)  # "": unknown
+    rounds = int(replays.max())
+    sep = _separator([set(df["request_id"]), set(session[named])], rounds)
     parts = []
-    for k in range(int(replays.max())):
+    for k in range(rounds):
         rows = np.flatnonzero(replays[sess] > k)
         part = df.iloc[rows].copy()
         if k:
@@ -89,8 +120,9 @@ def _sessions(trace: Trace, factor: float, seed: int) -> Trace:
             part["block_hashes"] = [
                 [h if h in shared else fresh(h, k) for h in chains[i]] for i in rows.tolist()
             ]
-            part["request_id"] = part["request_id"] + f"~{k}"
-            part["session"] = part["session"] + f"~{k}"  # NA (inferred sessions) stays NA
+            part["request_id"] = part["request_id"] + f"{sep}{k}"
+            own = named[rows]  # an unknown session (NA, "") stays unknown: inferred again
+            part["session"] = part["session"].where(~own, part["session"] + f"{sep}{k}")
             part["chat_id"] = pd.NA
             part["parent_chat_id"] = pd.NA
         parts.append(part)

@@ -115,6 +115,9 @@ def test_the_seed_decides_the_trace() -> None:
         ({"tool_s": {"median": 1.0, "sigma": 1.0, "low": 2.0}}, "low <= median"),
         ({"tasks_per_s": 0}, "tasks_per_s"),
         ({"bogus": 1}, "unknown key"),
+        ({"duration_s": math.inf}, "duration_s.*finite"),
+        ({"tasks_per_s": math.inf}, "tasks_per_s.*finite"),
+        ({"prefix_tokens": {"median": math.inf, "sigma": 0.5}}, "prefix_tokens.*finite"),
     ],
 )
 def test_bad_config_is_refused_naming_the_key(data: dict, needle: str) -> None:
@@ -165,3 +168,11 @@ def test_without_fan_out_the_draws_are_unchanged() -> None:
     pd.testing.assert_frame_equal(plain, off)
     assert len(agent_trace(AgentTraceConfig(duration_s=600.0, tasks_per_s=0.3, seed=3,
                                             fanout_p=0.5))) > len(plain)  # fmt: skip
+
+
+def test_an_empty_trace_keeps_the_column_types() -> None:
+    df = agent_trace(AgentTraceConfig(duration_s=0.01, tasks_per_s=0.01, seed=0))
+    assert len(df) == 0
+    assert (df["arrival_ms"].dtype, df["input_tokens"].dtype, df["output_tokens"].dtype) == (
+        np.float64, np.int64, np.int64,
+    )  # fmt: skip

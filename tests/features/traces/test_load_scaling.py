@@ -108,3 +108,40 @@ def test_factor_one_is_the_trace_and_bad_input_is_refused(trace: Trace) -> None:
         scale_load(trace, 0.0, "sessions")
     with pytest.raises(ValueError, match="unknown load scaling 'users'"):
         scale_load(trace, 2.0, "users")  # type: ignore[arg-type]
+
+
+def small(
+    chains: list[list[int]], session: list[str], request_id: list[str] | None = None
+) -> Trace:
+    n = len(chains)
+    extra = {} if request_id is None else {"request_id": request_id}
+    table = make_table(arrival_ms=[500.0 * i for i in range(n)], input_tokens=[512] * n,
+                       output_tokens=[1] * n, block_hashes=chains, session=session,
+                       **extra)  # fmt: skip
+    return Trace(table, "t", block_size=512)
+
+
+def test_fresh_block_ids_go_below_the_trace_when_its_ids_reach_the_int64_maximum() -> None:
+    top = 2**63 - 1
+    out = scale_load(small([[7, top], [7, 3]], ["a", "b"]), 2.0, "sessions", seed=0).requests
+    replays = out[out["request_id"].str.contains("~")]
+    renamed = {h for hs in replays["block_hashes"] for h in hs[1:]}
+    assert len(renamed) == 2 and not renamed & {7, 3, top}
+    assert all(-(2**63) <= h <= top for h in renamed)
+    assert all(hs[0] == 7 for hs in out["block_hashes"])  # shared by both sessions: kept
+
+
+def test_unknown_empty_sessions_stay_unknown_in_the_replays() -> None:
+    from kvcast.features.traces.sessions import session_ids
+
+    chains = [[0, 1, 2], [0, 5, 6], [0, 1, 3, 4], [0, 5, 7, 8]]
+    out = scale_load(small(chains, [""] * 4), 2.0, "sessions", seed=0).requests
+    assert set(out["session"]) == {""}
+    assert len(set(session_ids(out).tolist())) == 4  # 2 sessions x 2, inferred apart
+
+
+def test_replay_names_never_take_an_existing_request_or_session_name() -> None:
+    tr = small([[1], [2], [3]], ["a", "b", "a~1"], request_id=["r1", "r1~1", "r2"])
+    out = scale_load(tr, 2.0, "sessions", seed=0).requests
+    assert len(out) == 6 and out["request_id"].is_unique
+    assert out["session"].nunique() == 6  # "a~1" and the replay of "a" stay two sessions
