@@ -10,14 +10,14 @@ conversation trace under ``dynamo_kv`` the rule model's copies were made at P = 
 about 1% were used; the oracle's (P = 1) 60%.
 
 :class:`OutcomeFeedback` watches each copy (its deepest block, node, expiry and the P it was
-made with; two copies of one chain on two nodes are two watches) and settles it once: *used* when the first request containing that block is
-routed to the copy's node while it lives, *unused* when that request goes elsewhere or the
-copy expires first. The decider multiplies P(hit) by ``(s + used) / (s + expected)``, where
-``expected`` is the sum of the P of the settled copies and ``s`` a prior worth that many
-expected hits at a factor of 1; both sums lose half their weight every ``half_life_ms``. When
-copies keep going unused the factor falls and the decider copies less; once it stops, the
-factor drifts back to 1 and it tries again, so a change in the traffic or the router is
-found.
+made with; two copies of one chain on two nodes are two watches) and settles it once: *used*
+when the first request containing that block is routed to the copy's node while it lives,
+*unused* when that request goes elsewhere or the copy expires first. The decider multiplies
+P(hit) by ``(s + used) / (s + expected)``, where ``expected`` is the sum of the P of the
+settled copies and ``s`` a prior worth that many expected hits at a factor of 1; both sums lose
+half their weight every ``half_life_ms``. When copies keep going unused the factor falls and
+the decider copies less; once it stops, the factor drifts back to 1 and it tries again, so a
+change in the traffic or the router is found.
 
 The sidecar feeds it the requests its router posted since the last tick; in shadow mode no
 copy exists, so what it learns there is how often the router would have sent the request to

@@ -29,6 +29,7 @@ Moved = Callable[[int, str, str], None]
 
 class BlockPool:
     __slots__ = (
+        "_drop_after_source",
         "active",
         "bit",
         "cached",
@@ -51,7 +52,6 @@ class BlockPool:
         "spec_lead_ms",
         "spec_quota",
         "spec_wasted",
-        "_drop_after_source",
     )
 
     def __init__(

@@ -122,7 +122,8 @@ def test_a_copy_is_watched_with_its_uncorrected_p_even_when_the_correction_clips
     cmd = replications(d.decide(*one_chain(0.9), view(now_ms=10.0)))[0]
     assert cmd.reason.p_hit == pytest.approx(1.0)  # 0.9 x 5.5, clipped
     # watched with the P the scorer gave (not 1 / 5.5), so the factor stays a fair ratio
-    assert next(iter(d.feedback.watched(CHAIN[-1]).values())).p == pytest.approx(fresh.reason.p_hit)
+    (watched,) = d.feedback.watched(CHAIN[-1]).values()
+    assert watched.p == pytest.approx(fresh.reason.p_hit)
 
 
 @settings(max_examples=60, deadline=None)
