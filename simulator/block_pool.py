@@ -243,7 +243,7 @@ class BlockPool:
                 ready, _, _ = spec.pop(b)
                 self.spec_hits += 1
                 self.spec_lead_ms += now - ready
-                active[b] = 1
+                active[b] = 1 + self._unsource(b)
 
     def add_active(self, blocks: Sequence[int]) -> None:
         """Insert new blocks pinned (room must have been made); resident ones get a ref."""
@@ -265,6 +265,8 @@ class BlockPool:
             elif b in spec:  # the request computed or loaded it itself: the replica saved nothing
                 del spec[b]
                 self.spec_wasted += 1
+                active[b] = 1 + self._unsource(b)
+                continue
             else:
                 holders[b] = holders.get(b, 0) | bit
                 if tiers:
@@ -298,6 +300,12 @@ class BlockPool:
             else:
                 del cached[b]
                 active[b] = 1
+
+    def _unsource(self, block: int) -> int:
+        """A replica being read became active: its transfers' holds become plain pins (each
+        released by :meth:`release_source`); how many."""
+        self._drop_after_source.discard(block)
+        return self.sourcing.pop(block, 0)
 
     def release_source(self, blocks: Sequence[int]) -> None:
         """The transfer that :meth:`pin_source` held ``blocks`` for is over."""

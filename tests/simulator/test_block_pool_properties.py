@@ -24,6 +24,7 @@ class PoolSchedule(RuleBasedStateMachine):
         self.pool = BlockPool(3, 12, self.holders, spec_quota=4)
         self.now = 0.0
         self.requests: list[list[int]] = []  # blocks each live request pinned
+        self.transfers: list[list[int]] = []  # blocks each transfer in progress reads
 
     @rule(blocks=st.lists(BLOCKS, min_size=1, max_size=8, unique=True))
     def request(self, blocks: list[int]) -> None:
@@ -53,6 +54,22 @@ class PoolSchedule(RuleBasedStateMachine):
         self.pool.add_speculative(blocks, self.now, ttl, until)
         assert self.pool.active == active_before  # a replica never touches an active block
 
+    @rule(blocks=st.lists(BLOCKS, min_size=1, max_size=6, unique=True))
+    def start_transfer(self, blocks: list[int]) -> None:
+        p = self.pool
+        resident = [b for b in blocks if p.in_hbm(b)]
+        spec_before = {b: p.spec[b] for b in resident if b in p.spec}
+        hits = p.spec_hits
+        p.pin_source(resident)
+        assert {b: p.spec[b] for b in spec_before} == spec_before  # read, not used
+        assert p.spec_hits == hits
+        self.transfers.append(resident)
+
+    @precondition(lambda self: self.transfers)
+    @rule(i=st.integers(min_value=0, max_value=100))
+    def end_transfer(self, i: int) -> None:
+        self.pool.release_source(self.transfers.pop(i % len(self.transfers)))
+
     @rule(blocks=st.lists(BLOCKS, max_size=4))
     def evict_replicas(self, blocks: list[int]) -> None:
         self.pool.drop_speculative(blocks)
@@ -61,12 +78,15 @@ class PoolSchedule(RuleBasedStateMachine):
     def advance(self, dt: float) -> None:
         self.now += dt
         self.pool.expire(self.now)
-        assert all(exp > self.now for _, exp, _ in self.pool.spec.values())
+        sourcing = self.pool.sourcing  # a replica being read outlives its TTL until the read ends
+        assert all(exp > self.now or b in sourcing for b, (_, exp, _) in self.pool.spec.items())
 
     @invariant()
     def active_blocks_stay(self) -> None:
         live = {b for blocks in self.requests for b in blocks}
         assert live <= set(self.pool.active)
+        read = {b for blocks in self.transfers for b in blocks}
+        assert all(self.pool.in_hbm(b) for b in read)  # what a transfer reads stays
         assert self.pool.spec_active_evictions == 0
 
     @invariant()
