@@ -29,6 +29,8 @@ class DecisionReason:
     reclaim_ms: float
     holder_queue_ms: float = 0.0
     target_queue_ms: float = 0.0
+    # blocks the costs were charged for: the span past the target's prefix (blocks the target
+    # already holds past a gap are charged too, an upper bound; the command moves only the rest)
     blocks_moved: int = 0
 
     @property

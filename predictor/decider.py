@@ -33,6 +33,7 @@ their order included, are those of the arithmetic term by term.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -87,7 +88,7 @@ class Decider:
         cfg = self.cfg
         # a chain with a known first use is looked at once its copy could land within lead_ms
         # of that use (the replica itself must land no earlier than that, see costs.py)
-        ms_per_block = view.block_bytes / float(np.min(view.links.bytes_per_ms))
+        ms_per_block = _ms_per_block(view)
         lead = cfg.costs.lead_ms + float(np.max(view.links.backlog_ms, initial=0.0))
         longest = max(map(len, cands.chains), default=0)
         plans = build_plans(
@@ -182,7 +183,7 @@ class Decider:
         hot = forecast.hot()
         in_flight = ledger.in_flight_to(view.n)
         best = None
-        if depth and self._worth_a_look(plan, queue, depth):
+        if depth and self._worth_a_look(plan, view, queue, depth):
             best = replication_option(
                 plan,
                 view,
@@ -205,9 +206,14 @@ class Decider:
                     best = opt
         return best
 
-    def _worth_a_look(self, plan: ChainPlan, queue: list[float], depth: int) -> bool:
+    def _worth_a_look(
+        self, plan: ChainPlan, view: ClusterView, queue: list[float], depth: int
+    ) -> bool:
         """Cheap pre-check: some holder of the prefix is more queued than the least queued
-        node (else nothing can be saved)."""
+        node (else nothing can be saved). Not with a route probe: the router may send the
+        request to a node without the prefix, where a copy saves its recompute."""
+        if view.would_route is not None:
+            return True
         return max(x for x, h in zip(queue, plan.held, strict=True) if h >= depth) > min(queue)
 
     # -- commitment ---------------------------------------------------------------------------
@@ -222,6 +228,9 @@ class Decider:
     ) -> Command | None:
         cfg = self.cfg
         moved = plan.blocks[opt.start : opt.end]
+        if opt.source != opt.target:  # what the target lacks: it may hold blocks past a gap
+            bit, hbm, pending = 1 << opt.target, view.hbm, self.ledger.pending
+            moved = tuple(b for b in moved if not (hbm.get(b, 0) | pending.get(b, 0)) & bit)
         nbytes = len(moved) * view.block_bytes
         refusal = self.ledger.refusal(opt.source, opt.target, nbytes, terms.quota_room[opt.target])
         if refusal is not None:
@@ -249,3 +258,11 @@ class Decider:
 def _placed_as(copies: CopyTerms, i: int, held: list[int], real: list[int]) -> bool:
     """Whether chain ``i``'s copy terms were computed for this placement."""
     return copies.start[i].tolist() == held and copies.real[i].tolist() == real
+
+
+def _ms_per_block(view: ClusterView) -> float:
+    """One block's time on the slowest usable link (inf if none): a link of no or unknown
+    speed (a down link, a node's own diagonal) carries no copy, and its terms pass no gate."""
+    bw = view.links.bytes_per_ms
+    usable = bw[(bw > 0) & np.isfinite(bw)]
+    return view.block_bytes / float(usable.min()) if usable.size else math.inf

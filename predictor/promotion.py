@@ -11,6 +11,8 @@ use, the node keeps its safety margin of HBM.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kvcast.predictor.chains import ChainPlan
@@ -39,7 +41,7 @@ def promotion_option(
     end = start
     for b in plan.blocks[start:]:
         bw = next((bw for blocks, bw in view.lower[node] if b in blocks), 0.0)
-        if not bw:
+        if not 0.0 < bw < math.inf:  # not there, or a tier whose speed is unknown
             break
         load += bb / bw
         end += 1
@@ -59,6 +61,7 @@ def promotion_option(
     reason = DecisionReason(p, saved, cost_transfer, 0.0, memory, reclaim, holder_q, target_q, nblk)
     room = view.capacity_bytes[node] - view.pinned_bytes[node] - view.spec_bytes[node]
     room = (room - in_flight_bytes - c.safety_margin_gib * GIB) / bb
-    if reason.net_ms <= 0 or plan.time_left_ms <= load or nblk > room:
+    # written so that a NaN anywhere refuses the promotion (NaN passes no comparison)
+    if not (reason.net_ms > 0 and plan.time_left_ms > load and nblk <= room):
         return None
     return Option(node, node, start, end, load, reason)
