@@ -96,14 +96,7 @@ class BlockStore:
         expires_at = self._clock() + (self.speculative_ttl_s if ttl_s is None else ttl_s)
         if (entry := self._table.entries.get(key)) is not None:
             self.stats.duplicate_puts += 1
-            if state is ACTIVE:
-                return self.pin(tenant, block_hash)
-            if state is CACHED and entry.state is SPECULATIVE:
-                self._table.move(key, CACHED)
-            elif state is SPECULATIVE and entry.state is SPECULATIVE:
-                self._table.set_expiry(key, expires_at)
-            self._table.touch(key)
-            return self._info(key, entry)
+            return self._restate(key, entry, state, expires_at)
         try:
             victims = plan_evictions(
                 self._table, buffer.nbytes, state, self.capacity_bytes, self.speculative_quota_bytes
@@ -138,6 +131,30 @@ class BlockStore:
     def info(self, tenant: str, block_hash: BlockHash) -> BlockInfo | None:
         key = BlockKey(tenant, block_hash)
         return None if (entry := self._live(key)) is None else self._info(key, entry)
+
+    def restate(
+        self, tenant: str, block_hash: BlockHash, state: BlockState, ttl_s: float | None = None
+    ) -> BlockInfo | None:
+        """What storing a block already held does, without its bytes (a pull of a block the
+        node holds): its state rises to ``state`` (speculative -> cached -> active, a pin), a
+        speculative one gets a new TTL; None if the block is not held."""
+        key = BlockKey(tenant, block_hash)
+        if (entry := self._live(key)) is None:
+            return None
+        expires_at = self._clock() + (self.speculative_ttl_s if ttl_s is None else ttl_s)
+        return self._restate(key, entry, state, expires_at)
+
+    def _restate(
+        self, key: BlockKey, entry: Entry, state: BlockState, expires_at: float
+    ) -> BlockInfo:
+        if state is ACTIVE:
+            return self.pin(key.tenant, key.block_hash)
+        if state is CACHED and entry.state is SPECULATIVE:
+            self._table.move(key, CACHED)
+        elif state is SPECULATIVE and entry.state is SPECULATIVE:
+            self._table.set_expiry(key, expires_at)
+        self._table.touch(key)
+        return self._info(key, entry)
 
     def pin(self, tenant: str, block_hash: BlockHash) -> BlockInfo:
         """Mark a block active (in use); pinning a speculative replica counts it as used."""

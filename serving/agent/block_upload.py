@@ -2,7 +2,8 @@
 
 Two body forms: JSON (``tenant``, ``block_hash``, ``checksum``, ``data`` as base64, optional
 ``state``), or the raw bytes as ``application/octet-stream`` with the same fields in headers
-(``X-Kvcast-Tenant``, ``X-Kvcast-Block-Hash``, ``X-Kvcast-Checksum``, ``X-Kvcast-State``).
+(``X-Kvcast-Tenant``, ``X-Kvcast-Block-Hash``: decimal for a u64 hash, ``0x`` then hex for a
+bytes hash, ``X-Kvcast-Checksum``, ``X-Kvcast-State``).
 The checksum (xxh3-64 of the bytes) is verified before the block becomes visible; a mismatch
 is a 422 naming ``checksum``, no room a 409. The route writes and never reads: no block's
 contents are ever returned. It is guarded by the shared token like every data command.
@@ -23,7 +24,7 @@ from kvcast.serving.agent.api_models import Request as Body
 from kvcast.serving.agent.blocks import BlockState, ChecksumMismatch, StoreFull
 from kvcast.serving.agent.buffers import HostBuffer
 from kvcast.serving.agent.control import AgentControl, CommandConflict
-from kvcast.serving.http.block_hash import JsonBlockHash, hash_from_json
+from kvcast.serving.http.block_hash import JsonBlockHash, hash_from_header, hash_from_json
 
 HEADER = "x-kvcast-"
 Checksum = Annotated[int, Field(ge=0, lt=1 << 64, description="xxh3-64 of the bytes")]
@@ -67,7 +68,6 @@ def _field(adapter: TypeAdapter[Any], value: Any, field: str, where: str) -> Any
 
 
 _TENANT, _CHECKSUM, _STATE = TypeAdapter(Tenant), TypeAdapter(Checksum), TypeAdapter(State)
-_HASH: TypeAdapter[Any] = TypeAdapter(JsonBlockHash)
 
 
 async def parse_upload(request: Request) -> tuple[BlockUpload, bytes]:
@@ -78,14 +78,16 @@ async def parse_upload(request: Request) -> tuple[BlockUpload, bytes]:
         for name in ("tenant", "block-hash", "checksum"):
             if HEADER + name not in h:
                 raise _invalid(HEADER + name, "header required", "header")
-        text = h[HEADER + "block-hash"]
-        block_hash = _field(_HASH, int(text) if text.isdigit() else text,
-                            HEADER + "block-hash", "header")  # fmt: skip
+        try:
+            block_hash = hash_from_header(h[HEADER + "block-hash"])
+        except ValueError as err:
+            raise _invalid(HEADER + "block-hash", str(err), "header") from None
         checksum = h[HEADER + "checksum"]
+        decimal = checksum.isascii() and checksum.isdigit()
         meta = BlockUpload.model_construct(
             tenant=_field(_TENANT, h[HEADER + "tenant"], HEADER + "tenant", "header"),
             block_hash=block_hash, data="",
-            checksum=_field(_CHECKSUM, int(checksum) if checksum.isdigit() else checksum,
+            checksum=_field(_CHECKSUM, int(checksum) if decimal else checksum,
                             HEADER + "checksum", "header"),
             state=_field(_STATE, h.get(HEADER + "state", "cached"), HEADER + "state", "header"),
         )  # fmt: skip

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 
 from kvcast.config import FrozenConfig
 from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.transport import parse_peer
+from kvcast.serving.http.auth import Token
 
 
 class AgentConfig(FrozenConfig):
@@ -28,7 +29,7 @@ class AgentConfig(FrozenConfig):
     connect_timeout_s: float = Field(5.0, gt=0)
     request_timeout_s: float = Field(10.0, gt=0)
     shutdown_grace_s: float = Field(5.0, gt=0)  # time given to HTTP requests in flight
-    token: SecretStr | None = None
+    token: Token | None = None
     # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate
     # each received block on demand; slower, as fresh memory is faulted in on first touch).
     pool_slot_bytes: ByteSize | None = Field(None, gt=0)

@@ -57,7 +57,12 @@ class AgentControl:
         self.accepting = True  # False once shutting down: /readyz answers 503
         self._engines: OrderedDict[str, tuple[EngineStats, float]] = OrderedDict()
         self._commands: CommandLog[Any] = CommandLog()  # evict/pin/unpin outcomes
-        self._fingerprints: OrderedDict[str, bytes] = OrderedDict()  # id -> digest of command
+        # per log of outcomes (replicate: the transfer client's; the rest: ours), id -> digest
+        # of the command; each kept at least as long as its log keeps the outcome
+        self._fingerprints: dict[bool, OrderedDict[str, bytes]] = {
+            True: OrderedDict(),
+            False: OrderedDict(),
+        }
 
     def note_auth_failure(self, path: str) -> None:
         self.http_auth_failures += 1
@@ -177,11 +182,14 @@ class AgentControl:
     def _claim(self, kind: str, command_id: str, fingerprint: str) -> None:
         """Remember what ``command_id`` means; :class:`CommandConflict` if it meant another."""
         key, digest = f"{kind}:{command_id}", hashlib.blake2b(fingerprint.encode()).digest()
-        if self._fingerprints.setdefault(key, digest) != digest:
+        pulls = kind == "replicate"
+        prints = self._fingerprints[pulls]
+        if prints.setdefault(key, digest) != digest:
             raise CommandConflict(f"command_id {command_id!r} was used for another command")
-        self._fingerprints.move_to_end(key)
-        while len(self._fingerprints) > 2 * self._commands.capacity:
-            self._fingerprints.popitem(last=False)
+        prints.move_to_end(key)
+        log = self.agent.client.commands if pulls else self._commands
+        while len(prints) > 2 * log.capacity:
+            prints.popitem(last=False)
 
     async def _once(self, kind: str, req: BlockRefs, run: Callable[[], Awaitable[R]]) -> R:
         if req.command_id is None:

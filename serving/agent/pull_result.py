@@ -48,6 +48,7 @@ class TransferStats:
     retries: int = 0
     blocks_committed: int = 0
     bytes_committed: int = 0
+    bytes_already_held: int = 0  # verified bytes of blocks another command stored meanwhile
     checksum_failures: int = 0
     store_rejections: int = 0
 

@@ -39,10 +39,12 @@ class _Progress:
     ttl_s: float | None
     pending: dict[BlockHash, None]
     committed: list[BlockHash] = field(default_factory=list)
+    present: list[BlockHash] = field(default_factory=list)  # arrived, but held already
     missing: list[BlockHash] = field(default_factory=list)
     rejected: list[BlockHash] = field(default_factory=list)
     corrupt: dict[BlockHash, None] = field(default_factory=dict)
     nbytes: int = 0
+    held_bytes: int = 0  # arrived and verified, but held already
 
     def sink(self, header: BlockHeader, buffer: BlockBuffer, digest: int | None = None) -> None:
         """A :class:`BlockSink`: commit the block if it matches its checksum (``digest``, when
@@ -50,10 +52,10 @@ class _Progress:
         h, stats = header.block_hash, self.client.stats
         if header.tenant != self.tenant or h not in self.pending:
             raise ProtocolError(f"peer sent unrequested block {h!r} of tenant {header.tenant!r}")
+        store = self.client.store
+        held = store.info(self.tenant, h) is not None  # stored meanwhile by another command
         try:
-            self.client.store.put(
-                self.tenant, h, buffer, header.checksum, self.state, self.ttl_s, digest
-            )
+            store.put(self.tenant, h, buffer, header.checksum, self.state, self.ttl_s, digest)
         except ChecksumMismatch:
             stats.checksum_failures += 1
             self.corrupt[h] = None
@@ -62,8 +64,12 @@ class _Progress:
             stats.store_rejections += 1
             self.rejected.append(h)
         else:
-            self.committed.append(h)
-            self.nbytes += buffer.nbytes
+            if held:  # stored by this command: no (the bytes were dropped, the state applied)
+                self.present.append(h)
+                self.held_bytes += buffer.nbytes
+            else:
+                self.committed.append(h)
+                self.nbytes += buffer.nbytes
         del self.pending[h]
 
     def mark_missing(self, hashes: Iterable[BlockHash]) -> None:
@@ -136,7 +142,10 @@ class TransferClient:
         ttl_s: float | None,
     ) -> PullResult:
         start, stats = time.monotonic(), self.stats
-        present = tuple(h for h in hashes if self.store.info(tenant, h) is not None)
+        # blocks held already take the state asked (a cached copy of a speculative replica
+        # makes it cached, a speculative one refreshes its TTL); nothing moves for them
+        restate = self.store.restate
+        present = tuple(h for h in hashes if restate(tenant, h, state, ttl_s) is not None)
         todo = dict.fromkeys(hashes)
         for h in present:
             del todo[h]
@@ -166,18 +175,21 @@ class TransferClient:
         stats.attempts += attempts
         stats.blocks_committed += len(prog.committed)
         stats.bytes_committed += prog.nbytes
+        stats.bytes_already_held += prog.held_bytes
         if status is None:
             if not (prog.pending or prog.missing or prog.rejected):
                 status = PullStatus.OK
             else:
-                status = PullStatus.PARTIAL if prog.committed or present else PullStatus.FAILED
+                done = prog.committed or present or prog.present
+                status = PullStatus.PARTIAL if done else PullStatus.FAILED
         stats.pulls_ok += status is PullStatus.OK
         stats.refused += status is PullStatus.REFUSED
         stats.deadline_exceeded += status is PullStatus.DEADLINE_EXCEEDED
         if status is not PullStatus.OK:
             log.warning("pull %s from %s: %s %s", cid, peer, status.value, error)
         return PullResult(
-            cid, peer, tenant, status, tuple(prog.committed), present, tuple(prog.missing),
+            cid, peer, tenant, status, tuple(prog.committed), (*present, *prog.present),
+            tuple(prog.missing),
             tuple(prog.pending), tuple(prog.corrupt), tuple(prog.rejected), prog.nbytes,
             attempts, time.monotonic() - start, error,
         )  # fmt: skip

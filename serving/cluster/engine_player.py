@@ -28,6 +28,7 @@ from kvcast.serving.cluster.blocks import BlockMaker
 from kvcast.serving.cluster.engine_http import EngineHttp, EngineHttpError
 from kvcast.serving.cluster.event_sinks import EventSink
 from kvcast.serving.cluster.node_model import Admission
+from kvcast.serving.http.block_hash import hash_to_header
 from kvcast.serving.kv_events.decode import KvEvent
 
 
@@ -137,7 +138,7 @@ class EnginePlayer:
             data, digest = self.maker.make(tenant, block_hash)
             if tenant.isascii() and tenant.isprintable():  # raw bytes, the fields in headers
                 fields = {"Content-Type": "application/octet-stream", "X-Kvcast-Tenant": tenant,
-                          "X-Kvcast-Block-Hash": str(block_hash),
+                          "X-Kvcast-Block-Hash": hash_to_header(block_hash),
                           "X-Kvcast-Checksum": str(digest)}  # fmt: skip
                 call = self.http.request("PUT", "/v1/blocks", data, fields)
             else:  # a tenant name a header cannot carry: JSON, the bytes in base64

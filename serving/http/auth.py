@@ -11,11 +11,23 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable, Collection
+from typing import Annotated
 
 from fastapi.security import HTTPBearer
+from pydantic import AfterValidator, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 bearer_scheme = HTTPBearer(auto_error=False, description="the shared token (KVCAST_TOKEN)")
+
+
+def _not_blank(token: SecretStr) -> SecretStr:
+    if not token.get_secret_value().strip():
+        raise ValueError("the token is set but empty; remove it or give it a secret")
+    return token
+
+
+# a config's shared token: an empty one would silently leave every route open, so it is refused
+Token = Annotated[SecretStr, AfterValidator(_not_blank)]
 
 
 def token_matches(header: bytes | None, token: bytes) -> bool:

@@ -35,6 +35,20 @@ def hash_to_json(value: BlockHash) -> int | str:
     return value.hex() if isinstance(value, bytes) else value
 
 
+def hash_from_header(text: str) -> BlockHash:
+    """A hash in an HTTP header, where every value is text: ASCII decimal digits are a u64,
+    ``0x`` then hex a bytes hash (the unambiguous form: ``1234`` is the integer), and other
+    hex, for short, a bytes hash too; ValueError otherwise."""
+    if text.isascii() and text.isdigit():
+        return hash_from_json(int(text))
+    return hash_from_json(text[2:] if text[:2].lower() == "0x" else text)
+
+
+def hash_to_header(value: BlockHash) -> str:
+    """The header form :func:`hash_from_header` reads back as ``value``."""
+    return "0x" + value.hex() if isinstance(value, bytes) else str(value)
+
+
 JsonBlockHash = Annotated[
     BlockHash,
     PlainValidator(hash_from_json),

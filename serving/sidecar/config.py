@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 
 from kvcast.config import FrozenConfig, load_config, with_overrides
 from kvcast.features.config import FeatureConfig
@@ -19,6 +19,7 @@ from kvcast.llm import get_llm
 from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.transport import parse_peer
+from kvcast.serving.http.auth import Token
 
 Mode = Literal["shadow", "active"]
 Name = str
@@ -95,7 +96,7 @@ class SidecarConfig(FrozenConfig):
     agents: AgentClientConfig = AgentClientConfig()
     decision_log: DecisionLogConfig = DecisionLogConfig()
     shutdown_grace_s: float = Field(5.0, gt=0)
-    token: SecretStr | None = None  # shared token (the CLI reads KVCAST_TOKEN)
+    token: Token | None = None  # shared token (the CLI reads KVCAST_TOKEN)
 
     @model_validator(mode="after")
     def _consistent(self) -> SidecarConfig:

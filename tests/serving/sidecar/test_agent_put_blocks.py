@@ -95,3 +95,30 @@ def test_a_block_beyond_the_capacity_is_a_409(run) -> None:
             assert len(agent.store) == 0
 
     run(main())
+
+
+def test_header_hashes_are_decimal_u64_or_0x_hex_bytes_and_odd_digits_are_a_422(run) -> None:
+    async def main() -> None:
+        async with agent_api() as (client, agent):
+            data = _block(5)
+            base = {**AUTH, "Content-Type": "application/octet-stream", "X-Kvcast-Tenant": "acme",
+                    "X-Kvcast-Checksum": str(checksum(data))}  # fmt: skip
+            for text in ("1234", "0x1234"):
+                r = await client.put("/v1/blocks", content=data,
+                                     headers=base | {"X-Kvcast-Block-Hash": text})  # fmt: skip
+                assert r.status_code == 200, r.text
+            assert {i.block_hash for i in agent.store.inventory()} == {1234, b"\x12\x34"}
+            for header in ("X-Kvcast-Block-Hash", "X-Kvcast-Checksum"):  # latin-1 superscript 2
+                bad = base | {"X-Kvcast-Block-Hash": "7", header: b"\xb2"}
+                r = await client.put("/v1/blocks", content=data, headers=bad)
+                assert r.status_code == 422, r.text
+                assert r.json()["detail"][0]["field"] == "header." + header.lower()
+
+    run(main())
+
+
+def test_header_hash_round_trip() -> None:
+    from kvcast.serving.http.block_hash import hash_from_header, hash_to_header
+
+    for h in (0, 1234, 2**64 - 1, b"\x12\x34", b"\x00\xab", bytes(range(32))):
+        assert hash_from_header(hash_to_header(h)) == h
