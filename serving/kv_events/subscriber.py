@@ -19,6 +19,7 @@ the SUB is connected is dropped) is recovered the same way.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 
 import zmq
@@ -85,6 +86,7 @@ class KvEventSubscriber:
         self._catch_up_enabled = catch_up and self._replay is not None
         self._catch_up_due = self._catch_up_enabled
         self._caught_up_to: int | None = None  # last seq the catch-up delivered
+        self._caught: dict[int, bytes] = {}  # seq -> digest of the payload the catch-up gave
 
     @property
     def counters(self) -> KvSubscriberCounters:
@@ -129,13 +131,9 @@ class KvEventSubscriber:
             return
         step = self._seqs.observe(frames[0], seq)
         if self._catch_up_enabled:
-            done = self._caught_up_to
-            if step.verdict is SeqVerdict.RESTART:
-                self._caught_up_to = None  # a new engine: its numbers mean new batches
-            elif done is not None and seq <= done:
+            step = self._after_catch_up(step, seq, frames[2], out)
+            if step is None:
                 return  # the catch-up already delivered this batch
-            elif step.verdict is SeqVerdict.FIRST:
-                out.extend(self._catch_up(0 if done is None else done + 1, seq))
         current = self._decode(frames[2])
         if step.verdict is SeqVerdict.GAP:
             c.gaps += 1
@@ -152,6 +150,33 @@ class KvEventSubscriber:
         if out:
             self._last_ts_ms = out[-1].ts_ms
 
+    def _after_catch_up(
+        self, step: SeqStep, seq: int, payload: bytes, out: list[DecodedBatch]
+    ) -> SeqStep | None:
+        """A live batch seen against what the catch-up delivered: None if it is one of those
+        (the same number and bytes), else the step to take. A batch under a caught-up number
+        with other bytes is a new engine (restarted before its first live batch reached us);
+        a gap never recovers what the catch-up delivered."""
+        done = self._caught_up_to
+        if step.verdict is SeqVerdict.RESTART:
+            self._forget_catch_up()  # a new engine: its numbers mean new batches
+        elif done is not None and seq <= done:
+            if self._caught.get(seq) == _digest(payload):
+                return None
+            self._forget_catch_up()
+            return SeqStep(SeqVerdict.RESTART, 0, seq)
+        elif step.verdict is SeqVerdict.FIRST:
+            out.extend(self._catch_up(0 if done is None else done + 1, seq))
+        elif done is not None:
+            if step.verdict is SeqVerdict.GAP and step.missing_from <= done:
+                step = SeqStep(SeqVerdict.GAP, done + 1, step.missing_to)
+            self._forget_catch_up()  # live past it: later numbers are all new
+        return step
+
+    def _forget_catch_up(self) -> None:
+        self._caught_up_to = None
+        self._caught.clear()
+
     def _catch_up(self, start: int, stop: int | None) -> list[DecodedBatch]:
         """The engine's buffered batches with ``start <= seq < stop`` (None: all of them)."""
         if self._replay is None or (stop is not None and stop <= start):
@@ -162,6 +187,7 @@ class KvEventSubscriber:
             return []
         if got:
             self._caught_up_to = max(got[-1][0], self._caught_up_to or 0)
+            self._caught.update((seq, _digest(payload)) for seq, payload in got)
         self._counters.caught_up += len(got)
         return [b for b in (self._decode(payload) for _, payload in got) if b is not None]
 
@@ -191,3 +217,7 @@ class KvEventSubscriber:
         if ts_ms is None:
             ts_ms = current.ts_ms if current is not None else 0.0
         return DecodedBatch(ts_ms, None, (AllBlocksCleared(ts_ms=ts_ms, node=self.node),))
+
+
+def _digest(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=16).digest()
