@@ -61,7 +61,8 @@ class ReplicateCommand:
     ``block_hashes`` is the chain from its root; the executor moves only the blocks the
     target lacks, and only up to the first block the source does not hold. ``priority``: 0
     is the most valuable command of its batch. ``deadline_ms``: the replica is useless if it
-    lands later (the predicted first use); None when unknown.
+    lands later (the predicted first use); None when unknown. ``tenant``: whose chain it is
+    (two tenants' chains may share hashes; "" when unknown).
     """
 
     source: int
@@ -71,6 +72,7 @@ class ReplicateCommand:
     reason: str | DecisionReason = ""
     priority: int = 0
     deadline_ms: float | None = None
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class PromoteCommand:
     reason: str | DecisionReason = ""
     priority: int = 0
     deadline_ms: float | None = None
+    tenant: str = ""  # whose chain it is ("" when unknown)
 
 
 @dataclass(frozen=True, slots=True)

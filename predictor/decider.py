@@ -250,9 +250,12 @@ class Decider:
         plan.held[opt.target] = opt.end
         forecast.move(plan, opt.target)
         chain = plan.blocks[: opt.end]
+        tenant = plan.tenant
         if opt.source == opt.target:
-            return PromoteCommand(opt.target, moved, ttl, opt.reason, priority, deadline)
-        return ReplicateCommand(opt.source, opt.target, chain, ttl, opt.reason, priority, deadline)
+            return PromoteCommand(opt.target, moved, ttl, opt.reason, priority, deadline, tenant)
+        return ReplicateCommand(
+            opt.source, opt.target, chain, ttl, opt.reason, priority, deadline, tenant
+        )
 
 
 def _placed_as(copies: CopyTerms, i: int, held: list[int], real: list[int]) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from kvcast.features.events import Medium
 from kvcast.serving.agent.api_models import Tenant
@@ -36,7 +36,9 @@ class Arrival(Body):
     block_hashes: list[JsonBlockHash] = Field(max_length=MAX_HASHES, description="root first")
     input_tokens: int = Field(ge=0, le=10**8)
     output_tokens: int = Field(0, ge=0, le=10**8)
-    public_blocks: int = Field(0, ge=0, description="leading blocks shareable across tenants")
+    public_blocks: int = Field(
+        0, ge=0, le=MAX_HASHES, description="leading blocks shareable across tenants"
+    )
     ts_ms: float | None = Field(None, ge=0, description="router's unix ms (None: on receipt)")
     queue_depth: int | None = Field(None, ge=0, le=10**9, description="node queue when routed")
 
@@ -45,21 +47,38 @@ class ArrivalBatch(Body):
     requests: list[Arrival] = Field(min_length=1, max_length=10_000)
 
 
-class StoredEvent(Body):
+def _wire_medium(value: object) -> object:
+    """As the ZMQ decoder reads it: null is GPU (vLLM's default), any case."""
+    if value is None:
+        return "GPU"
+    return value.upper() if isinstance(value, str) else value
+
+
+WireMedium = Annotated[Medium, BeforeValidator(_wire_medium)]
+
+
+class EngineEvent(BaseModel):
+    """An event as vLLM writes it (its map encoding): fields kvcast does not read, such as
+    ``token_ids``, ``lora_id`` or ``lora_name``, are accepted and ignored, as on ZMQ."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+class StoredEvent(EngineEvent):
     type: Literal["BlockStored"]
     block_hashes: list[JsonBlockHash] = Field(min_length=1, max_length=MAX_HASHES)
     parent_block_hash: JsonBlockHash | None = None
     block_size: int = Field(gt=0, le=1 << 20)
-    medium: Medium = "GPU"
+    medium: WireMedium = "GPU"
 
 
-class RemovedEvent(Body):
+class RemovedEvent(EngineEvent):
     type: Literal["BlockRemoved"]
     block_hashes: list[JsonBlockHash] = Field(min_length=1, max_length=MAX_HASHES)
-    medium: Medium = "GPU"
+    medium: WireMedium = "GPU"
 
 
-class ClearedEvent(Body):
+class ClearedEvent(EngineEvent):
     type: Literal["AllBlocksCleared"]
 
 

@@ -175,9 +175,10 @@ class Sidecar:
         if mode == self.mode:
             return
         log.info("mode %s -> %s", self.mode, mode)
-        if mode == "active":
-            self.decider = self.loop.decider = Decider(self.cfg.decider_config)
-        self.mode = mode
+        with self.loop.switch_lock:  # a tick in progress ends with the mode it began with
+            if mode == "active":
+                self.decider = self.loop.decider = Decider(self.cfg.decider_config)
+            self.mode = mode
 
     def ready(self) -> dict[str, bool]:
         """What /readyz checks; ready when all hold."""

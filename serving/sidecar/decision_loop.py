@@ -65,6 +65,9 @@ class DecisionLoop:
     ) -> None:
         self.keeper, self.slot, self.decider, self.live = keeper, slot, decider, view
         self.mode, self.in_flight, self.sink = mode, in_flight, sink
+        # held while a tick reads the mode and the decider, and while a switch changes them:
+        # a tick runs start to end with the pair it began with
+        self.switch_lock = threading.Lock()
         self.recent, self.log, self.timers = recent, decision_log, timers
         self.tick_ms, self.block_bytes, self.tail_tokens = tick_ms, block_bytes, tail_tokens
         self.sidecar_id, self.clock_ms = sidecar_id, clock_ms
@@ -111,6 +114,8 @@ class DecisionLoop:
         """One decision tick (public for tests and benchmarks)."""
         t0 = time.perf_counter()
         now = self._now = max(self.clock_ms(), self._now)
+        with self.switch_lock:
+            mode, decider = self.mode(), self.decider
         model = self.slot.current
         if model is None:
             self.skipped["no_model"] += 1
@@ -127,10 +132,10 @@ class DecisionLoop:
         view = self.live.view(now, hbm, self.in_flight(), removals)
         holders = inp.holders if inp is not None and len(probs) else None
         for ts, node, blocks in inp.routed if inp is not None else ():
-            self.decider.observe_arrival(node, blocks, ts)  # were its copies used?
-        commands = self.decider.decide(cands, probs, view, holders)
+            decider.observe_arrival(node, blocks, ts)  # were its copies used?
+        commands = decider.decide(cands, probs, view, holders)
         self.timers.decide.observe(time.perf_counter() - t1)
-        mode, digest = self.mode(), model.info.digest if model is not None else ""
+        digest = model.info.digest if model is not None else ""
         out = []
         for cmd in commands:
             self._serial += 1

@@ -58,11 +58,13 @@ class Decision:
         self.history.append(status)
 
 
-def chain_of(cands: ChainCandidates, blocks: tuple[int, ...]) -> int:
-    """The index of the candidate chain that ``blocks`` is a prefix of (-1: none)."""
-    k = len(blocks)
+def chain_of(cands: ChainCandidates, blocks: tuple[int, ...], tenant: str = "") -> int:
+    """The index of the candidate chain of ``tenant`` (any tenant when "") that ``blocks`` is
+    a prefix of (-1: none)."""
+    k, tenants = len(blocks), cands.tenants
     for i, chain in enumerate(cands.chains):
-        if len(chain) >= k and chain[0] == blocks[0] and chain[:k] == blocks:
+        ours = not tenant or not tenants or tenants[i] == tenant
+        if ours and len(chain) >= k and chain[0] == blocks[0] and chain[:k] == blocks:
             return i
     return -1
 
@@ -78,8 +80,8 @@ def make_decision(
             len(cmd.block_hashes) * block_bytes, 0, 0.0, math.nan,
             (math.nan,) * len(cmd.block_hashes), None, cmd.reason, "", status,
         )  # fmt: skip
-    i = chain_of(cands, cmd.block_hashes)
-    tenant = cands.tenants[i] if i >= 0 and cands.tenants else ""
+    i = chain_of(cands, cmd.block_hashes, cmd.tenant)  # the decider says whose chain it is
+    tenant = cmd.tenant or (cands.tenants[i] if i >= 0 and cands.tenants else "")
     if i >= 0:
         start = int(cands.offsets[i])
         p_blocks = tuple(float(p) for p in probs[start : start + len(cmd.block_hashes)])

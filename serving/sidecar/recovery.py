@@ -24,9 +24,9 @@ from pydantic import ValidationError
 
 from kvcast.features.events import BlockStored
 from kvcast.serving.agent.api_models import Inventory
-from kvcast.serving.sidecar.agent_client import ints
 from kvcast.serving.sidecar.event_queue import EventQueue
 from kvcast.serving.sidecar.replicas import ReplicaTracker
+from kvcast.serving.sidecar.translate import u64
 
 log = logging.getLogger("kvcast.serving.sidecar")
 SOURCE = "recovery"
@@ -70,18 +70,20 @@ async def recover_locations(
             log.warning("recovery: no inventory from node %d (%s): %s", node, agents[node], inv)
             continue
         report.agents_read += 1
-        held = ints(*(b.block_hash for b in inv.blocks if b.state != "speculative"))
-        spec = [b for b in inv.blocks if b.state == "speculative" and isinstance(b.block_hash, int)]
+        # blocks an engine stored under bytes hashes (vLLM's sha256) are known by their u64
+        # id, as the KV-event path names them
+        held = [u64(b.block_hash) for b in inv.blocks if b.state != "speculative"]
+        spec = [b for b in inv.blocks if b.state == "speculative"]
         now = clock_ms()
         events = []
         if held:
             events.append(BlockStored(now, node, tuple(held), None, block_tokens))
         if spec:
-            hashes = tuple(int(b.block_hash) for b in spec)
+            hashes = tuple(u64(b.block_hash) for b in spec)
             events.append(BlockStored(now, node, hashes, None, block_tokens, speculative=True))
         for b in spec:
             ttl = b.ttl_remaining_s if b.ttl_remaining_s is not None else float("inf")
-            replicas.place(node, [int(b.block_hash)], b.tenant, b.nbytes, max(ttl, MIN_TTL_S))
+            replicas.place(node, [u64(b.block_hash)], b.tenant, b.nbytes, max(ttl, MIN_TTL_S))
         queue.put(events, SOURCE)
         report.blocks += len(held) + len(spec)
         report.replicas += len(spec)

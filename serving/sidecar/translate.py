@@ -29,6 +29,22 @@ def invalid(loc: Sequence[str | int], msg: str) -> RequestValidationError:
     return RequestValidationError([{"loc": tuple(loc), "msg": msg, "type": "value_error"}])
 
 
+MAX_AHEAD_MS = 60_000.0  # an event stamped further ahead of the sidecar's clock is refused
+
+
+def stamp(ts_ms: float | None, now_ms: float, loc: Sequence[str | int]) -> float:
+    """An event's time: ``now_ms`` when not given; a time more than :data:`MAX_AHEAD_MS` ahead
+    of the sidecar's clock is a 422 (one such event would re-stamp every later one into the
+    future: the consumer keeps the stream in order)."""
+    if ts_ms is None:
+        return now_ms
+    if ts_ms > now_ms + MAX_AHEAD_MS:
+        ahead = (ts_ms - now_ms) / 1e3
+        msg = f"ts_ms {ts_ms:.0f} is {ahead:,.0f} s ahead of the sidecar's clock"
+        raise invalid(loc, msg + ": unix milliseconds expected; check the sender's clock")
+    return ts_ms
+
+
 def node_index(ref: int | str, names: Sequence[str], loc: Sequence[str | int]) -> int:
     if isinstance(ref, int) and 0 <= ref < len(names):
         return ref
@@ -66,7 +82,8 @@ def arrival_events(
     for i, a in enumerate(batch.requests):
         node = node_index(a.node, names, ("body", "requests", i, "node"))
         events.append(RequestArrived(
-            ts_ms=now_ms if a.ts_ms is None else a.ts_ms, request_id=a.request_id, node=node,
+            ts_ms=stamp(a.ts_ms, now_ms, ("body", "requests", i, "ts_ms")),
+            request_id=a.request_id, node=node,
             tenant=a.tenant, session=a.session, input_tokens=a.input_tokens,
             output_tokens=a.output_tokens, block_hashes=tuple(u64(h) for h in a.block_hashes),
             public_blocks=a.public_blocks,
@@ -78,7 +95,7 @@ def arrival_events(
 
 def kv_events(batch: KvEventBatch, names: Sequence[str], now_ms: float) -> list[KvEvent]:
     node = node_index(batch.node, names, ("body", "node"))
-    ts = now_ms if batch.ts_ms is None else batch.ts_ms
+    ts = stamp(batch.ts_ms, now_ms, ("body", "ts_ms"))
     out: list[KvEvent] = []
     for e in batch.events:
         if isinstance(e, StoredEvent):

@@ -1,0 +1,153 @@
+"""The sidecar on inputs that once broke it: a copy's tenant when two tenants send one chain,
+a timestamp in the wrong unit, an oversized public prefix, vLLM's own event fields over HTTP,
+a mode switch in the middle of a tick, and recovery of blocks held under bytes hashes."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import numpy as np
+from sidecar_harness import (
+    BLOCK_TOKENS,
+    chain,
+    hot_chain_on_node_a,
+    open_sidecar,
+    settle,
+    sidecar_config,
+    telemetry,
+    tick,
+)
+
+from kvcast.features.events import BlockStored
+from kvcast.serving.agent import AgentConfig, BlockState, HostBuffer, checksum
+from kvcast.serving.agent.service import AgentService
+from kvcast.serving.kv_events import hash_from_wire
+from kvcast.serving.sidecar.event_queue import EventQueue
+from kvcast.serving.sidecar.recovery import recover_locations
+from kvcast.serving.sidecar.replicas import ReplicaTracker
+
+
+def with_telemetry(sc, cfg) -> None:  # type: ignore[no-untyped-def]
+    for i, name in enumerate(cfg.node_names):
+        sc.loads.note_telemetry(i, telemetry(name))
+
+
+def test_a_copy_carries_the_tenant_whose_chain_it_is(tmp_path, run, model_path) -> None:
+    async def main() -> None:
+        nodes = [{"name": "node-a"}, {"name": "node-b", "tenants": ["beta"]}]
+        cfg = sidecar_config(tmp_path, model=str(model_path), nodes=nodes)
+        async with open_sidecar(cfg) as (sc, client):
+            with_telemetry(sc, cfg)
+            hashes = chain()
+            await hot_chain_on_node_a(client, hashes, tenant="beta")
+            other = {"request_id": "r-2", "node": "node-a", "tenant": "acme", "session": "s-2",
+                     "block_hashes": hashes, "input_tokens": len(hashes) * BLOCK_TOKENS + 100,
+                     "output_tokens": 64, "queue_depth": 4}  # fmt: skip
+            assert (
+                await client.post("/v1/requests", json={"requests": [other]})
+            ).status_code == 202
+            await settle(sc)
+            copies = [d for d in await tick(sc) if d.kind == "replicate" and d.target == 1]
+            assert copies and all(d.tenant == "beta" for d in copies)  # node-b serves beta only
+
+    run(main())
+
+
+def test_a_timestamp_far_ahead_of_the_clock_is_a_422_and_the_stream_goes_on(
+    tmp_path, run, model_path
+) -> None:
+    async def main() -> None:
+        cfg = sidecar_config(tmp_path, model=str(model_path))
+        async with open_sidecar(cfg) as (sc, client):
+            with_telemetry(sc, cfg)
+            micro = {"request_id": "us", "node": "node-b", "tenant": "zed", "block_hashes": [9],
+                     "input_tokens": 10, "ts_ms": time.time() * 1e6}  # microseconds  # fmt: skip
+            r = await client.post("/v1/requests", json={"requests": [micro]})
+            assert r.status_code == 422 and "ahead of the sidecar's clock" in r.text
+            kv = {"node": 0, "ts_ms": time.time() * 1e6, "events": [{"type": "AllBlocksCleared"}]}
+            assert (await client.post("/v1/kv-events", json=kv)).status_code == 422
+            await hot_chain_on_node_a(client, chain(1))
+            await settle(sc)
+            assert [d.kind for d in await tick(sc)] == ["replicate"]
+
+    run(main())
+
+
+def test_a_public_prefix_longer_than_any_chain_is_a_422(tmp_path, run) -> None:
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path)) as (_, client):
+            bad = {"request_id": "bad", "node": "node-a", "tenant": "zed", "public_blocks": 2**63,
+                   "block_hashes": chain(7), "input_tokens": 4096}  # fmt: skip
+            r = await client.post("/v1/requests", json={"requests": [bad]})
+            assert r.status_code == 422 and "public_blocks" in r.text
+
+    run(main())
+
+
+def test_vllm_map_events_over_http_are_accepted_with_their_own_fields(tmp_path, run) -> None:
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path)) as (sc, client):
+            stored = {"type": "BlockStored", "block_hashes": [5, 6], "parent_block_hash": None,
+                      "token_ids": list(range(32)), "block_size": 16, "lora_id": None,
+                      "medium": None}  # fmt: skip
+            removed = {"type": "BlockRemoved", "block_hashes": [6], "medium": "gpu"}
+            r = await client.post("/v1/kv-events", json={"node": 0, "events": [stored, removed]})
+            assert r.status_code == 202, r.text
+            await settle(sc)
+            assert (await client.get("/v1/blocks/5")).json()["gpu"] == ["node-a"]
+            assert (await client.get("/v1/blocks/6")).status_code == 404  # removed: held nowhere
+
+    run(main())
+
+
+def test_a_mode_switch_during_a_tick_never_sends_one_copy_twice(tmp_path, run, model_path) -> None:
+    async def main() -> None:
+        cfg = sidecar_config(tmp_path, model=str(model_path))
+        async with open_sidecar(cfg) as (sc, client):
+            with_telemetry(sc, cfg)
+            sent: list = []
+            sc.loop.sink = sent.extend  # what would go to the agents
+            await hot_chain_on_node_a(client, chain())
+            await settle(sc)
+            shadow = sc.loop.decider
+            decide = shadow.decide
+
+            def decide_then_switch(*args, **kw):  # type: ignore[no-untyped-def]
+                out = decide(*args, **kw)
+                sc.set_mode("active")  # the operator's POST /v1/mode lands mid-tick
+                return out
+
+            shadow.decide = decide_then_switch
+            first = await tick(sc)  # decided in shadow mode: logged, not sent
+            assert first and {d.mode for d in first} == {"shadow"} and not sent
+            await tick(sc)  # the active decider's own first decision
+            copies = [(d.kind, d.target, d.block_hashes) for d in sent]
+            assert copies and len(copies) == len(set(copies))
+
+    run(main())
+
+
+def test_recovery_locates_blocks_held_under_bytes_hashes_by_their_u64_id(run) -> None:
+    digest = bytes(range(32))  # a sha256-sized bytes block hash
+
+    async def main() -> tuple:
+        cfg = AgentConfig(capacity_bytes=1 << 20, speculative_quota_bytes=1 << 19, token="t0k")
+        service = AgentService(cfg)
+        http, _ = await service.start()
+        try:
+            buf = HostBuffer(np.full(4096, 7, dtype=np.uint8))
+            service.agent.store.put("acme", digest, buf, checksum(buf.view()), BlockState.CACHED)
+            queue = EventQueue(100)
+            async with httpx.AsyncClient() as client:
+                report = await recover_locations(
+                    [f"http://{http}"], client, "t0k", queue=queue, replicas=ReplicaTracker(),
+                    block_tokens=16, timeout_s=2.0, clock_ms=lambda: 5_000.0,
+                )  # fmt: skip
+            return report, [e for b in queue.get(100, timeout_s=0.1) for e in b]
+        finally:
+            await service.stop()
+
+    report, events = run(main(), timeout=15.0)
+    assert report.blocks == 1
+    assert events == [BlockStored(5_000.0, 0, (hash_from_wire(digest),), None, 16)]
