@@ -183,7 +183,7 @@ class Decider:
         hot = forecast.hot()
         in_flight = ledger.in_flight_to(view.n)
         best = None
-        if depth and self._worth_a_look(plan, view, queue, depth):
+        if depth and self._worth_a_look(plan, queue, depth):
             best = replication_option(
                 plan,
                 view,
@@ -206,14 +206,13 @@ class Decider:
                     best = opt
         return best
 
-    def _worth_a_look(
-        self, plan: ChainPlan, view: ClusterView, queue: list[float], depth: int
-    ) -> bool:
+    def _worth_a_look(self, plan: ChainPlan, queue: list[float], depth: int) -> bool:
         """Cheap pre-check: some holder of the prefix is more queued than the least queued
-        node (else nothing can be saved). Not with a route probe: the router may send the
-        request to a node without the prefix, where a copy saves its recompute."""
-        if view.would_route is not None:
-            return True
+        node (else no queue can be saved). Kept under a route probe too, although there the
+        inequality also credits a copy to the node the router would pick now with that node's
+        recompute: the router picks again when the request comes, and those copies went unused
+        (skipping the check for them made the oracle's P50 TTFT 10% worse and the recency
+        policy's 7% on the bundled trace under ``dynamo_kv``, 2026-12-03)."""
         return max(x for x, h in zip(queue, plan.held, strict=True) if h >= depth) > min(queue)
 
     # -- commitment ---------------------------------------------------------------------------

@@ -63,9 +63,15 @@ def test_blocks_the_target_holds_past_a_gap_are_neither_moved_nor_evicted_later(
     assert [(c.node, c.block_hashes) for c in evicted] == [(1, CHAIN[:5])]
 
 
-def test_with_a_route_probe_a_copy_to_where_the_router_goes_is_weighed_at_equal_queues() -> None:
+def test_at_equal_queues_no_copy_is_made_even_where_a_route_probe_sends_the_request() -> None:
+    # the inequality alone would copy to node 1 (its recompute saved); the pre-check keeps the
+    # decider from it: the router picks again when the request comes (see _worth_a_look)
     def sticky(chain: object, tokens: object, match: object) -> int:
-        return 1  # session affinity: node 1, whatever holds the prefix
+        return 1
 
-    v = view(queue=(0.0, 0.0, 0.0), would_route=sticky)  # node 0 holds the chain
-    assert copies(Decider().decide(*one_chain(0.9), v)) == [(0, 1)]
+    assert (
+        copies(Decider().decide(*one_chain(0.9), view(queue=(0.0, 0.0, 0.0), would_route=sticky)))
+        == []
+    )
+    busy_holder = view(queue=(1.0, 0.0, 0.0), would_route=sticky)
+    assert copies(Decider().decide(*one_chain(0.9), busy_holder)) == [(0, 1)]
