@@ -106,7 +106,8 @@ def test_evict_command_drops_speculative_replicas() -> None:
     assert res.requests.iloc[1]["cached_blocks"] == 0
 
 
-def test_promotion_loads_a_demoted_chain_back_into_hbm_ahead_of_use() -> None:
+def promoted_run(quota_blocks: int = 16):
+    """One node; CHAIN demoted to DRAM by another request, promoted at 6 s, read at 9 s."""
     other = list(range(100, 112))
     tr = tiny_trace([(0.0, 5000, 1, CHAIN), (2_000.0, 6000, 1, other), (9_000.0, 5000, 1, CHAIN)])
     cfg = config(
@@ -115,25 +116,19 @@ def test_promotion_loads_a_demoted_chain_back_into_hbm_ahead_of_use() -> None:
         node={"kv_capacity_gib": 14 * BLOCK_GIB, "dram": {"capacity_gib": 100.0}},
     )
     promote = PromoteCommand(node=0, block_hashes=tuple(CHAIN), ttl_ms=60_000.0)
-    rep = Scripted({6_000.0: [promote]})
-    res = Simulator(tr, cfg, Pinned([0, 0, 0]), replicator=rep).run()
+    rep = Scripted({6_000.0: [promote]}, quota_blocks=quota_blocks)
+    return Simulator(tr, cfg, Pinned([0, 0, 0]), replicator=rep).run()
+
+
+def test_promotion_loads_a_demoted_chain_back_into_hbm_ahead_of_use() -> None:
+    res = promoted_run()
     third = res.requests.iloc[2]
     assert third["cached_blocks"] > 0  # found in HBM, not loaded on the critical path
     assert res.summary["bytes_replicated_used"] > 0
 
 
 def test_promotion_stopped_by_the_quota_leaves_the_rest_in_dram() -> None:
-    other = list(range(100, 112))
-    tr = tiny_trace([(0.0, 5000, 1, CHAIN), (2_000.0, 6000, 1, other), (9_000.0, 5000, 1, CHAIN)])
-    cfg = config(
-        nodes=1,
-        arrival_spread="off",
-        node={"kv_capacity_gib": 14 * BLOCK_GIB, "dram": {"capacity_gib": 100.0}},
-    )
-    promote = PromoteCommand(node=0, block_hashes=tuple(CHAIN), ttl_ms=60_000.0)
-    rep = Scripted({6_000.0: [promote]}, quota_blocks=4)
-    res = Simulator(tr, cfg, Pinned([0, 0, 0]), replicator=rep).run()
-    third = res.requests.iloc[2]
+    third = promoted_run(quota_blocks=4).requests.iloc[2]
     # 4 promoted into HBM; the other reusable blocks are still loaded from DRAM, not lost
     # (the last block is always recomputed)
     assert third["cached_blocks"] == 4
