@@ -26,13 +26,20 @@ def _knots(raw: np.ndarray, max_points: int) -> np.ndarray:
 
 
 def fit_calibration(
-    raw: np.ndarray, y: np.ndarray, w: np.ndarray, method: str, max_points: int = 64
+    raw: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    method: str,
+    max_points: int = 64,
+    link: str = "probability",
 ) -> Calibration:
+    """The table; without one (``method: none``, or a validation window of one class) the
+    raw output is served through its ``link`` (what the model's raw score is)."""
     raw = np.asarray(raw, dtype=np.float64)
     ok = np.isfinite(raw)
     raw, y, w = raw[ok], np.asarray(y, np.float64)[ok], np.asarray(w, np.float64)[ok]
     if method == "none" or len(raw) == 0 or len(np.unique(y)) < 2:
-        return Calibration()
+        return Calibration(link=link)
     x = _knots(raw, max_points)
     if method == "isotonic":
         from sklearn.isotonic import IsotonicRegression

@@ -6,10 +6,11 @@ Relative paths are resolved against the working directory, as on the command lin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kvcast.config import FrozenConfig, load_config
 from kvcast.training.models.params import LgbmParams, RecencyParams, RuleParams, TcnParams
@@ -65,8 +66,15 @@ class TrackingConfig(FrozenConfig):
     tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
     experiment: str = "kvcast-train"
     registered_model: str = "kvcast-{kind}"  # one registered model per kind
-    champion_alias: str = "champion"
+    champion_alias: str = Field("champion", pattern=r"^[A-Za-z0-9_-]+$")
     champion_metric: Literal["pr_auc", "roc_auc"] = "pr_auc"  # validation window, higher wins
+
+    @field_validator("champion_alias")
+    @classmethod
+    def _not_reserved(cls, alias: str) -> str:
+        if alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias):
+            raise ValueError(f"{alias!r} is reserved by MLflow (latest, v<digits>)")
+        return alias
 
 
 class DistributedConfig(FrozenConfig):

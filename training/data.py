@@ -120,11 +120,14 @@ class TrainingData:
         label: str = "label_burst",
         info: dict[str, str] | None = None,
     ) -> TrainingData:
-        if label not in df.columns:
-            labels = [c for c in df.columns if c.startswith("label_burst")]
+        labels = [c for c in df.columns if c.startswith("label_burst")]
+        if label not in labels:
             raise ValueError(f"unknown label {label!r}; the table has {', '.join(labels)}")
         y = (df[label].to_numpy() > 0).astype(np.int8)
         w = df["weight"].to_numpy(np.float64) if "weight" in df else np.ones(len(df))
+        horizon = label_horizon(info)  # a label looks this far ahead: purge at least that
+        if horizon is not None and split.purge_ms < horizon:
+            split = split.model_copy(update={"purge_ms": horizon})
         parts = time_split(df["tick_ms"].to_numpy(np.float64), split)
         return cls(df, spec, feature_matrix(df, spec), y, w, parts, dict(info or {}))
 
@@ -152,3 +155,10 @@ class TrainingData:
             "positives": int(self.y.sum()),
             **{f"{p}_rows": len(self.rows(p)) for p in ("train", "validation", "test")},
         }
+
+
+def label_horizon(info: dict[str, str] | None) -> float | None:
+    """The label horizon of the feature config the table was made with (None: not recorded,
+    e.g. a features Parquet made elsewhere)."""
+    text = (info or {}).get("feature_config", "")
+    return FeatureConfig.model_validate_json(text).labels.horizon_ms if text else None

@@ -46,8 +46,9 @@ def publish(
     new = float(summary["validation"][metric])
     prev = tracker.champion_version()
     decision = decide(
-        new, tracker.champion_uri if prev else None, prev, data, metric, cfg.evaluation.budget_k
-    )
+        new, tracker.champion_uri if prev else None, prev, data, metric, cfg.evaluation.budget_k,
+        cfg.data.label,
+    )  # fmt: skip
     version = tracker.register(proto)
     if decision.promote:
         tracker.promote(version)

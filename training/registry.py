@@ -29,6 +29,7 @@ class FittedModel(Protocol):
     kind: str
     window: int  # 0: flat rows [n, F]; L: windows [n, L, F]
     missing: str  # how NaN features are scored (declared in the model's metadata)
+    output: str  # what the raw score is: "logit" or "probability" (uncalibrated serving)
     history: dict[str, list[float]]  # per-iteration / per-epoch metrics
 
     def predict_raw(self, x: np.ndarray) -> np.ndarray:

@@ -40,3 +40,24 @@ def test_a_worse_second_run_keeps_the_champion_alias(
     assert OnnxScorer.load("models:/kvcast-test/2").kind == "recency"
     with pytest.raises(ModelFormatError, match=r"models:/nope@champion: .*not found"):
         OnnxScorer.load("models:/nope@champion")
+
+
+def test_the_alias_never_moves_to_a_model_trained_for_another_label(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-lbl"}
+    worse = {"kind": "recency", "bins": 1}  # a constant: any real model beats it on any label
+    first = run_training(
+        tiny_config("recency", tiny_tables, tmp_path / "a", tracking=tracking, model=worse)
+    )
+    other = run_training(
+        tiny_config(
+            "rule", tiny_tables, tmp_path / "b", tracking=tracking, data={"label": "label_burst_k2"}
+        )
+    )
+    assert first.champion == "promoted" and other.champion == "kept"
+    tags = MlflowClient(uri).get_run(other.run_id).data.tags
+    assert "trained on 'label_burst', this run on 'label_burst_k2'" in tags["champion.reason"]

@@ -39,3 +39,23 @@ def test_a_window_left_empty_by_the_purge_is_refused_naming_it() -> None:
 def test_fractions_must_sum_to_one() -> None:
     with pytest.raises(ConfigError, match="must be 1"):
         parse_config(SplitConfig, {"train": 0.5, "validation": 0.2, "test": 0.2})
+
+
+def test_the_purge_covers_the_label_horizon_the_table_was_made_with() -> None:
+    import pandas as pd
+
+    from kvcast.features.config import FeatureConfig
+    from kvcast.features.spec import build_spec
+    from kvcast.training.data import TrainingData
+
+    h = 60_000.0  # labels look 60 s ahead; the split's own purge_ms is only 5 s
+    fcfg = FeatureConfig.model_validate({"labels": {"horizon_ms": h}})
+    spec = build_spec(fcfg)
+    t = np.arange(0.0, 1_000_000.0, 1000.0)
+    df = pd.DataFrame({name: 0.0 for name in spec.names} | {"tick_ms": t, "label_burst": 0})
+    info = {"feature_config": fcfg.model_dump_json()}
+    data = TrainingData.build(df, spec, SplitConfig(purge_ms=5000.0), info=info)
+    e1, e2 = data.split.bounds["validation"][0], data.split.bounds["test"][0]
+    assert t[data.rows("train")].max() + h < e1 and t[data.rows("validation")].max() + h < e2
+    with pytest.raises(ValueError, match="unknown label 'tick_ms'"):  # only label columns
+        TrainingData.build(df, spec, SplitConfig(), label="tick_ms", info=info)

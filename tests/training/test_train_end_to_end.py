@@ -79,3 +79,23 @@ def test_a_sequence_model_refuses_a_sampled_table(
 
     r = CliRunner().invoke(app, ["train", "--config", str(config), "--no-track"])
     assert r.exit_code == 2 and "unsampled" in r.output
+
+
+@pytest.mark.parametrize(
+    ("section", "data", "needle"),
+    [
+        ("model", {"kind": "lgbm", "class_weight": -2.0}, "class_weight"),
+        ("model", {"kind": "lgbm", "class_weight": 0}, "class_weight"),
+        ("tracking", {"champion_alias": "latest"}, "reserved by MLflow"),
+        ("tracking", {"champion_alias": "v3"}, "reserved by MLflow"),
+        ("tracking", {"champion_alias": ""}, "champion_alias"),
+    ],
+)
+def test_values_that_would_fail_only_after_training_are_refused_up_front(
+    section: str, data: dict, needle: str
+) -> None:
+    from kvcast.config import ConfigError, parse_config
+    from kvcast.training.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=needle):
+        parse_config(TrainConfig, {section: data})

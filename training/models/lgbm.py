@@ -39,6 +39,7 @@ class LgbmModel:
     booster: lgb.Booster
     names: tuple[str, ...]
     kind: str = "lgbm"
+    output: str = "logit"  # the raw score is a margin
     window: int = 0
     missing: str = "NaN follows each split's learned default branch (LightGBM)"
     history: dict[str, list[float]] = field(default_factory=dict)

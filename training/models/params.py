@@ -6,7 +6,7 @@ class (a discriminated union in :class:`kvcast.training.config.TrainConfig`).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -43,7 +43,10 @@ class LgbmParams(FrozenConfig):
     bagging_fraction: float = Field(0.8, gt=0, le=1)
     bagging_freq: int = Field(1, ge=0)
     lambda_l2: float = Field(1.0, ge=0)
-    class_weight: Literal["balanced", "none"] | float = 3.0  # positives' extra weight
+    # positives' extra weight: a finite number > 0 (0 or less trains a constant model)
+    class_weight: (
+        Literal["balanced", "none"] | Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    ) = 3.0
     monotone_increasing: tuple[str, ...] = ("heat_*",)  # fnmatch patterns of feature names
     monotone_decreasing: tuple[str, ...] = ()
     exclude_features: tuple[str, ...] = ()  # patterns: blanked in training, never split on

@@ -33,6 +33,7 @@ class RecencyModel:
     column: int
     n_features: int
     kind: str = "recency"
+    output: str = "probability"  # the raw score is a rate
     window: int = 0
     missing: str = "a missing since_last_ms falls in the last (longest) bin"
     history: dict[str, list[float]] = field(default_factory=dict)

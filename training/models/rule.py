@@ -44,6 +44,7 @@ class RuleModel:
     bias: float
     n_features: int
     kind: str = "rule"
+    output: str = "logit"  # the raw score is a weighted sum of signals
     window: int = 0
     missing: str = "a signal whose inputs are missing (NaN) does not fire"
     history: dict[str, list[float]] = field(default_factory=dict)

@@ -75,6 +75,7 @@ class TcnModel:
     window: int
     n_features: int
     kind: str = "tcn"
+    output: str = "logit"
     missing: str = "NaN features are imputed in-graph with training medians"
     history: dict[str, list[float]] = field(default_factory=dict)
     world_size: int = 1  # training processes (DDP: devices x nodes)
