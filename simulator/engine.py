@@ -263,6 +263,7 @@ class Simulator(ReplicationHooks):
     def _pull_done(self, payload: tuple[LiveRequest, int, list[int]]) -> None:
         req, src, moved = payload
         self.nodes[src].pool.release(moved)
+        self._kick(self.nodes[src])  # a request there may have waited for these pins to go
         target = self.nodes[self.log.node[req.idx]].pool
         fresh = [b for b in moved if not target.in_hbm(b)]
         if fresh and target.make_room(len(fresh), self.now):

@@ -126,9 +126,18 @@ class Node:
         return self.pool.in_use / self.pool.capacity
 
     def est_queue_ms_at(self, now: float) -> float:
-        rest = self.busy_until - now if self.batch else 0.0
+        """What a request arriving now would wait: the running iteration's time left, then
+        every queued request's estimate, less the part of it the running iteration does
+        (``est_ms_sum`` holds the whole estimate of a request until it finishes)."""
         # floating sums of added and removed estimates can leave -1e-13: clamp at zero
-        return max(rest, 0.0) + max(self.est_ms_sum, 0.0)
+        queued = max(self.est_ms_sum, 0.0)
+        if not self.batch:
+            return queued
+        done = 0.0  # of the batch's estimates, the share done once this iteration ends
+        for req, k in self.batch:
+            if req.uncached > 0:
+                done += req.est_ms * min((req.progress + k) / req.uncached, 1.0)
+        return max(self.busy_until - now, 0.0) + max(queued - done, 0.0)
 
     # -- queue -------------------------------------------------------------------------------
     def enqueue(self, req: LiveRequest, est_ms: float) -> None:

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from kvcast.features.traces.table import Trace
+from kvcast.features.traces.table import Trace, sort_by_arrival
 
 DUPLICATE_FRACTION = 0.5
 """A trace counts as quantised when more than this fraction of requests share a timestamp."""
@@ -46,4 +46,5 @@ def spread_quantized(trace: Trace, quantum_ms: float | None = None, seed: int = 
             out[s:e] = arr[s] + np.sort(rng.uniform(0.0, q, e - s))
     new = df.copy()
     new["arrival_ms"] = out
+    new, _ = sort_by_arrival(new)  # a group spread past a closer next timestamp: re-sort
     return replace(trace, requests=new)

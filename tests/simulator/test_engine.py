@@ -15,6 +15,7 @@ from kvcast.simulator.config import SimConfig
 from kvcast.simulator.engine import Simulator, simulate
 from kvcast.simulator.model_scorer import is_model_policy
 from kvcast.simulator.policies import policy_names
+from kvcast.simulator.policies.base import RoutingContext, RoutingDecision
 
 # the model policies need a trained model: tests/simulator/test_model_policies.py runs them
 BASELINES = [n for n in policy_names() if not is_model_policy(n)]
@@ -210,3 +211,57 @@ def test_the_configured_load_scaling_sets_the_replayed_arrivals(how: str) -> Non
         assert [df[str(i)] for i in range(4)] == [0.0, 10_000.0, 60_000.0, 70_000.0]
         replayed = [df[f"{i}~1"] for i in range(4)]  # 0, 1: one conversation; 2, 3: the other
         assert replayed[1] - replayed[0] == replayed[3] - replayed[2] == 10_000.0
+
+
+class Scripted:
+    """Routes request i as its scripted decision says (a test router, not a mock)."""
+
+    name = "scripted"
+
+    def __init__(self, decisions: list[RoutingDecision]) -> None:
+        self.decisions = list(decisions)
+        self.seen: list[float] = []  # node 0's estimated queue at each routing call
+
+    def route(self, ctx: RoutingContext) -> RoutingDecision:
+        self.seen.append(ctx.nodes[0].est_queue_ms)
+        return self.decisions.pop(0)
+
+
+def test_the_estimated_queue_counts_the_running_iteration_once() -> None:
+    cfg = config(nodes=1, arrival_spread="off")
+    iso = cfg.node.prefill.isolated_ms(8000)  # one iteration (8,000 < the 8,192 chunk)
+    # B arrives half-way through A's only iteration: it waits the other half, no more
+    tr = tiny_trace([(0.0, 8000, 1, list(range(16))), (iso / 2, 100, 1, [999])])
+    router = Scripted([RoutingDecision(node=0)] * 2)
+    rq = simulate(tr, cfg, router).requests
+    assert rq["prefill_start_ms"].iloc[1] - rq["arrival_ms"].iloc[1] == pytest.approx(iso / 2)
+    assert router.seen[1] == pytest.approx(iso / 2)
+
+
+def test_a_request_held_back_by_a_pulls_pins_starts_once_the_pull_lands() -> None:
+    # 12 blocks per node; Y on node 1 needs room that node 0's pull from node 1 pins
+    cfg = config(nodes=2, arrival_spread="off", node={"kv_capacity_gib": 12 * 0.15625})
+    a, y = list(range(10)), list(range(100, 111))
+    tr = tiny_trace([(0.0, 10 * 512, 1, a), (10_000.0, 10 * 512, 1, a),
+                     (10_001.0, 11 * 512, 1, y)])  # fmt: skip
+    pull = RoutingDecision(node=0, pull_from=1, pull_blocks=10)
+    router = Scripted([RoutingDecision(node=1), pull, RoutingDecision(node=1)])
+    hour = 3_600_000.0
+
+    def stop_if_hung(ev: Event) -> None:
+        if isinstance(ev, TelemetrySample) and ev.ts_ms > hour:  # the run would never end
+            raise AssertionError("request Y never started")
+
+    rq = Simulator(tr, cfg, router, observers=[stop_if_hung]).run().requests
+    assert rq["transferred_blocks"].iloc[1] == 10 and rq["first_token_ms"].notna().all()
+
+
+def test_spread_arrivals_stay_in_time_order() -> None:
+    # 0 (x4), 500, then a 3 s grid: the detected quantum (3 s, the median gap) would spread
+    # the first group past 500 ms
+    ts = [0.0] * 4 + [500.0] + [3000.0] * 2 + [6000.0] * 2 + [9000.0] * 2 + [12000.0] * 2
+    tr = tiny_trace([(t, 600, 5, [1000 + i, 2000 + i]) for i, t in enumerate(ts)])
+    rq = simulate(tr, config(nodes=1, seed=0), "round_robin").requests
+    assert (np.diff(rq["arrival_ms"].to_numpy()) >= 0).all()
+    by_arrival = rq.sort_values("arrival_ms", kind="stable")
+    assert (np.diff(by_arrival["prefill_start_ms"].to_numpy()) >= 0).all()  # FIFO holds
