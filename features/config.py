@@ -75,6 +75,11 @@ class FeatureConfig(FrozenConfig):
             values = getattr(self, name)
             if not values or any(v <= 0 for v in values) or len(set(values)) != len(values):
                 raise ValueError(f"{name} must be distinct positive numbers, got {values}")
+            from kvcast.features.spec import duration_tag  # (spec imports this module)
+
+            tags = [duration_tag(v) for v in values]
+            if len(set(tags)) != len(tags):  # two windows would name one feature column
+                raise ValueError(f"{name} {values} give feature names {tags} that collide")
         if self.distinct_window_ms > self.horizon_ms:
             raise ValueError("distinct_window_ms must not exceed horizon_ms")
         if self.ticks.lookback_ms > self.horizon_ms:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -19,8 +20,13 @@ from kvcast.features.events import (
 INF = float("inf")
 
 
+def _node(x: int, nodes: int) -> bool:
+    """A node id: an integer (or an integral float) in 0..nodes-1."""
+    return 0 <= x < nodes and x == int(x)
+
+
 def _request(ev: RequestArrived, nodes: int) -> str | None:
-    if not (0 <= ev.node < nodes):
+    if not _node(ev.node, nodes):
         return "unknown_node"
     if not (0 <= ev.ts_ms < INF and ev.input_tokens >= 0 and ev.output_tokens >= 0):
         return "bad_value"
@@ -28,19 +34,19 @@ def _request(ev: RequestArrived, nodes: int) -> str | None:
 
 
 def _stored(ev: BlockStored, nodes: int) -> str | None:
-    if not (0 <= ev.node < nodes):
+    if not _node(ev.node, nodes):
         return "unknown_node"
     return None if 0 <= ev.ts_ms < INF and ev.block_size >= 0 else "bad_value"
 
 
 def _node_event(ev: BlockRemoved | AllBlocksCleared, nodes: int) -> str | None:
-    if not (0 <= ev.node < nodes):
+    if not _node(ev.node, nodes):
         return "unknown_node"
     return None if 0 <= ev.ts_ms < INF else "bad_value"
 
 
 def _telemetry(ev: TelemetrySample, nodes: int) -> str | None:
-    if not (0 <= ev.node < nodes):
+    if not _node(ev.node, nodes):
         return "unknown_node"
     ok = (
         0 <= ev.ts_ms < INF
@@ -61,7 +67,7 @@ def _telemetry(ev: TelemetrySample, nodes: int) -> str | None:
 
 
 def _replication(ev: ReplicationDone, nodes: int) -> str | None:
-    if not (0 <= ev.source < nodes and 0 <= ev.target < nodes):
+    if not (_node(ev.source, nodes) and _node(ev.target, nodes)):
         return "unknown_node"
     return None if 0 <= ev.ts_ms < INF else "bad_value"
 
@@ -85,6 +91,28 @@ def check(ev: Event | object, nodes: int) -> str | None:
         return fn(ev, nodes)
     except TypeError:  # a None or a string where a number belongs
         return "bad_value"
+
+
+U64 = (1 << 64) - 1
+_NODE_FIELDS = ("node", "source", "target")
+
+
+def canonical(ev: Event) -> Event:
+    """``ev`` (already checked) as the offline pipeline reads it: nodes as ints (an integral
+    float such as ``1.0`` is node 1) and block hashes as u64 (a negative id wraps, as numpy's
+    uint64 cast does). The same object when nothing changes (the common case)."""
+    changes: dict[str, object] = {}
+    for f in _NODE_FIELDS:
+        v = getattr(ev, f, None)
+        if v is not None and type(v) is not int:
+            changes[f] = int(v)
+    hashes = getattr(ev, "block_hashes", None)
+    if hashes and min(hashes) < 0:
+        changes["block_hashes"] = tuple(h & U64 for h in hashes)
+    parent = getattr(ev, "parent_block_hash", None)
+    if parent is not None and parent < 0:
+        changes["parent_block_hash"] = parent & U64
+    return dataclasses.replace(ev, **changes) if changes else ev  # type: ignore[type-var]
 
 
 def unique_blocks(hashes: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
@@ -147,7 +175,7 @@ def check_columns(kind: type, cols: Mapping[str, np.ndarray], nodes: int) -> np.
     arrays (see :func:`numeric`): per event the index of its reason in :data:`REASONS`."""
     node_ok = np.ones(len(cols["ts_ms"]), dtype=bool)
     for f in NODE_FIELDS[kind]:
-        node_ok &= (cols[f] >= 0) & (cols[f] < nodes)
+        node_ok &= (cols[f] >= 0) & (cols[f] < nodes) & (cols[f] == np.floor(cols[f]))
     ok = np.ones(len(node_ok), dtype=bool)
     for f, rule in VALUE_FIELDS[kind]:
         a = cols[f]

@@ -101,7 +101,10 @@ def window_table(table: EventTable, res: Residency, win: Window) -> tuple[EventT
     r = _rows(table.r_ts, s, e)
     a = slice(*np.searchsorted(table.a_req, [r.start, r.stop], "left").tolist())
     sr = _rows(table.s_ts, s, e)
-    first_seq = min([int(x[0]) for x in (table.r_seq[r], table.s_seq[sr]) if len(x)], default=0)
+    c = _rows(table.c_ts, s, e)
+    # the snapshot is ordered before every event of the window, a clear included
+    seqs = (table.r_seq[r], table.s_seq[sr], table.c_seq[c])
+    first_seq = min([int(x.min()) for x in seqs if len(x)], default=0)
     snap = res.at(s)
     tel = table.telemetry
     keep = np.flatnonzero((tel["ts"] >= s) & (tel["ts"] <= e))
@@ -110,7 +113,6 @@ def window_table(table: EventTable, res: Residency, win: Window) -> tuple[EventT
         node = tel["node"][before]
         last = np.unique(node[::-1], return_index=True)[1]  # each node's newest sample
         keep = np.r_[np.sort(before[::-1][last]), keep]
-    c = _rows(table.c_ts, s, e)
     n = len(snap)
     sub = EventTable(
         r_ts=table.r_ts[r],

@@ -44,7 +44,7 @@ from kvcast.features.online.rows import assemble_rows
 from kvcast.features.online.sessions import SessionTable, infer_session
 from kvcast.features.online.telemetry import NodeTelemetry
 from kvcast.features.spec import FeatureSpec, build_spec
-from kvcast.features.validate import check, unique_blocks
+from kvcast.features.validate import U64, canonical, check, unique_blocks
 
 
 class FeatureState:
@@ -88,7 +88,7 @@ class FeatureState:
         if reason is not None:
             self.bad.counts[reason] += 1
             return
-        self._buffer.push(ev.ts_ms, ev)
+        self._buffer.push(ev.ts_ms, canonical(ev))
 
     def update_many(self, events: Iterable[Event]) -> None:
         for ev in events:
@@ -111,7 +111,7 @@ class FeatureState:
         if repeats:
             self.bad.counts["duplicate_block_in_request"] += repeats
         cover = blocks.cover(ts, hashes)
-        explicit = ev.session is not None
+        explicit = isinstance(ev.session, str)  # None, NaN or pd.NA: inferred, as offline
         key = ev.session if explicit else infer_session(blocks, ts, cover, hashes)
         if key is not None:
             self.sessions.observe(key, ts)
@@ -151,7 +151,10 @@ class FeatureState:
     def rows(self, now_ms: float, candidate_blocks: Iterable[int]) -> np.ndarray:
         """Feature matrix ``[n, len(spec)]`` for ``candidate_blocks`` at ``now_ms``."""
         self._buffer.commit(now_ms)
-        return assemble_rows(self, now_ms, list(candidate_blocks))
+        hashes = list(candidate_blocks)
+        if hashes and min(hashes) < 0:  # blocks are kept by their u64 id (see canonical)
+            hashes = [h & U64 for h in hashes]
+        return assemble_rows(self, now_ms, hashes)
 
     @property
     def counters(self) -> dict[str, int]:
