@@ -22,7 +22,7 @@ INF = float("inf")
 
 def _node(x: int, nodes: int) -> bool:
     """A node id: an integer (or an integral float) in 0..nodes-1."""
-    return 0 <= x < nodes and x == int(x)
+    return 0 <= x < nodes and (type(x) is int or x == int(x))
 
 
 def _request(ev: RequestArrived, nodes: int) -> str | None:
@@ -100,7 +100,28 @@ _NODE_FIELDS = ("node", "source", "target")
 def canonical(ev: Event) -> Event:
     """``ev`` (already checked) as the offline pipeline reads it: nodes as ints (an integral
     float such as ``1.0`` is node 1) and block hashes as u64 (a negative id wraps, as numpy's
-    uint64 cast does). The same object when nothing changes (the common case)."""
+    uint64 cast does). The same object when nothing changes (the common case, checked first
+    per event type: this runs on every ingested event)."""
+    return _CANON[type(ev)](ev)
+
+
+def _canon_blocks(ev: RequestArrived | BlockRemoved) -> Event:
+    h = ev.block_hashes
+    return ev if type(ev.node) is int and (not h or min(h) >= 0) else _canonical(ev)
+
+
+def _canon_stored(ev: BlockStored) -> Event:
+    h, p = ev.block_hashes, ev.parent_block_hash
+    if type(ev.node) is int and (not h or min(h) >= 0) and (p is None or p >= 0):
+        return ev
+    return _canonical(ev)
+
+
+def _canon_node(ev: AllBlocksCleared | TelemetrySample) -> Event:
+    return ev if type(ev.node) is int else _canonical(ev)
+
+
+def _canonical(ev: Event) -> Event:
     changes: dict[str, object] = {}
     for f in _NODE_FIELDS:
         v = getattr(ev, f, None)
@@ -113,6 +134,16 @@ def canonical(ev: Event) -> Event:
     if parent is not None and parent < 0:
         changes["parent_block_hash"] = parent & U64
     return dataclasses.replace(ev, **changes) if changes else ev  # type: ignore[type-var]
+
+
+_CANON: dict[type, Callable[..., Event]] = {
+    RequestArrived: _canon_blocks,
+    BlockRemoved: _canon_blocks,
+    BlockStored: _canon_stored,
+    AllBlocksCleared: _canon_node,
+    TelemetrySample: _canon_node,
+    ReplicationDone: _canonical,
+}
 
 
 def unique_blocks(hashes: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
