@@ -52,6 +52,11 @@ def score_trace(
         progress=progress,
     )
     scorer.check_spec(spec)
+    if len(df) == 0:
+        raise ValueError(
+            f"{trace}: the replay gave no block to score (too few requests or too short a trace "
+            "for one decision tick with a label window after it)"
+        )
     label = scorer.meta.extra.get("label", "label_burst")
     x = feature_matrix(df, spec)
     y = (df[label].to_numpy() > 0).astype("int8")

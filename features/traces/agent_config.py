@@ -56,7 +56,7 @@ class AgentTraceConfig(FrozenConfig):
     decode_s_per_token: float = Field(0.03, ge=0, allow_inf_nan=False)
     max_context_tokens: int = Field(128_000, ge=1)  # a task ends before its context exceeds this
     block_tokens: int = Field(512, ge=1)  # tokens per hash id (Mooncake: 512)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _steps(self) -> AgentTraceConfig:

@@ -141,6 +141,8 @@ def _summary_table(summary: dict[str, Any]) -> Table:
         ("bytes replicated (sidecar / agents pulled)",
          f"{s['replicated_bytes']:,} / {summary['agents_bytes_pulled']:,}"),
         ("replica hit rate", f"{s['replica_hit_rate']:.2f}"),
+        ("failed: block PUTs / arrivals posted / requests unfinished",
+         f"{r['put_failures']} / {r['arrival_failures']} / {r['requests_unfinished']}"),
     ]  # fmt: skip
     for a in summary["agents"]:
         rows.append((f"{a['node']}: pulled / peak speculative / quota",
@@ -239,6 +241,10 @@ def replay_cmd(
     out.print(_summary_table(summary))
     if out_file is not None:
         write_json_file(out_file, summary)
+    r = summary["replay"]
+    failed = {k: r[k] for k in ("put_failures", "arrival_failures", "requests_unfinished")}
+    if any(failed.values()):  # the cluster did not take the replay: say so in the exit code
+        raise fail(f"replay incomplete: {failed}")
 
 
 async def _final(stats: dict[str, Any], targets: Any, settle_s: float) -> dict[str, Any]:

@@ -64,6 +64,29 @@ def parse_names(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
+def no_repeats(values: list[Any], what: str) -> None:
+    """A ValueError naming the first value given twice (it would run the same work twice and
+    write rows that cannot be told apart)."""
+    seen: set[Any] = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"{what}: {v!r} is given twice")
+        seen.add(v)
+
+
+def png_path(path: Path | None) -> Path | None:
+    """A plot's path as matplotlib writes it: ``.png`` added when it has no suffix."""
+    return path if path is None or path.suffix else path.with_suffix(".png")
+
+
+def output_dir(out: Path, what: str = "--out") -> Path:
+    """``out`` as a directory ready to write into, checked before any long work."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{what}: {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def parse_models(items: list[str] | None) -> dict[str, str]:
     """``KIND=PATH_OR_URI`` options -> {kind: reference}; one-line errors for bad items."""
     from kvcast.simulator.model_scorer import MODEL_KINDS

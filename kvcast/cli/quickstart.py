@@ -97,8 +97,16 @@ def quickstart_cmd(
     unknown = sorted(set(names) - set(policy_names()))
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r}; valid: {', '.join(policy_names())}")
+    untrained = [
+        n for n in names if is_model_policy(n) and n.removeprefix("predictive_") not in KINDS
+    ]
+    names = [n for n in names if n not in untrained]
+    if untrained:  # decided before the training, not after it
+        console.print(f"skipping {', '.join(untrained)}: quickstart trains {', '.join(KINDS)} only",
+                      highlight=False)  # fmt: skip
+    if not names:
+        raise ValueError(f"--policies: nothing left to run ({policies!r})")
     models = train_models(out, track, trace)
-    names = [n for n in names if not is_model_policy(n) or n.removeprefix("predictive_") in models]
     run_evaluation(
         trace, "auto", SimConfig(), names, loads, capacity, out, models=models,
         jobs=jobs or default_jobs(),

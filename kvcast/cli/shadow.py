@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kvcast.cli.common import open_trace, progress_bar, user_errors, write_json
+from kvcast.cli.common import open_trace, png_path, progress_bar, user_errors, write_json
 from kvcast.cli.simulate import FormatOpt, SkipBadOpt, TraceOpt
 
 out_console = Console(width=None if sys.stdout.isatty() else 120)
@@ -77,7 +78,8 @@ def shadow_eval_cmd(
         ),
     ] = "auto",
     seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the de-quantisation and of the load scaling.")
+        int,
+        typer.Option("--seed", min=0, help="Seed of the de-quantisation and of the load scaling."),
     ] = 0,
     clock_offset_ms: Annotated[
         float,
@@ -144,6 +146,7 @@ def shadow_eval_cmd(
     if plot is not None:
         from kvcast.predictor.shadow_plots import plot_shadow
 
+        plot = png_path(plot)
         plot.parent.mkdir(parents=True, exist_ok=True)
         title = f"shadow-eval: {decisions.name} vs {tr.name} (x{time_scale:g})"
         written.append(plot_shadow(res.outcomes, plot, min_covered, title))
@@ -175,6 +178,6 @@ def _spread(text: str) -> float | None:
         q = float(text)
     except ValueError:
         raise ValueError(f"--spread: {text!r} is not auto, off or a number of ms") from None
-    if not q > 0:
-        raise ValueError(f"--spread: {text!r} must be a positive number of ms")
+    if not 0 < q < math.inf:
+        raise ValueError(f"--spread: {text!r} must be a positive, finite number of ms")
     return q

@@ -11,7 +11,9 @@ import typer
 from rich.console import Console
 
 from kvcast.cli.common import (
+    no_repeats,
     open_trace,
+    output_dir,
     parse_floats,
     parse_models,
     parse_names,
@@ -25,7 +27,7 @@ from kvcast.features.traces import TRACE_FORMATS, Trace
 from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
 from kvcast.simulator.config import SimConfig, SLOConfig, load_sim_config
 from kvcast.simulator.engine import simulate as run_simulation
-from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate
+from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate, slo_label
 from kvcast.simulator.policies import policy_names
 from kvcast.simulator.replication_policies import make_policy
 
@@ -95,6 +97,7 @@ def simulate_cmd(
     models = parse_models(model)
     cfg = sim_config(config, nodes)
     decider = load_decider_config(decider_config)
+    output_dir(out)
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
@@ -161,6 +164,13 @@ def run_evaluation(
     quotas_gib: list[float] | None = None,
     jobs: int = 1,
 ) -> Evaluation:
+    if not policies:
+        raise ValueError("--policies: no policy to run")
+    no_repeats(policies, "--policies")
+    no_repeats(scales, "--time-scale")
+    no_repeats([slo_label(s) for s in slos or []], "--slo")
+    no_repeats(quotas_gib or [], "--quota-gib")
+    output_dir(out)
     tr = open_trace(tr_spec, fmt, skip_bad=skip_bad)
     total = count_steps(policies, scales, len(slos or []), len(quotas_gib or []))
     done = 0

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kvcast.cli.common import console, open_trace, progress_bar, user_errors
+from kvcast.cli.common import console, open_trace, png_path, progress_bar, user_errors
 
 trace_app = typer.Typer(
     help="Trace tools: synthesise a longer trace from a real one or an agent workload; "
@@ -26,7 +27,7 @@ def synth_cmd(
     out: Annotated[
         Path, typer.Option("--out", help="Output Mooncake JSONL (.jsonl or .jsonl.gz).")
     ] = Path("kvcast-out/traces/synth.jsonl"),
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the session placement.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the session placement.")] = 0,
     sessions: Annotated[
         bool,
         typer.Option("--sessions/--no-sessions", help="Write each request's session id too."),
@@ -74,7 +75,7 @@ def agent_cmd(
     tool_s: Annotated[
         float | None, typer.Option("--tool-s", help="Override: median tool latency (s).")
     ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Override: the seed.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, help="Override: the seed.")] = None,
     sessions: Annotated[
         bool,
         typer.Option("--sessions/--no-sessions", help="Write each request's task id too."),
@@ -134,12 +135,15 @@ def reuse_cmd(
 
     from kvcast.features.traces.reuse import plot_hazard, reuse_hazard
 
-    if not window_s > 0:
+    if not 0 < window_s < math.inf:
         raise ValueError(f"--window-s must be a positive number of seconds, got {window_s:g}")
     try:
         ages = [float(x) * 1e3 for x in idle_s.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--idle-s must be comma-separated seconds, got {idle_s!r}") from None
+    if not all(math.isfinite(a) for a in ages):
+        raise ValueError(f"--idle-s must be finite seconds, got {idle_s!r}")
+    plot = png_path(plot)
     src = open_trace(trace, format)
     with progress_bar(None, "next uses"):
         h = reuse_hazard(src.requests, window_ms=window_s * 1e3, idle_ms=ages,

@@ -33,6 +33,11 @@ def train_config(
     from kvcast.training.config import TrainConfig
 
     data = read_yaml(config)
+    if not isinstance(data, dict):
+        raise ValueError(f"{config}: a train config is a mapping, got {type(data).__name__}")
+    for key in ("data", "tracking"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise ValueError(f"{config}: key {key!r} must be a mapping")
     section = dict(data.get("data") or {})
     if trace is not None:
         section |= {"trace": trace, "features": None}

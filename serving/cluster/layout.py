@@ -110,14 +110,19 @@ def read_layout(workdir: str | Path) -> ClusterLayout:
     """The layout ``kvcast cluster up`` wrote into ``workdir`` (a ValueError if none)."""
     path = Path(workdir) / CLUSTER_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file; is `kvcast cluster up` running there?") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not JSON ({err.msg})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object")
-    return ClusterLayout.from_json(data)
+    try:
+        return ClusterLayout.from_json(data)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
 @dataclass(frozen=True)

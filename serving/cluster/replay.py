@@ -106,7 +106,12 @@ async def _capacities(http: httpx.AsyncClient, t: ReplayTargets, spec: ReplaySpe
         r.raise_for_status()
         tel = r.json()
         free = tel["capacity_bytes"] - tel["speculative_quota_bytes"]
-        out.append(max(free // spec.block_bytes, 1))
+        if free < spec.block_bytes:
+            raise ValueError(
+                f"--block-bytes {spec.block_bytes}: larger than what agent {agent} has for "
+                f"cached blocks ({free} bytes: capacity less speculative quota)"
+            )
+        out.append(free // spec.block_bytes)
     return out
 
 

@@ -37,3 +37,13 @@ def test_score_refuses_a_file_that_is_not_a_model_in_one_line(tmp_path: Path) ->
     bad.write_bytes(b"\x00\x01 definitely not onnx")
     r = runner.invoke(app, ["score", "--trace", "bundled:conversation", "--model", str(bad)])
     assert r.exit_code == 2 and "not a loadable ONNX model" in r.output
+
+
+def test_score_on_a_trace_with_nothing_to_score_is_one_line(
+    tiny_tables: dict[str, Path], tiny_trace: Path, tmp_path: Path
+) -> None:
+    result = run_training(tiny_config("recency", tiny_tables, tmp_path / "m"))
+    one = tmp_path / "one.jsonl"
+    one.write_text(tiny_trace.read_text().splitlines(keepends=True)[0])
+    r = runner.invoke(app, ["score", "--trace", str(one), "--model", str(result.model_path)])
+    assert r.exit_code == 2 and "no block to score" in r.output, r.output

@@ -1,0 +1,99 @@
+"""Bad or odd input to the commands: one line naming the value or the file, exit 2, and no
+work done first that the error then throws away."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import kvcast.cli.simulate as simulate_cli
+from kvcast.cli.app import app
+from kvcast.data import bundled_trace_path
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    path = tmp_path / "small.jsonl"
+    lines = bundled_trace_path("conversation").read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:50]))
+    return path
+
+
+def refused(args: list[str], needle: str) -> None:
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and needle in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--policies", ","], "no policy to run"),
+        (["--policies", "round_robin,round_robin"], "'round_robin' is given twice"),
+        (["--policies", "round_robin", "--time-scale", "1,1"], "--time-scale: 1.0 is given twice"),
+        (["--policies", "round_robin", "--slo", "absolute:2000", "--slo", "absolute:2000"],
+         "--slo"),
+    ],
+)  # fmt: skip
+def test_evaluate_refuses_an_empty_or_repeated_list(
+    small: Path, tmp_path: Path, extra: list[str], needle: str
+) -> None:
+    refused(["evaluate", "--trace", str(small), "--out", str(tmp_path / "e"), *extra], needle)
+
+
+def test_an_unusable_out_is_found_before_any_simulation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    ran: list[int] = []
+    monkeypatch.setattr(simulate_cli, "evaluate", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(simulate_cli, "run_simulation", lambda *a, **k: ran.append(1))
+    refused(["evaluate", "--trace", "bundled:conversation", "--policies", "round_robin",
+             "--out", str(afile)], "exists and is not a directory")  # fmt: skip
+    refused(["simulate", "--trace", "bundled:conversation", "--policy", "round_robin",
+             "--out", str(afile)], "exists and is not a directory")  # fmt: skip
+    assert ran == []
+
+
+def test_a_config_that_is_not_utf8_or_not_a_mapping_is_named(tmp_path: Path) -> None:
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes(b"\xff\xfe: 1\n")
+    refused(["simulate", "--trace", "bundled:conversation", "--policy", "round_robin",
+             "--config", str(latin)], "latin1.yaml: not UTF-8")  # fmt: skip
+    for text in ("- 1\n", "data: 5\n"):
+        listed = tmp_path / "c.yaml"
+        listed.write_text(text)
+        refused(["train", "--config", str(listed), "--no-track"], "c.yaml")
+
+
+def test_numbers_that_cannot_be_used_are_refused_naming_the_option(small: Path) -> None:
+    refused(["trace", "agent", "--seed", "-1", "--out", "x.jsonl"], "--seed")
+    refused(["trace", "reuse", "--trace", str(small), "--window-s", "inf"], "--window-s")
+    refused(["trace", "reuse", "--trace", str(small), "--idle-s", "0,nan"], "--idle-s")
+    refused(["shadow-eval", "--decisions", "x.parquet", "--trace", str(small), "--spread", "inf"],
+            "--spread")  # fmt: skip
+
+
+def test_a_plot_path_without_a_suffix_is_reported_as_written(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["trace", "reuse", "--trace", str(small), "--plot", "hazard"])
+    assert r.exit_code == 0 and "plot: hazard.png" in r.output, r.output
+    assert (tmp_path / "hazard.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "content", [b"\xff\xfe{}", b'{"sidecar": 1, "nodes": 5}', b'{"nodes": [{"name": "a"}]}']
+)
+def test_a_bad_cluster_file_is_named(tmp_path: Path, content: bytes) -> None:
+    from kvcast.serving.cluster.layout import read_layout
+
+    (tmp_path / "cluster.json").write_bytes(content)
+    with pytest.raises(ValueError, match=r"cluster\.json"):
+        read_layout(tmp_path)
