@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 from kvcast.features.traces.azure import load_azure
@@ -33,7 +34,8 @@ def _sniff(head: bytes) -> str | None:
     if text.startswith(b"{"):
         return "mooncake"
     first = text.split(b"\n", 1)[0].decode("utf-8", "replace")
-    if {"TIMESTAMP", "ContextTokens"} <= {f.strip() for f in first.split(",")}:
+    header = next(csv.reader([first]), [])  # as the Azure reader parses it (quotes too)
+    if {"TIMESTAMP", "ContextTokens"} <= {f.strip() for f in header}:
         return "azure"
     return None
 

@@ -38,18 +38,37 @@ class _Columns:
     def __init__(self) -> None:
         self.rows: list[Row] = []
         self.extra: list[Extra] = []
-        self.seen: dict[str, int] = {}
+        self.seen: dict[str, int] = {}  # explicit request ids -> their line
+        self.generated: list[int] = []  # rows whose id was made from the line (r<line>)
 
     def add(self, line: int, rec: dict[str, Any]) -> None:
         row, extra = read_record(rec, line)
-        rid = row[-1]
-        if rid in self.seen:
-            raise BadRecord(f"duplicate request_id {rid!r} (first on line {self.seen[rid]})")
-        self.seen[rid] = line
+        if rec.get("request_id") is None:
+            self.generated.append(len(self.rows))
+        else:
+            rid = row[-1]
+            if rid in self.seen:
+                raise BadRecord(f"duplicate request_id {rid!r} (first on line {self.seen[rid]})")
+            self.seen[rid] = line
         self.rows.append(row)
         self.extra.append(extra)
 
+    def _unique_ids(self) -> None:
+        """A made-up id that an explicit one anywhere in the file already took gets ``~n``."""
+        taken = set(self.seen)
+        for i in self.generated:
+            rid = self.rows[i][-1]
+            if rid in taken:
+                n = 1
+                while f"{rid}~{n}" in taken:
+                    n += 1
+                rid = f"{rid}~{n}"
+                self.rows[i] = (*self.rows[i][:-1], rid)
+            taken.add(rid)
+
     def table(self) -> pd.DataFrame:
+        if self.seen:  # (no explicit id: the made-up ids are distinct lines)
+            self._unique_ids()
         arrival, inputs, outputs, hashes, ids = zip(*self.rows, strict=True)
         tenant, session, chat, parent = zip(*self.extra, strict=True)
         return make_table(

@@ -5,9 +5,11 @@ the block after the prompt shared between sessions); a block in at least half of
 (such as a system prompt) is *global*. Each of ``scale`` copies places every
 session at the start time of a session of the source drawn without replacement (so each copy
 has the source's session arrivals, quantisation included), keeps the session's own turns at
-their offsets, and renames every non-global block ``b`` to ``b + (copy + 1) x stride``: prefix
-sharing inside and between a copy's sessions is the source's, no block is shared between
-copies, and no id of the source survives except the global ones. Copy ``k`` starts
+their offsets, and gives every non-global block a fresh id of its own (the source's private
+ids numbered densely, each copy's run of them above every id of the source, or below them
+when int64 has no room above): prefix sharing inside and between a copy's sessions is the
+source's, no block is shared between copies, and no id of the source survives except the
+global ones. Copy ``k`` starts
 ``k x duration`` later, so the result is ``scale`` times as long at the source's rate; turns
 that would run past the end wrap around to the start (as the source's own first minutes hold
 turns of sessions begun before it).
@@ -48,20 +50,30 @@ def synthesize(requests: pd.DataFrame, scale: int, seed: int = 0) -> pd.DataFram
     t = requests["arrival_ms"].to_numpy(dtype=float)
     start = session_starts(sess, t)
     duration = replay_span(t)
-    stride = max((max(hs) for hs in hashes if hs), default=0) + 1
+    # each copy's private blocks: fresh ids counting up from above every id of the source
+    # (numbered densely, so any id range works, negative or near int64's limit)
+    own = sorted({h for hs in hashes for h in hs if h not in shared})
+    rank = {h: i for i, h in enumerate(own)}
+    base = max((max(hs) for hs in hashes if hs), default=-1) + 1
+    if base + scale * len(own) > 2**63 - 1:
+        base = min((min(hs) for hs in hashes if hs), default=0) - scale * len(own)
+        if base < -(2**63):
+            raise ValueError("trace synth: no room in int64 for the copies' block ids")
     t0, total = float(t.min()), scale * duration
     rng = np.random.default_rng(seed)
     parts = []
     for k in range(scale):
         slot = rng.permutation(start)  # session s starts where session perm(s) did
-        offset = (k + 1) * stride
+        first = base + k * len(own)
         parts.append(
             pd.DataFrame(
                 {
                     "arrival_ms": t0 + (slot[sess] + (t - start[sess]) + k * duration - t0) % total,
                     "input_tokens": requests["input_tokens"].to_numpy(),
                     "output_tokens": requests["output_tokens"].to_numpy(),
-                    "block_hashes": [[h + offset * (h not in shared) for h in hs] for hs in hashes],
+                    "block_hashes": [
+                        [h if h in shared else first + rank[h] for h in hs] for hs in hashes
+                    ],
                     "session": [f"c{k}-s{s}" for s in sess.tolist()],
                 }
             )

@@ -186,3 +186,15 @@ def test_block_size_and_name_can_be_overridden(tmp_path: Path) -> None:
 def test_dev_trace_loads_all_7851_requests_without_bad_lines() -> None:
     trace = load_mooncake(DEV_TRACE)
     assert len(trace) == 7851 and trace.report.skipped_bad == 0
+
+
+def test_a_made_up_id_never_takes_an_explicit_one(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [], '
+        '"request_id": "r2"}\n'
+        '{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": []}\n'
+    )
+    for skip_bad in (False, True):
+        t = load_mooncake(path, skip_bad=skip_bad)
+        assert len(t) == 2 and t.requests["request_id"].is_unique

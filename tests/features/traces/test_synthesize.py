@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -80,3 +81,28 @@ def test_synthesize_refuses_a_bad_scale_and_an_empty_source(source: pd.DataFrame
         synthesize(source, 0)
     with pytest.raises(ValueError, match="no requests"):
         synthesize(source.iloc[:0], 2)
+
+
+def _hash_table(hashes: list[list[int]]) -> pd.DataFrame:
+    from kvcast.features.traces.table import make_table
+
+    n = len(hashes)
+    return make_table(arrival_ms=[1000.0 * i for i in range(n)],
+                      input_tokens=[512 * max(len(h), 1) for h in hashes], output_tokens=[1] * n,
+                      block_hashes=hashes)  # fmt: skip
+
+
+def test_copies_get_fresh_ids_whatever_the_source_id_range(tmp_path: Path) -> None:
+    from kvcast.features.traces.synthesize import write_mooncake
+
+    negative = [[-100, -1 - i, -7 - i] for i in range(6)]  # -100: the global prompt
+    big = 2**62
+    for src in (negative, [[big, big + 1], [big, big + 1, big + 2], [5, 6], [5, 6, 7]]):
+        shared = global_blocks(src)
+        out = synthesize(_hash_table(src), 2)
+        source = {h for hs in src for h in hs}
+        copies: dict[str, set[int]] = {}
+        for sess, hs in zip(out["session"], out["block_hashes"], strict=True):
+            copies.setdefault(sess.split("-")[0], set()).update(h for h in hs if h not in shared)
+        assert not copies["c0"] & source and not copies["c0"] & copies["c1"]
+        assert len(load_trace(write_mooncake(out, tmp_path / "s.jsonl"))) == len(out)

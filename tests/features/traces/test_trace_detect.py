@@ -103,3 +103,10 @@ def test_load_trace_passes_skip_bad_name_and_block_size(tmp_path: Path) -> None:
 def test_directory_is_not_a_trace_file(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"not a file \(valid formats"):
         load_trace(tmp_path)
+
+
+def test_an_azure_csv_with_a_quoted_header_is_detected_by_content(tmp_path: Path) -> None:
+    path = tmp_path / "azure_trace.txt"
+    header = '"TIMESTAMP","ContextTokens","GeneratedTokens"\n'
+    path.write_text(header + "2023-11-16 18:15:46.6805900,10,2\n")
+    assert detect_format(path) == "azure"
