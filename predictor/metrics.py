@@ -94,7 +94,9 @@ def budget_share(tick: np.ndarray, p: np.ndarray, w: np.ndarray, k: int) -> np.n
     first = np.r_[True, t[1:] != t[:-1]]
     base = np.maximum.accumulate(np.where(first, cum - ws, -np.inf))
     before = cum - ws - base  # weight ranked above the row within its tick
-    share = np.clip((k - before) / ws, 0.0, 1.0)
+    room = k - before
+    # a zero-weight row takes nothing, whether or not the budget reaches it (0/0 otherwise)
+    share = np.clip(np.divide(room, ws, out=np.zeros_like(room), where=ws > 0), 0.0, 1.0)
     out = np.empty_like(share)
     out[order] = share
     return out

@@ -19,7 +19,7 @@ import ssl
 import time
 from collections import defaultdict
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvcast.features.events import BlockRemoved, BlockStored
@@ -89,15 +89,19 @@ class EnginePlayer:
         self._slots = asyncio.Semaphore(concurrency)
         self._last: asyncio.Task[None] | None = None  # the latest request's task
         self._tasks: set[asyncio.Task[None]] = set()  # requests and reports not yet done
+        self._reports: set[asyncio.Task[None]] = set()  # of which queue-depth reports
         self._reported = -1  # the queue depth last reported
 
     def submit(self, adm: Admission, tenant: str) -> None:
         self._last = self._spawn(self.apply(adm, tenant, self._last))
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, coro: Coroutine[Any, Any, None], report: bool = False) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if report:
+            self._reports.add(task)
+            task.add_done_callback(self._reports.discard)
         return task
 
     @property
@@ -106,14 +110,22 @@ class EnginePlayer:
         return len(self._tasks)
 
     async def close(self, timeout_s: float = 30.0) -> None:
-        """Finish what was submitted (what is left after ``timeout_s`` is cancelled)."""
-        if self._tasks:
-            _, late = await asyncio.wait(set(self._tasks), timeout=timeout_s)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late)
-                self.stats.dropped += len(late)
+        """Finish what was submitted, the queue-depth reports its requests start while this
+        waits included (what is left after ``timeout_s`` is cancelled; only unfinished
+        requests count as dropped)."""
+        deadline = time.monotonic() + timeout_s
+        late: set[asyncio.Task[None]] = set()
+        while self._tasks:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                late = set(self._tasks)
+                break
+            await asyncio.wait(set(self._tasks), timeout=left)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+            self.stats.dropped += len(late - self._reports)
         await self.http.aclose()
 
     async def apply(
@@ -123,7 +135,11 @@ class EnginePlayer:
         if adm.evicted:
             await _after(previous)
             await self._evict(adm.evicted)
-        await asyncio.gather(*(self._put(tenant, h) for h in adm.stored))
+        landed = await asyncio.gather(*(self._put(tenant, h) for h in adm.stored))
+        if not all(landed):  # announce only the blocks whose bytes are in the agent
+            kept = [i for i, ok in enumerate(landed) if ok]
+            adm = replace(adm, stored=tuple(adm.stored[i] for i in kept),
+                                      parents=tuple(adm.parents[i] for i in kept))  # fmt: skip
         await _after(previous)
         ts_ms = time.time() * 1000.0  # the engine's clock when it announces the blocks
         events = kv_events(adm, self.node, self.block_tokens, ts_ms)
@@ -131,9 +147,10 @@ class EnginePlayer:
             await self.sink.send(events, ts_ms)
         if adm.queue_depth != self._reported:
             self._reported = adm.queue_depth
-            self._spawn(self.report(adm.queue_depth))
+            self._spawn(self.report(adm.queue_depth), report=True)
 
-    async def _put(self, tenant: str, block_hash: int) -> None:
+    async def _put(self, tenant: str, block_hash: int) -> bool:
+        """Store one block's bytes in the agent; whether they landed."""
         async with self._slots:  # bytes made only when a connection is about to take them
             data, digest = self.maker.make(tenant, block_hash)
             if tenant.isascii() and tenant.isprintable():  # raw bytes, the fields in headers
@@ -150,8 +167,9 @@ class EnginePlayer:
         if status == 200:
             self.stats.blocks_put += 1
             self.stats.bytes_put += len(data)
-        else:
-            self.stats.put_failures += 1
+            return True
+        self.stats.put_failures += 1
+        return False
 
     @staticmethod
     async def _call(call: Coroutine[Any, Any, tuple[int, bytes]]) -> int:

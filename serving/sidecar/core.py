@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import httpx
 
+from kvcast.features.events import BlockRemoved
 from kvcast.features.online.state import FeatureState
 from kvcast.predictor.decider import Decider
 from kvcast.serving.sidecar.agent_client import AgentClient
@@ -26,6 +27,7 @@ from kvcast.serving.sidecar.decision_log import DecisionLog
 from kvcast.serving.sidecar.decision_loop import DecisionLoop
 from kvcast.serving.sidecar.decisions import RecentDecisions
 from kvcast.serving.sidecar.event_queue import EventQueue
+from kvcast.serving.sidecar.executor import SOURCE as REPLICA_SOURCE
 from kvcast.serving.sidecar.executor import Executor
 from kvcast.serving.sidecar.live_view import LiveView
 from kvcast.serving.sidecar.metrics import sidecar_registry, timers
@@ -118,10 +120,22 @@ class Sidecar:
         )  # fmt: skip
 
     async def _sweep_replicas(self) -> None:
-        """Forget replicas whose TTL passed (their agents reclaim them on their own)."""
+        """Forget replicas whose TTL passed: their agents reclaim them on their own, so the
+        feature state is told they left their node (as for an evict command)."""
         while True:
             await asyncio.sleep(1.0)
-            self.replicas.sweep()
+            self.expire_replicas()
+
+    def expire_replicas(self) -> int:
+        """One sweep (public for tests); how many replicas left their node."""
+        by_node: dict[int, list[int]] = {}
+        for node, block in self.replicas.sweep():
+            by_node.setdefault(node, []).append(block)
+        now = self.clock_ms()
+        events = [BlockRemoved(now, n, tuple(blocks)) for n, blocks in sorted(by_node.items())]
+        if events:
+            self.queue.put(events, REPLICA_SOURCE)
+        return sum(map(len, by_node.values()))
 
     async def start(self, *, decisions: bool = True) -> None:
         """Load the configured model, then start every part (``decisions=False``: no tick

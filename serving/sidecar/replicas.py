@@ -69,14 +69,17 @@ class ReplicaTracker:
                     self.wasted += 1
 
     def sweep(self) -> list[tuple[int, int]]:
-        """Forget expired replicas (the agent reclaims them itself); return their keys."""
+        """Forget expired replicas; return the (node, block) of those no request used: the
+        agent reclaims them itself (a used one became a cached block there, and stays)."""
         now = self._clock()
         with self._lock:
             gone = [k for k, r in self._live.items() if r.expires_at <= now]
+            unused = []
             for k in gone:
                 if not self._live.pop(k).used:
                     self.wasted += 1
-        return gone
+                    unused.append(k)
+        return unused
 
     def tenant(self, node: int, block_hash: int) -> str | None:
         r = self._live.get((node, block_hash))

@@ -72,3 +72,13 @@ def test_evaluate_reports_every_metric_name(scored) -> None:
     assert tuple(out) == METRIC_NAMES
     assert out["rows"] == 2000 and out["positives"] == int(y.sum())
     assert 0 <= out["precision_at_budget"] <= 1 and 0 <= out["recall_at_budget"] <= 1
+
+
+def test_a_zero_weight_row_at_the_budget_edge_takes_nothing_and_breaks_nothing() -> None:
+    from kvcast.predictor.metrics import budget_share, evaluate
+
+    share = budget_share(np.zeros(2), np.array([0.9, 0.1]), np.array([1.0, 0.0]), 1)
+    assert share.tolist() == [1.0, 0.0]  # the budget of 1 is filled by the first row
+    m = evaluate(np.array([0.9, 0.1]), np.array([1.0, 0.0]), np.array([1.0, 0.0]), np.zeros(2),
+                 np.array([1, 2]), np.array([5.0, np.inf]), budget_k=1)  # fmt: skip
+    assert (m["precision_at_budget"], m["recall_at_budget"]) == (1.0, 1.0)

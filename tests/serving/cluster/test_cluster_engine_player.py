@@ -188,3 +188,32 @@ def test_without_zmq_the_events_are_posted_in_the_sidecars_http_shape(run_async)
     assert batch.node == 2 and [e.type for e in batch.events] == ["BlockRemoved", "BlockStored"]
     assert batch.events[1].parent_block_hash == 4 and batch.events[1].block_hashes == [5, 6]
     assert (sink.events, sink.batches, sink.failures, len(bodies)) == (2, 1, 1, 2)
+
+
+def test_blocks_whose_put_failed_are_not_announced_and_close_waits_for_the_report(
+    run_async,
+) -> None:
+    async def main() -> None:
+        # the agent takes no block this large: every PUT is refused by the real agent
+        cfg = AgentConfig(node_id="small", capacity_bytes=1 << 20, speculative_quota_bytes=0,
+                          max_block_bytes=BLOCK // 2, token=TOKEN)  # fmt: skip
+        service = AgentService(cfg)
+        http_address, _ = await service.start()
+        base = f"http://{http_address}"
+        try:
+            sink = Recorder()
+            engine = EnginePlayer(0, base, AUTH, BlockMaker(BLOCK, seed=1), sink, block_tokens=16)
+            engine.submit(Admission(0, 0, (1, 2), (None, 1), (), queue_depth=3), "acme")
+            await engine.close(10.0)
+            assert engine.backlog == 0  # the queue-depth report it started was waited for
+            async with httpx.AsyncClient() as http:
+                telemetry = (await http.get(f"{base}/v1/telemetry")).json()
+        finally:
+            await service.stop()
+        assert (engine.stats.blocks_put, engine.stats.put_failures) == (0, 2)
+        announced = [h for batch in sink.sent for e in batch if isinstance(e, BlockStored)
+                     for h in e.block_hashes]  # fmt: skip
+        assert announced == []  # the agent holds none of them: the sidecar must not think so
+        assert telemetry["queue_depth"] == 3 and engine.stats.dropped == 0
+
+    run_async(main())

@@ -151,3 +151,30 @@ def test_recovery_locates_blocks_held_under_bytes_hashes_by_their_u64_id(run) ->
     report, events = run(main(), timeout=15.0)
     assert report.blocks == 1
     assert events == [BlockStored(5_000.0, 0, (hash_from_wire(digest),), None, 16)]
+
+
+def test_a_replica_past_its_ttl_leaves_the_sidecars_view_of_its_node(tmp_path, run) -> None:
+    import asyncio
+
+    from kvcast.features.events import ReplicationDone
+    from kvcast.serving.sidecar.tick_input import chain_holders
+
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path)) as (sc, _):
+            blocks = [11, 12]
+            # what the executor does when an agent confirms a copy from node 0 to node 1
+            sc.replicas.place(1, blocks, "acme", 4096, ttl_s=0.05)
+            sc.queue.put([ReplicationDone(sc.clock_ms(), 0, 1, tuple(blocks), ok=True)], "x")
+            await settle(sc)
+
+            async def held_on_1() -> bool:
+                mask = await asyncio.wrap_future(sc.keeper.ask(lambda k: chain_holders(k, blocks)))
+                return bool((mask >> 1) & 1)
+
+            assert await held_on_1()
+            await asyncio.sleep(0.1)  # the TTL passes: the agent reclaims it by itself
+            assert sc.expire_replicas() == 2 and len(sc.replicas) == 0
+            await settle(sc)
+            assert not await held_on_1()
+
+    run(main())
