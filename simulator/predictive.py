@@ -53,7 +53,10 @@ class ArrivalFeed:
             self.arrivals = df["arrival_ms"].to_numpy(dtype=np.float64)
             self.blocks = df["block_hashes"].to_numpy()
             self.tenants = df["tenant"].to_numpy(dtype=object)
-        end = int(np.searchsorted(self.arrivals, now_ms, side="right"))
+        # requests arrived before the tick: one arriving at the tick's instant is routed after
+        # it (the engine runs a tick before an arrival of the same time), so the next tick
+        # sees it, as a live sidecar would
+        end = int(np.searchsorted(self.arrivals, now_ms, side="left"))
         rows = range(self._next, end)
         self._next = end
         return rows
@@ -74,6 +77,8 @@ class RecentChains:
 
     def update(self, now_ms: float, sim: Simulator) -> None:
         feed = self.feed
+        if not feed.follows(sim):  # a new run: the last run's chains are not this trace's
+            self._recent.clear()
         for r in feed.new(now_ms, sim):
             chain = feed.chain(r)
             if chain:
