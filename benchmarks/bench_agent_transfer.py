@@ -140,6 +140,11 @@ def main() -> None:
     parser.add_argument("--small-total-mib", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args()
+    sizes = (("--total-mib", args.total_mib, args.block_kib),
+             ("--small-total-mib", args.small_total_mib, args.small_block_kib))  # fmt: skip
+    for what, t, b in sizes:
+        if t <= 0 or b <= 0 or (t << 20) % (b << 10):
+            parser.error(f"{what} {t} must be a positive whole number of its blocks ({b} KiB)")
     _pin(0)
     total, block = args.total_mib << 20, args.block_kib << 10
     raw_s, agent_s, misses = measure(total, block, args.rounds)

@@ -218,7 +218,9 @@ def logistic_model(path: Path, spec: FeatureSpec, seed: int = 0) -> Path:
     return path
 
 
-def cluster(cfg: FeatureConfig) -> tuple[StateKeeper, LiveView, float, Callable[[float], None]]:
+def cluster(
+    cfg: FeatureConfig,
+) -> tuple[StateKeeper, LiveView, float, Callable[[float], list[RequestArrived]]]:
     """128 hot chains on 8 nodes after 4,096 arrivals; half the nodes busy. The last item:
     ``arrive(t)`` applies the requests the router sends between two ticks (ending at ``t``)."""
     from kvcast.serving.agent.api_models import StateTotals, Telemetry
@@ -250,12 +252,14 @@ def cluster(cfg: FeatureConfig) -> tuple[StateKeeper, LiveView, float, Callable[
     view = LiveView(loads, sc.links, sc.node_names, sc.kv_block_bytes, cfg.block_tokens,
                     cfg.prefill)  # fmt: skip
 
-    def arrive(t: float) -> None:
-        keeper.apply([
+    def arrive(t: float) -> list[RequestArrived]:
+        batch = [
             RequestArrived(t - 0.5 + 0.1 * j, f"t{t}-{j}", (i := rng.randrange(CHAINS)) % NODES,
                            f"t{i % 4}", f"s{i}", tokens, 50, chains[i])
             for j in range(ARRIVALS_PER_TICK)
-        ])  # fmt: skip
+        ]  # fmt: skip
+        keeper.apply(batch)
+        return batch
 
     return keeper, view, now, arrive
 
@@ -284,7 +288,9 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
     steady = Decider()  # the loop's own decider: its ledger remembers earlier ticks' copies
     for k in range(n_ticks):
         t = now + 250.0 * (k + 1)
-        arrive(t)
+        for ev in arrive(t):  # the recency baseline sees the same arrivals
+            for b in ev.block_hashes:
+                last_use[b] = ev.ts_ms
         c0, w0, inp = timed(lambda t=t: snapshot(keeper, t, 512))
         c1, w1, probs = timed(lambda inp=inp: scorer.score(inp.rows)[inp.where])
         c2, w2, cmds = timed(lambda inp=inp, p=probs, t=t: Decider().decide(

@@ -147,11 +147,13 @@ class Load:
             if not hashes:
                 continue
             per_node[node].append(BlockStored(now_ms, node, hashes, None, self.block_size))
+            self.sent_hashes += len(hashes)
             recent = self._recent[node]
             recent.append(hashes)
             if len(recent) > 64:  # evict what was stored 64 requests ago on this node
-                per_node[node].append(BlockRemoved(now_ms, node, recent.pop(0)))
-            self.sent_hashes += 2 * len(hashes)
+                evicted = recent.pop(0)
+                per_node[node].append(BlockRemoved(now_ms, node, evicted))
+                self.sent_hashes += len(evicted)
         for node, events in enumerate(per_node):
             if events:
                 self.pubs[node].publish_events(events, ts_ms=now_ms)
@@ -237,8 +239,14 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
     half = len(rss) // 2
     tail = rss[half:]
     slope = float(np.polyfit(np.arange(len(tail)) * SAMPLE_S, tail, 1)[0]) if len(tail) > 2 else 0.0
-    q50 = hist_quantile(m, f"{S}tick_seconds", 0.5)
-    q99 = hist_quantile(m, f"{S}tick_seconds", 0.99)
+    # the ticks of the load window only: the histogram's counts at its end less its start
+    window = {
+        k: v - m_first.get(k, 0.0)
+        for k, v in m_last.items()
+        if k.startswith(f"{S}tick_seconds_bucket")
+    }
+    q50 = hist_quantile(window, f"{S}tick_seconds", 0.5)
+    q99 = hist_quantile(window, f"{S}tick_seconds", 0.99)
     sent = load.sent_zmq_events + load.sent_requests
     return {
         "rss_slope_second_half_mb_per_min": round(slope * 60.0, 2),

@@ -76,6 +76,7 @@ fig, axes = plt.subplots(len(traces), 1, figsize=(10, 3 * len(traces)), sharex=T
 rows = {}
 for ax, (name, t) in zip(np.atleast_1d(axes), traces.items(), strict=True):
     arr = spread_quantized(t, seed=0).requests["arrival_ms"].to_numpy() / 1000.0
+    arr = arr - arr.min()  # seconds into the trace, wherever its clock starts
     for width, style in ((1, "-"), (10, "-")):
         edges = np.arange(0, arr.max() + width, width)
         counts, _ = np.histogram(arr, edges)
