@@ -88,13 +88,15 @@ def up_cmd(
         speculative_quota_bytes=_size("--speculative-quota", speculative_quota),
         block_bytes=_size("--block-bytes", block_bytes), tick_ms=tick_ms, tls=tls,
     )  # fmt: skip
-    stop = threading.Event()  # set by SIGINT / SIGTERM, whenever they come
+    stop = threading.Event()  # set by SIGINT / SIGTERM / SIGHUP, whenever they come
     cluster = LocalCluster(spec, abort=stop)
 
     def stop_requested(signum: int, frame: object) -> None:
         stop.set()
 
-    previous = {s: signal.signal(s, stop_requested) for s in (signal.SIGINT, signal.SIGTERM)}
+    # Ctrl-C, a kill, or the terminal closing (SIGHUP): every one stops the cluster cleanly
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, stop_requested) for s in handled}
     try:
         try:
             console.print(f"starting {agents} agents and a sidecar in {cluster.workdir} ...")

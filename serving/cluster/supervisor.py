@@ -20,6 +20,7 @@ is reaped. Logs: ``<workdir>/logs/<name>.log``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import threading
@@ -88,6 +89,9 @@ class ClusterSpec:
             raise ValueError("the speculative quota must be > 0 and at most the capacity")
 
 
+LOCK_FILE = ".cluster.lock"  # held by the supervisor of the workdir's cluster
+
+
 def _refuse_if_running(workdir: Path) -> None:
     """A ValueError when ``workdir``'s cluster.json names processes that still run."""
     try:
@@ -117,6 +121,7 @@ class LocalCluster:
         self.agents: list[ServiceProcess] = []
         self.sidecar: ServiceProcess | None = None
         self.layout: ClusterLayout | None = None
+        self._lock: int | None = None  # the workdir's lock file, held from start to stop
 
     @property
     def services(self) -> list[ServiceProcess]:
@@ -158,6 +163,7 @@ class LocalCluster:
         s = self.spec
         token = token_from_env(self.env.get(s.token_env), s.token_env)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.lock_workdir()
         _refuse_if_running(self.workdir)
         (self.workdir / CLUSTER_FILE).unlink(missing_ok=True)  # left by a killed supervisor
         names = [node_name(i) for i in range(s.agents)]
@@ -206,8 +212,28 @@ class LocalCluster:
         """A process that ended on its own (the cluster is then broken), if any."""
         return next((p for p in self.services if p.returncode() is not None), None)
 
+    def lock_workdir(self) -> None:
+        """Hold ``workdir``'s lock until :meth:`stop` (a ValueError if another supervisor
+        holds it: one cluster per workdir, even while it is still starting)."""
+        fd = os.open(self.workdir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ValueError(f"a cluster is starting or runs in {self.workdir} already; stop it "
+                             "(Ctrl-C) or use another --workdir") from None  # fmt: skip
+        self._lock = fd
+
     def stop(self) -> dict[str, int | None]:
         """Stop and reap every process; their exit statuses (0: a clean stop)."""
+        try:
+            return self._stop()
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)  # (closing the file releases its lock)
+                self._lock = None
+
+    def _stop(self) -> dict[str, int | None]:
         if self.layout is not None:
             with contextlib.suppress(OSError):
                 (self.workdir / CLUSTER_FILE).unlink(missing_ok=True)

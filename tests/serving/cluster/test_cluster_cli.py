@@ -90,7 +90,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the children through /proc")
-def test_up_stops_every_child_on_ctrl_c_mid_start_and_on_sigterm(tmp_path: Path) -> None:
+def test_up_stops_every_child_on_ctrl_c_mid_start_and_on_sigterm_or_sighup(tmp_path: Path) -> None:
     model = str(write_recency_model(tmp_path / "m.onnx", build_spec(FeatureConfig())))
     env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"}
     args = ["cluster", "up", "--agents", "1", "--model", model, "--capacity", "8MiB",
@@ -107,12 +107,15 @@ def test_up_stops_every_child_on_ctrl_c_mid_start_and_on_sigterm(tmp_path: Path)
     assert any("interrupted while starting" in line for line in early.log), early.log
     assert not any(_alive(pid) for pid in children)
 
-    up = start([*args, "--workdir", str(tmp_path / "up")], env)
-    try:
-        up.wait_ready(re.compile(r"cluster ready: sidecar=(\S+) "), timeout_s=60.0)
-        pids = read_layout(tmp_path / "up").pids
-        assert up.stop(signal.SIGTERM) == 0, "".join(up.log)
-    finally:
-        up.kill()
-    assert any("cluster stopped: 2 processes exited 0" in line for line in up.log), up.log
-    assert not any(_alive(pid) for pid in pids.values())
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # a kill, or the terminal closing
+        workdir = tmp_path / f"up-{sig.name}"
+        up = start([*args, "--workdir", str(workdir)], env)
+        try:
+            up.wait_ready(re.compile(r"cluster ready: sidecar=(\S+) "), timeout_s=60.0)
+            pids = read_layout(workdir).pids
+            assert up.stop(sig) == 0, "".join(up.log)
+        finally:
+            up.kill()
+        assert any("cluster stopped: 2 processes exited 0" in line for line in up.log), up.log
+        assert not any(_alive(pid) for pid in pids.values())
+        assert not (workdir / "cluster.json").exists()

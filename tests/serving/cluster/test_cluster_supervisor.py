@@ -153,3 +153,16 @@ def test_a_workdir_whose_cluster_still_runs_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"a cluster runs in .* already: sidecar \(\d+\)"):
         cluster.start()
     assert cluster.services == [] and (tmp_path / CLUSTER_FILE).exists()
+
+
+def test_a_workdir_whose_cluster_is_still_starting_is_refused(tmp_path: Path) -> None:
+    first = LocalCluster(ClusterSpec(model="m.onnx", workdir=tmp_path))
+    first.lock_workdir()  # what start() takes first, before any process or cluster.json
+    second = LocalCluster(ClusterSpec(model="m.onnx", workdir=tmp_path))
+    with pytest.raises(ValueError, match="a cluster is starting or runs in"):
+        second.start()
+    assert second.services == []
+    first.stop()  # releases it
+    third = LocalCluster(ClusterSpec(model="m.onnx", workdir=tmp_path))
+    third.lock_workdir()
+    third.stop()
