@@ -36,12 +36,12 @@ def hash_to_json(value: BlockHash) -> int | str:
 
 
 def hash_from_header(text: str) -> BlockHash:
-    """A hash in an HTTP header, where every value is text: ASCII decimal digits are a u64,
+    """A hash written as text (an HTTP header, a URL path): ASCII decimal digits are a u64,
     ``0x`` then hex a bytes hash (the unambiguous form: ``1234`` is the integer), and other
     hex, for short, a bytes hash too; ValueError otherwise."""
     if text.isascii() and text.isdigit():
         return hash_from_json(int(text))
-    return hash_from_json(text[2:] if text[:2].lower() == "0x" else text)
+    return hash_from_json(text.removeprefix("0x"))
 
 
 def hash_to_header(value: BlockHash) -> str:

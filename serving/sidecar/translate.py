@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from fastapi.exceptions import RequestValidationError
 
 from kvcast.features.events import AllBlocksCleared, BlockRemoved, BlockStored, RequestArrived
-from kvcast.serving.kv_events import KvEvent, KvEventDecodeError, hash_from_wire
+from kvcast.serving.http.block_hash import hash_from_header
+from kvcast.serving.kv_events import KvEvent, hash_from_wire
 from kvcast.serving.messages import BlockHash
 from kvcast.serving.sidecar.api_models import (
     ArrivalBatch,
@@ -59,19 +60,9 @@ def u64(value: BlockHash) -> int:
 
 
 def block_hash_param(text: str) -> int:
-    """A path's block hash: decimal digits are a u64; anything else is hex bytes (``0x``
-    optional). ValueError when it is neither."""
-    if text.isdigit():
-        value = int(text)
-        if value >> 64:
-            raise ValueError("a decimal block hash must be below 2**64")
-        return value
-    digits = text.removeprefix("0x")
-    try:
-        raw = bytes.fromhex(digits)
-        return hash_from_wire(raw)
-    except (ValueError, KvEventDecodeError):
-        raise ValueError("a block hash is a decimal u64 or hex bytes") from None
+    """A path's block hash, read as :func:`hash_from_header` reads it, as its u64 id.
+    ValueError when it is neither a decimal u64 nor hex bytes."""
+    return u64(hash_from_header(text))
 
 
 def arrival_events(
