@@ -1,20 +1,22 @@
 """A local cluster: N ``kvcast serve agent`` processes and one ``kvcast serve sidecar``, on
-loopback, started together and stopped in order.
+loopback, started in order and stopped in order.
 
-Start: loopback ports are reserved for every agent (HTTP, transfer) and engine (ZMQ PUB,
-replay), the sidecar's config is written into the workdir (:mod:`.config_gen`), the model is
-checked against its feature spec (:mod:`.model_choice`), then every process starts at once (the
-sidecar polls agents that are not up yet until they are); once every ready line is in, the
-addresses go to ``<workdir>/cluster.json`` (:mod:`.layout`). With ``tls``, a new cluster CA and
-a certificate per process (and one for the replay client) are written to ``<workdir>/tls/``
-first (:mod:`.certs`), every process gets its own through ``KVCAST_TLS_*``, the agents' URLs
-are ``https://`` and ``cluster.json`` names the CA and the client's files. Any failure stops
-what was started and raises :class:`ServiceFailed` with the failing process's last lines (a
-port taken in between shows there as "address in use"), or :class:`StartAborted` when the
-``abort`` event was set meanwhile (a signal handler sets it: no exception is ever raised
-between a fork and the bookkeeping of its child). Stop: the sidecar first (it commands the
-agents), then every agent at once; each gets SIGTERM, then SIGKILL after the grace period, and
-is reaped. Logs: ``<workdir>/logs/<name>.log``.
+Start: the model is checked against the sidecar's feature spec (:mod:`.model_choice`) before
+any process starts. The agents start at once, each binding port 0 for HTTP and transfer and
+reporting what it got in its ready line (ports reserved for them and released before they bound
+could go to another process meanwhile, the sidecar included); then loopback ports outside the
+kernel's ephemeral range are reserved for every engine (ZMQ PUB, replay: :mod:`.ports`), the
+sidecar's config is written into the workdir with the agents' addresses (:mod:`.config_gen`)
+and the sidecar starts; once its ready line is in, the addresses go to
+``<workdir>/cluster.json`` (:mod:`.layout`). With ``tls``, a new cluster CA and a certificate
+per process (and one for the replay client) are written to ``<workdir>/tls/`` first
+(:mod:`.certs`), every process gets its own through ``KVCAST_TLS_*``, the agents' URLs are
+``https://`` and ``cluster.json`` names the CA and the client's files. Any failure stops what
+was started and raises :class:`ServiceFailed` with the failing process's last lines, or
+:class:`StartAborted` when the ``abort`` event was set meanwhile (a signal handler sets it: no
+exception is ever raised between a fork and the bookkeeping of its child). Stop: the sidecar
+first (it commands the agents), then every agent at once; each gets SIGTERM, then SIGKILL after
+the grace period, and is reaped. Logs: ``<workdir>/logs/<name>.log``.
 """
 
 from __future__ import annotations
@@ -173,26 +175,22 @@ class LocalCluster:
 
             certs = make_cluster_certs(self.workdir / TLS_DIR, ["sidecar", *names, REPLAY_CLIENT])
         scheme = "https" if s.tls else "http"
-        ports = iter(free_ports(4 * s.agents))  # per node: agent HTTP and transfer, engine x2
-        addresses = [[f"{LOOPBACK}:{next(ports)}" for _ in range(2)] for _ in range(s.agents)]
-        engines = [(tcp_endpoint(next(ports)), tcp_endpoint(next(ports))) for _ in addresses]
-        config = write_configs(
-            self.workdir,
-            sidecar_data(agents=[f"{scheme}://{http}" for http, _ in addresses], engines=engines,
-                         mode=s.mode, model=s.model, block_bytes=s.block_bytes,
-                         workdir=self.workdir, tick_ms=s.tick_ms),
-            decider_data(s.speculative_quota_bytes / s.capacity_bytes),
-        )  # fmt: skip
-        check_model(s.model, feature_spec(config))
-        for name, (http, transfer) in zip(names, addresses, strict=True):  # all at once: the
-            args = ["agent", "--node-id", name, "--listen", http,  # sidecar waits for agents
-                    "--transfer-listen", transfer, "--capacity", str(s.capacity_bytes),
+        port0 = f"{LOOPBACK}:0"  # each agent binds what the kernel gives and reports it
+        unbound = [(tcp_endpoint(0), tcp_endpoint(0))] * s.agents
+        provisional = self._write_config([f"{scheme}://{port0}"] * s.agents, unbound)
+        check_model(s.model, feature_spec(provisional))  # before any process starts
+        for name in names:
+            args = ["agent", "--node-id", name, "--listen", port0, "--transfer-listen", port0,
+                    "--capacity", str(s.capacity_bytes),
                     "--speculative-quota", str(s.speculative_quota_bytes)]  # fmt: skip
             self.agents.append(self._service(name, args, AGENT_READY, certs.get(name)))
+        found = [self._wait_ready(a) for a in self.agents]
+        ports = iter(free_ports(2 * s.agents, outside_ephemeral=True))  # engine PUB, replay
+        engines = [(tcp_endpoint(next(ports)), tcp_endpoint(next(ports))) for _ in names]
+        config = self._write_config([f"{scheme}://{m.group(2)}" for m in found], engines)
         self.sidecar = self._service(
             "sidecar", ["sidecar", "--config", str(config)], SIDECAR_READY, certs.get("sidecar")
         )
-        found = [self._wait_ready(a) for a in self.agents]
         ready = self._wait_ready(self.sidecar)
         nodes = tuple(
             NodeAddresses(name, f"{scheme}://{m.group(2)}", m.group(3), pub, replay)
@@ -207,6 +205,15 @@ class LocalCluster:
         )  # fmt: skip
         self.layout.write(self.workdir)
         return self.layout
+
+    def _write_config(self, agents: list[str], engines: list[tuple[str, str]]) -> Path:
+        s = self.spec
+        return write_configs(
+            self.workdir,
+            sidecar_data(agents=agents, engines=engines, mode=s.mode, model=s.model,
+                         block_bytes=s.block_bytes, workdir=self.workdir, tick_ms=s.tick_ms),
+            decider_data(s.speculative_quota_bytes / s.capacity_bytes),
+        )  # fmt: skip
 
     def exited(self) -> ServiceProcess | None:
         """A process that ended on its own (the cluster is then broken), if any."""

@@ -4,6 +4,7 @@ refusal that says how to train one, and the bytes a replayed block is stored wit
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
@@ -24,7 +25,13 @@ from kvcast.serving.cluster.config_gen import (
 )
 from kvcast.serving.cluster.layout import ClusterLayout, NodeAddresses, read_layout
 from kvcast.serving.cluster.model_choice import TRAIN_COMMAND, check_model, choose_model
-from kvcast.serving.cluster.ports import free_ports, is_loopback, require_loopback
+from kvcast.serving.cluster.ports import (
+    ephemeral_range,
+    free_ports,
+    is_loopback,
+    require_loopback,
+    reserved_candidates,
+)
 from kvcast.serving.cluster.summary import by_label, parse_metrics
 from kvcast.serving.sidecar.config import SidecarConfig
 
@@ -78,6 +85,25 @@ def test_loopback_checks_and_free_ports() -> None:
     assert require_loopback("127.0.0.2:7", "x") == "127.0.0.2:7"
     ports = free_ports(5)
     assert len(set(ports)) == 5
+
+
+def test_reserved_ports_lie_outside_the_ephemeral_range(tmp_path: Path) -> None:
+    ports = free_ports(6, outside_ephemeral=True, ephemeral=(20000, 60999))
+    assert len(set(ports)) == 6
+    assert all(1024 <= p < 20000 or p > 60999 for p in ports), ports
+    # a range covering every unprivileged port leaves nothing outside: port 0 serves
+    assert reserved_candidates((1024, 65535)) == []
+    assert len(set(free_ports(3, outside_ephemeral=True, ephemeral=(1024, 65535)))) == 3
+    # taken candidates are skipped, not reported
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        rng = random.Random(0)
+        got = free_ports(1, outside_ephemeral=True, ephemeral=(port + 1, 65535), rng=rng)
+        assert got != [port]
+    (tmp_path / "range").write_text("32768\t60999\n")
+    assert ephemeral_range(tmp_path / "range") == (32768, 60999)
+    assert ephemeral_range(tmp_path / "absent") == (49152, 65535)
     for port in ports:  # each can be bound now
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))

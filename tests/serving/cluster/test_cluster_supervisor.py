@@ -16,11 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from onnx_models import write_recency_model
 
 from kvcast.features.config import FeatureConfig
 from kvcast.features.spec import build_spec
 from kvcast.serving.cluster.layout import CLUSTER_FILE, ClusterLayout, NodeAddresses, read_layout
+from kvcast.serving.cluster.ports import ephemeral_range, reserved_candidates
 from kvcast.serving.cluster.process import ServiceFailed, ServiceProcess
 from kvcast.serving.cluster.supervisor import ClusterSpec, LocalCluster
 
@@ -81,6 +83,7 @@ def test_a_killed_supervisor_leaves_no_orphan(tmp_path: Path) -> None:
     supervisor = f"""
 import os, re, sys, time
 from pathlib import Path
+from kvcast.serving.cluster.ports import ephemeral_range, reserved_candidates
 from kvcast.serving.cluster.process import ServiceProcess
 child = ServiceProcess("child", [sys.executable, "-c",
     "import os, time; print('child ready', os.getpid(), flush=True); time.sleep(60)"],
@@ -122,6 +125,13 @@ def test_a_local_cluster_starts_writes_its_addresses_and_stops_cleanly(tmp_path:
         (node,) = layout.nodes
         assert node.agent.startswith("http://127.0.0.1:") and node.transfer.startswith("127.")
         assert node.engine and node.engine.startswith("tcp://127.0.0.1:")
+        low, high = ephemeral_range()  # the engines' ports: no port-0 bind can be given them
+        engine_ports = [int(e.rsplit(":", 1)[1]) for e in (node.engine, node.replay)]
+        if reserved_candidates((low, high)):
+            assert all(not low <= p <= high for p in engine_ports), engine_ports
+        sidecar_yaml = yaml.safe_load((tmp_path / "ok" / "sidecar.yaml").read_text())
+        assert sidecar_yaml["nodes"][0]["agent"] == node.agent  # the port the agent bound
+        assert "--listen 127.0.0.1:0" in " ".join(cluster.agents[0].args)
         assert _health(cluster, layout.sidecar)["sidecar_id"] == "sidecar-local"
         assert _health(cluster, node.agent)["node_id"] == "gpu-node-0"
         assert set(layout.pids) == {"sidecar", "gpu-node-0"} and cluster.exited() is None
