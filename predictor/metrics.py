@@ -31,6 +31,17 @@ METRIC_NAMES = (
 )
 
 
+def check_probabilities(p: np.ndarray) -> None:
+    """A ValueError naming the first row whose probability is not in [0, 1] (NaN included)."""
+    bad = ~((p >= 0.0) & (p <= 1.0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"probabilities must lie in [0, 1]: row {i} is {float(p[i])!r} "
+            f"({int(bad.sum())} of {len(p)} rows out of range)"
+        )
+
+
 def _curve(y: np.ndarray, p: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cumulative weighted true and false positives at each distinct threshold, descending."""
     order = np.argsort(-p, kind="mergesort")
@@ -72,6 +83,7 @@ def reliability(
     y: np.ndarray, p: np.ndarray, w: np.ndarray, bins: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per equal-width bin: weighted mean probability, observed rate and weight."""
+    check_probabilities(p)
     b = np.minimum((p * bins).astype(np.int64), bins - 1)
     ww = np.bincount(b, weights=w, minlength=bins)
     mean_p = np.bincount(b, weights=w * p, minlength=bins) / np.maximum(ww, 1e-300)
@@ -131,6 +143,7 @@ def evaluate(
 ) -> dict[str, float | int]:
     """Every metric of :data:`METRIC_NAMES` for probabilities ``prob`` of labels ``y``."""
     p = np.asarray(prob, dtype=np.float64)
+    check_probabilities(p)
     y = np.asarray(y, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
     share = budget_share(np.asarray(tick), p, w, budget_k) if len(p) else np.zeros(0)

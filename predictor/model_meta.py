@@ -118,6 +118,8 @@ class ModelMeta:
             base = mine.get("baseline_recency")
             baseline = RecencyTable.from_json(base) if base else None
             window, fallback = int(mine["window"]), float(mine["fallback"])
+            if not 0.0 <= fallback <= 1.0:  # NaN too: it stands in for a probability
+                raise ValueError(f"fallback must be a probability in [0, 1], got {fallback!r}")
         except (ValueError, KeyError, TypeError, json.JSONDecodeError) as err:
             raise ModelFormatError(f"{source}: unreadable kvcast metadata: {err}") from None
         known = {*REQUIRED, "version", "missing", "baseline_recency", "feature_spec_digest"}

@@ -161,15 +161,23 @@ _EMPTY = (np.zeros(0, np.uint64), np.zeros(0))
 
 
 def _eta_ms(df: pd.DataFrame, cfg: ShadowConfig) -> tuple[np.ndarray, str]:
-    if "eta_ms" in df.columns and np.isfinite(df["eta_ms"].to_numpy(float)).all():
-        return df["eta_ms"].to_numpy(float), "eta_ms"
+    """Each decision's time to land: its logged ``eta_ms`` where that is a finite number, else
+    its weighted ``transfer_ms`` over the weight; and where the figures came from."""
+    n = len(df)
+    eta = df["eta_ms"].to_numpy(float) if "eta_ms" in df.columns else np.full(n, np.nan)
+    logged = np.isfinite(eta)
+    if "eta_ms" in df.columns and logged.all():
+        return eta, "eta_ms"
     weight = np.where(df["kind"] == "promote", cfg.promote_transfer_weight, cfg.transfer_weight)
-    if (weight <= 0).any():
+    if ((weight <= 0) & ~logged).any():
         raise DecisionLogError(
             "transfer_weight is 0: the log's weighted transfer_ms cannot be turned into a "
             "time to land; log an eta_ms column"
         )
-    return df["transfer_ms"].to_numpy(float) / weight, "transfer_ms / transfer_weight"
+    derived = df["transfer_ms"].to_numpy(float) / np.where(logged, 1.0, weight)
+    if not logged.any():
+        return derived, "transfer_ms / transfer_weight"
+    return np.where(logged, eta, derived), "eta_ms, else transfer_ms / transfer_weight"
 
 
 def evaluate_shadow(

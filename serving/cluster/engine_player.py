@@ -91,6 +91,7 @@ class EnginePlayer:
         self._tasks: set[asyncio.Task[None]] = set()  # requests and reports not yet done
         self._reports: set[asyncio.Task[None]] = set()  # of which queue-depth reports
         self._reported = -1  # the queue depth last reported
+        self._last_report: asyncio.Task[None] | None = None  # reports land one after another
 
     def submit(self, adm: Admission, tenant: str) -> None:
         self._last = self._spawn(self.apply(adm, tenant, self._last))
@@ -147,7 +148,12 @@ class EnginePlayer:
             await self.sink.send(events, ts_ms)
         if adm.queue_depth != self._reported:
             self._reported = adm.queue_depth
-            self._spawn(self.report(adm.queue_depth), report=True)
+            previous = self._last_report  # the agent keeps the last report it got: in order
+            self._last_report = self._spawn(self._report_after(previous, adm.queue_depth), True)
+
+    async def _report_after(self, previous: asyncio.Task[None] | None, queue_depth: int) -> None:
+        await _after(previous)
+        await self.report(queue_depth)
 
     async def _put(self, tenant: str, block_hash: int) -> bool:
         """Store one block's bytes in the agent; whether they landed."""

@@ -80,8 +80,8 @@ def _writes(sc: Sidecar) -> APIRouter:
     async def requests(body: ArrivalBatch) -> Accepted:
         """Requests the router routed (one or more), queued for the feature state."""
         events, queues = arrival_events(body, names, sc.clock_ms())
-        for node, depth in queues:
-            sc.loads.note_router_queue(node, depth)
+        for node, depth, ts_ms in queues:
+            sc.loads.note_router_queue(node, depth, ts_ms)
         return accepted(len(events), sc.queue.put(events, "http"))
 
     @router.post("/kv-events", status_code=202, responses=refusals)

@@ -195,11 +195,14 @@ class Executor:
         self.queue.put([ev], SOURCE)
 
     async def _other_holder(self, d: Decision, exclude: list[int]) -> int | None:
-        """Another node with an agent that holds the whole chain in GPU memory."""
+        """Another node whose agent is up (as the telemetry poller last found it) and holds
+        the whole chain in GPU memory."""
         blocks = list(d.block_hashes)
         mask = await asyncio.wrap_future(self.keeper.ask(lambda k: chain_holders(k, blocks)))
+        loads = self.loads
         for node in range(len(self.agents)):
-            usable = self.agents[node] is not None and self.loads.transfer[node] is not None
+            usable = (self.agents[node] is not None and loads.agent_up[node]
+                      and loads.transfer[node] is not None)  # fmt: skip
             if (mask >> node) & 1 and node not in exclude and node != d.target and usable:
                 return node
         return None

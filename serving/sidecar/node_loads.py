@@ -56,7 +56,8 @@ class NodeLoads:
         self.agents: list[AgentState | None] = [None] * nodes
         self.transfer: list[str | None] = [None] * nodes  # agent transfer address
         self.agent_up: list[bool] = [False] * nodes
-        self.router_queue: list[tuple[int, float] | None] = [None] * nodes  # (depth, at)
+        # (depth, when it came, the router's ts_ms for it)
+        self.router_queue: list[tuple[int, float, float] | None] = [None] * nodes
         self.mean_tokens = np.zeros(nodes)
 
     def note_telemetry(self, node: int, telemetry: Telemetry) -> None:
@@ -66,8 +67,12 @@ class NodeLoads:
     def note_agent_down(self, node: int) -> None:
         self.agent_up[node] = False
 
-    def note_router_queue(self, node: int, depth: int) -> None:
-        self.router_queue[node] = (depth, self._clock())
+    def note_router_queue(self, node: int, depth: int, ts_ms: float) -> None:
+        """The router's report of ``node``'s queue, made at ``ts_ms``; one older than the report
+        kept is ignored (concurrent posts can land out of order)."""
+        kept = self.router_queue[node]
+        if kept is None or ts_ms >= kept[2]:
+            self.router_queue[node] = (depth, self._clock(), ts_ms)
 
     def note_request(self, node: int, input_tokens: int) -> None:
         if 0 <= node < self.n and input_tokens > 0:

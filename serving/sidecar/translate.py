@@ -67,20 +67,21 @@ def block_hash_param(text: str) -> int:
 
 def arrival_events(
     batch: ArrivalBatch, names: Sequence[str], now_ms: float
-) -> tuple[list[RequestArrived], list[tuple[int, int]]]:
-    """The arrivals as events, and the (node, queue depth) reports they carried."""
+) -> tuple[list[RequestArrived], list[tuple[int, int, float]]]:
+    """The arrivals as events, and the (node, queue depth, ts_ms) reports they carried."""
     events, queues = [], []
     for i, a in enumerate(batch.requests):
         node = node_index(a.node, names, ("body", "requests", i, "node"))
+        ts_ms = stamp(a.ts_ms, now_ms, ("body", "requests", i, "ts_ms"))
         events.append(RequestArrived(
-            ts_ms=stamp(a.ts_ms, now_ms, ("body", "requests", i, "ts_ms")),
+            ts_ms=ts_ms,
             request_id=a.request_id, node=node,
             tenant=a.tenant, session=a.session, input_tokens=a.input_tokens,
             output_tokens=a.output_tokens, block_hashes=tuple(u64(h) for h in a.block_hashes),
             public_blocks=a.public_blocks,
         ))  # fmt: skip
         if a.queue_depth is not None:
-            queues.append((node, a.queue_depth))
+            queues.append((node, a.queue_depth, ts_ms))
     return events, queues
 
 

@@ -82,3 +82,13 @@ def test_a_zero_weight_row_at_the_budget_edge_takes_nothing_and_breaks_nothing()
     m = evaluate(np.array([0.9, 0.1]), np.array([1.0, 0.0]), np.array([1.0, 0.0]), np.zeros(2),
                  np.array([1, 2]), np.array([5.0, np.inf]), budget_k=1)  # fmt: skip
     assert (m["precision_at_budget"], m["recall_at_budget"]) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -0.5, 1.7])
+def test_a_probability_outside_0_1_is_refused_naming_its_row(bad: float) -> None:
+    y, w = np.array([0.0, 1.0, 0.0]), np.ones(3)
+    p = np.array([0.2, bad, 0.4])
+    with pytest.raises(ValueError, match=rf"row 1 is {bad!r}"):
+        ece(y, p, w)
+    with pytest.raises(ValueError, match="must lie in \\[0, 1\\]"):
+        evaluate(p, y, w, np.zeros(3), np.arange(3), np.ones(3))

@@ -142,3 +142,10 @@ def test_a_model_for_another_horizon_is_refused_naming_both() -> None:
     meta = ModelMeta("rule", SPEC, extra={"feature_config": fcfg.model_dump_json()})
     with pytest.raises(HorizonMismatch, match=r"m.onnx: .* within 120000 ms .* window_ms is 30000"):
         meta.require_horizon(30_000.0, "m.onnx")
+
+
+@pytest.mark.parametrize("fallback", ["nan", "1.5"])
+def test_a_fallback_that_is_not_a_probability_is_refused(fallback: str) -> None:
+    props = ModelMeta("rule", SPEC).to_props() | {"kvcast.fallback": fallback}
+    with pytest.raises(ModelFormatError, match="fallback must be a probability"):
+        ModelMeta.from_props(props, "m.onnx")

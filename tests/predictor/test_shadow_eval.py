@@ -177,6 +177,20 @@ def test_transfer_weight_and_eta_column_set_the_transfer_time(tmp_path: Path) ->
     assert s["transfer_ms_source"] == "eta_ms" and s["mean_transfer_ms_of_hits"] == 7.0
 
 
+def test_only_the_rows_without_a_finite_eta_fall_back_to_the_weighted_transfer(
+    tmp_path: Path,
+) -> None:
+    schema = SCHEMA.append(pa.field("eta_ms", pa.float64()))
+    rows = [{**LOG["A"], "eta_ms": None}, {**LOG["D"], "eta_ms": 7.0}]
+    log = read_decisions(write_log(tmp_path / "mixed.parquet", rows, schema))
+    result = evaluate_shadow(log, trace())
+    out = result.outcomes
+    weighted = LOG["A"]["transfer_ms"] / ShadowConfig().transfer_weight
+    assert out["transfer_ms"].tolist() == pytest.approx([weighted, 7.0])
+    assert bool(out["covered"].iloc[1])  # its own eta (7 ms) within its 10 ms lead
+    assert result.summary["transfer_ms_source"] == "eta_ms, else transfer_ms / transfer_weight"
+
+
 def test_clock_offset_maps_the_logs_clock_onto_the_trace(tmp_path: Path) -> None:
     offset = 1.7e12  # a live sidecar logs unix milliseconds
     shifted = [{**r, "ts_ms": r["ts_ms"] + offset} for r in LOG.values()]

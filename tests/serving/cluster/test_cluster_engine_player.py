@@ -217,3 +217,37 @@ def test_blocks_whose_put_failed_are_not_announced_and_close_waits_for_the_repor
         assert telemetry["queue_depth"] == 3 and engine.stats.dropped == 0
 
     run_async(main())
+
+
+def test_queue_depth_reports_reach_the_agent_in_order(run_async) -> None:
+    """The agent keeps the last report it got: a report slowed on the wire (a fresh connection,
+    a retry) must not land after, and overwrite, the newer one."""
+
+    async def main() -> int:
+        cfg = AgentConfig(node_id="gpu-node-0", capacity_bytes=1 << 20,
+                          speculative_quota_bytes=1 << 18, token=TOKEN)  # fmt: skip
+        service = AgentService(cfg)
+        http_address, _ = await service.start()
+        base = f"http://{http_address}"
+        try:
+            engine = EnginePlayer(0, base, AUTH, BlockMaker(BLOCK, seed=3), Recorder(),
+                                  block_tokens=16, concurrency=4)  # fmt: skip
+            real, slowed = engine.http.request, []
+
+            async def request(method: str, path: str, body: bytes = b"", headers=None):
+                if path == "/v1/engine-stats" and not slowed:
+                    slowed.append(path)
+                    await asyncio.sleep(0.05)  # the first report only
+                return await real(method, path, body, headers)
+
+            engine.http.request = request
+            engine.submit(Admission(0, 0, (), (), (), queue_depth=3), "acme")
+            engine.submit(Admission(0, 0, (), (), (), queue_depth=5), "acme")
+            await engine.close(10.0)
+            async with httpx.AsyncClient() as http:
+                telemetry = (await http.get(f"{base}/v1/telemetry")).json()
+        finally:
+            await service.stop()
+        return telemetry["queue_depth"]
+
+    assert run_async(main()) == 5

@@ -178,3 +178,27 @@ def test_a_replica_past_its_ttl_leaves_the_sidecars_view_of_its_node(tmp_path, r
             assert not await held_on_1()
 
     run(main())
+
+
+def test_a_router_queue_report_older_than_the_one_kept_is_ignored(tmp_path, run) -> None:
+    """Concurrent arrival posts can land out of order: the router's newer queue depth stays."""
+
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path)) as (sc, client):
+            now = time.time() * 1000.0
+
+            def arrival(rid: str, depth: int, ts_ms: float) -> dict:
+                return {"request_id": rid, "node": "node-a", "tenant": "acme", "block_hashes": [1],
+                        "input_tokens": 10, "queue_depth": depth, "ts_ms": ts_ms}  # fmt: skip
+
+            async def post(body: dict) -> None:
+                r = await client.post("/v1/requests", json={"requests": [body]})
+                assert r.status_code == 202
+
+            await post(arrival("new", 7, now))
+            await post(arrival("old", 2, now - 50.0))
+            assert sc.loads.queue_depth(0) == 7
+            await post(arrival("later", 1, now + 10.0))
+            assert sc.loads.queue_depth(0) == 1
+
+    run(main())

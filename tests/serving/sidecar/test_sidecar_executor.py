@@ -1,0 +1,115 @@
+"""The executor's retry after a failed pull: another holder of the chain, never one whose agent
+the telemetry poller found down (it keeps the node's transfer address when it marks it down).
+Stand-ins answer for the keeper, the event queue, the replica view and the agent client, so that
+only the executor's choice is under test (the real path: test_sidecar_active_agents.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+
+from kvcast.serving.sidecar.agent_client import AgentCallError
+from kvcast.serving.sidecar.config import AgentClientConfig
+from kvcast.serving.sidecar.decisions import Decision
+from kvcast.serving.sidecar.executor import Executor
+from kvcast.serving.sidecar.node_loads import NodeLoads
+
+
+class FakeKeeper:
+    def __init__(self, mask: int) -> None:
+        self.mask = mask
+
+    def ask(self, fn):  # the keeper answers on its own thread; here at once
+        f = concurrent.futures.Future()
+        f.set_result(self.mask)
+        return f
+
+
+class FakeQueue:
+    def __init__(self) -> None:
+        self.events = []
+
+    def put(self, evs, source):
+        self.events += evs
+
+
+class FakeReplicas:
+    def remove(self, node, hashes):
+        pass
+
+    def place(self, *a):
+        pass
+
+
+class FakeClient:
+    """Every pull fails on the source side (not the target agent's fault)."""
+
+    def __init__(self) -> None:
+        self.sources: list[str] = []
+
+    async def replicate(self, url, req):
+        self.sources.append(req.source)
+        return AgentCallError("pull failed: source refused", False)
+
+
+def _decision() -> Decision:
+    return Decision(
+        id="d1",
+        tick=0,
+        ts_ms=0.0,
+        mode="active",
+        kind="replicate",
+        source=0,
+        target=3,
+        tenant="t",
+        block_hashes=(11, 12),
+        nbytes=2,
+        priority=0,
+        ttl_ms=1000.0,
+        deadline_ms=float("nan"),
+        p_blocks=(0.5, 0.5),
+        reason=None,
+        text="",
+        model="",
+        status="pending",
+    )
+
+
+def _executor(client: FakeClient) -> Executor:
+    loads = NodeLoads(4, prefill=None, stale_s=5.0)
+    loads.transfer = ["10.0.0.0:7000", "10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"]
+    loads.agent_up = [True, True, True, True]
+    loads.note_agent_down(1)  # node 1's agent stopped answering; its address is kept
+    agents = ["http://a0", "http://a1", "http://a2", "http://a3"]
+    keeper = FakeKeeper(0b0111)  # nodes 0, 1, 2 hold the whole chain
+    return Executor(
+        AgentClientConfig(),
+        agents,
+        loads,
+        FakeQueue(),
+        FakeReplicas(),
+        keeper,
+        client,
+        clock_ms=lambda: 0.0,
+    )
+
+
+def test_the_other_holder_is_one_whose_agent_is_up() -> None:
+    ex = _executor(FakeClient())
+    d = _decision()
+    holder = asyncio.run(ex._other_holder(d, exclude=[0]))
+    assert holder == 2, f"picked node {holder}, whose agent is down; node 2 is up and holds it"
+
+
+def test_the_retry_pulls_from_a_live_holder_not_a_down_one() -> None:
+    client = FakeClient()
+    ex = _executor(client)
+    d = _decision()
+
+    async def go():
+        ex.bind(asyncio.get_running_loop())
+        await ex._run(d)
+
+    asyncio.run(go())
+    assert client.sources[0] == "10.0.0.0:7000"
+    assert client.sources[1:] == ["10.0.0.2:7000"], f"retry pulled from {client.sources[1:]}"
