@@ -15,6 +15,8 @@ def dask_client(scheduler: str = "local", workers: int = 2) -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
     if scheduler == "local":
+        if workers < 1:  # a cluster without workers runs nothing: every task would wait
+            raise ValueError(f"a local Dask cluster needs at least 1 worker, got {workers}")
         with (
             LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None

@@ -91,6 +91,26 @@ class DistributedConfig(FrozenConfig):
     devices: int = Field(1, ge=1)
     num_nodes: int = Field(1, ge=1)
 
+    @model_validator(mode="after")
+    def _no_setting_ignored(self) -> DistributedConfig:
+        """A setting its engine or strategy would ignore is refused, not dropped."""
+        if self.strategy != "ddp" and (self.devices, self.num_nodes) != (1, 1):
+            raise ValueError(
+                f"distributed.devices={self.devices} and num_nodes={self.num_nodes} take "
+                "effect with strategy: ddp only (the TCN's DDP fit); set it, or leave them at 1"
+            )
+        if self.engine == "local" and (self.scheduler, self.workers) != ("local", 2):
+            raise ValueError(
+                f"distributed.scheduler={self.scheduler!r} and workers={self.workers} take "
+                "effect with engine: dask only; set it, or leave them out"
+            )
+        if self.engine == "dask" and self.scheduler != "local" and self.workers != 2:
+            raise ValueError(
+                f"distributed.workers={self.workers} sizes a new local cluster; the cluster at "
+                f"{self.scheduler} has its own workers: leave workers out"
+            )
+        return self
+
 
 class TrainConfig(FrozenConfig):
     data: DataConfig = DataConfig()

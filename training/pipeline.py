@@ -64,7 +64,7 @@ def run_training(
     out.mkdir(parents=True, exist_ok=True)
     tracker = (
         Tracker(cfg.tracking, cfg.registered_model, f"{cfg.kind}-{int(time.time())}")
-        if cfg.tracking.enabled and not secondary_rank()
+        if cfg.tracking.enabled and not (cfg.distributed.strategy == "ddp" and secondary_rank())
         else None
     )
     with tracker if tracker is not None else contextlib.nullcontext():

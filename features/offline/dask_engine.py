@@ -11,6 +11,7 @@ window, then by block and tick (sort by ``block, tick_ms`` for the pandas order)
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,16 +70,20 @@ def _run(client: Any, inputs: Iterator[WindowInput], task: Callable, *args: Any)
     from distributed import as_completed
 
     limit = 2 * max(len(client.scheduler_info().get("workers", {})), 1)
+    run = uuid.uuid4().hex  # keys of this run only: a shared scheduler hands back any task
+    index: dict[str, int] = {}  # that holds the same key (another job's "window-0")
     results: dict[int, Any] = {}
     pending = as_completed()
     for w in inputs:
         data = client.scatter(w, hash=False)  # straight to a worker, not through the scheduler
-        pending.add(client.submit(task, data, *args, pure=False, key=f"window-{w.window.index}"))
+        key = f"window-{run}-{w.window.index}"
+        index[key] = w.window.index
+        pending.add(client.submit(task, data, *args, pure=False, key=key))
         while pending.count() >= limit:
             fut = next(pending)
-            results[int(fut.key.rsplit("-", 1)[1])] = fut.result()
+            results[index[fut.key]] = fut.result()
     for fut in pending:
-        results[int(fut.key.rsplit("-", 1)[1])] = fut.result()
+        results[index[fut.key]] = fut.result()
     return [results[k] for k in sorted(results)]
 
 

@@ -45,14 +45,15 @@ def plan_windows(ticks: np.ndarray, window_ms: float, cfg: FeatureConfig) -> lis
         raise ValueError(f"window_ms must be a positive number, got {window_ms}")
     if len(ticks) == 0:
         return []
-    edges = ticks[0] + window_ms * np.arange(int((ticks[-1] - ticks[0]) // window_ms) + 2)
-    bounds = np.searchsorted(ticks, edges, "left")
+    # each tick's window by index (edges rebuilt as ticks[0] + k * window_ms round otherwise
+    # than the count, and could leave the last tick in no window); only non-empty ones exist
+    k = np.floor((ticks - ticks[0]) / window_ms).astype(np.int64)
+    bounds = np.r_[np.flatnonzero(np.r_[True, k[1:] != k[:-1]]), len(ticks)]
     out: list[Window] = []
     for lo, hi in pairwise(bounds.tolist()):
-        if hi > lo:
-            own = ticks[lo:hi]
-            start = float(own[0]) - overlap_ms(cfg)
-            out.append(Window(len(out), own, start, float(own[-1]) + cfg.labels.horizon_ms))
+        own = ticks[lo:hi]
+        start = float(own[0]) - overlap_ms(cfg)
+        out.append(Window(len(out), own, start, float(own[-1]) + cfg.labels.horizon_ms))
     return out
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from tiny_training import TINY_MODELS, tiny_config
 
@@ -11,12 +14,16 @@ from kvcast.config import ConfigError
 from kvcast.data import bundled_trace_path
 from kvcast.features import build_feature_dataset, build_spec, write_feature_dataset
 from kvcast.features.config import FeatureConfig
+from kvcast.features.dask_client import dask_client
 from kvcast.features.traces import Trace, load_trace
 from kvcast.features.traces.synthesize import synthesize
 from kvcast.features.traces.table import make_table
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.recording import feature_config_for, record_events
-from kvcast.training.config import TrainConfig, load_train_config
+from kvcast.training.config import DistributedConfig, SplitConfig, TrainConfig, load_train_config
+from kvcast.training.data import TrainingData
+from kvcast.training.models.lgbm_dask import fit_on_dask
+from kvcast.training.models.params import LgbmParams
 from kvcast.training.pipeline import run_training
 
 # each worker finds the bins of some features from its own chunk (which worker gets which
@@ -77,6 +84,38 @@ def test_lgbm_on_two_dask_workers_matches_the_local_model_and_is_tracked(
     assert run.data.params["fitted.engine"] == "lightgbm.dask (2 workers)"
     assert {"test_pr_auc", "validation_roc_auc"} <= set(run.data.metrics)
     assert dask.registered == "kvcast-dask/1"
+
+
+def test_a_training_window_shorter_than_two_rows_per_worker_fits_on_fewer_workers() -> None:
+    """3 training rows on 2 workers: one worker would get 1 row, which LightGBM refuses there;
+    the local fit trains on them, and so must the Dask fit (on one worker)."""
+    spec = build_spec(FeatureConfig())
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({name: rng.random(6) for name in spec.names})
+    df["tick_ms"], df["block"] = 1000.0 * np.arange(6), np.arange(6)
+    df["label_burst"] = [0, 1, 0, 1, 0, 1]
+    split = SplitConfig(train=0.6, validation=0.2, test=0.2, purge_ms=0.0)
+    data = TrainingData.build(df, spec, split)
+    assert len(data.rows("train")) == 3
+    params = LgbmParams(num_boost_round=3, min_data_in_leaf=1, num_threads=1)
+    with dask_client("local", 2) as client:
+        model = fit_on_dask(data, params, 0, client)
+    assert model.info["engine"] == "lightgbm.dask (1 worker)"
+
+
+@pytest.mark.parametrize(
+    ("distributed", "named"),
+    [
+        ({"devices": 4, "num_nodes": 2}, "devices=4 and num_nodes=2 take effect with strategy"),
+        ({"scheduler": "tcp://h:8786"}, "scheduler='tcp://h:8786' and workers=2 take effect"),
+        ({"engine": "dask", "scheduler": "tcp://h:8786", "workers": 8}, "workers=8 sizes a new"),
+    ],
+)
+def test_a_distributed_setting_its_engine_would_ignore_is_refused(
+    distributed: dict, named: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        DistributedConfig.model_validate(distributed)
 
 
 def test_dask_engine_and_ddp_strategy_are_refused_for_other_kinds(tmp_path: Path) -> None:

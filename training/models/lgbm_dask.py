@@ -60,6 +60,9 @@ def validation_curve(
     return best or booster.current_iteration(), history
 
 
+MIN_ROWS_PER_WORKER = 2
+
+
 def _chunks(client: Any, inp: LgbmInputs, seed: int) -> tuple[Any, Any, Any]:
     """The training rows as Dask arrays, chunk ``i`` held by the ``i``-th worker (by address):
     the rows are shuffled first, so that every chunk, from which its worker finds some
@@ -68,6 +71,9 @@ def _chunks(client: Any, inp: LgbmInputs, seed: int) -> tuple[Any, Any, Any]:
     import dask.array as da
 
     workers = sorted(client.scheduler_info()["workers"])
+    # a worker fits on 2 rows at least (LightGBM's scikit-learn check): fewer chunks than
+    # workers when the training window is that short (lightgbm.dask trains on the rest)
+    workers = workers[: max(1, min(len(workers), len(inp.yt) // MIN_ROWS_PER_WORKER))]
     mix = np.random.default_rng(seed).permutation(len(inp.yt))
     out: list[list[Any]] = [[], [], []]
     for rows, worker in zip(np.array_split(mix, len(workers)), workers, strict=True):
@@ -93,5 +99,6 @@ def fit_on_dask(data: TrainingData, params: LgbmParams, seed: int, client: Any) 
     booster = model.booster_
     best, history = validation_curve(booster, inp, params)
     fitted = fitted_model(booster, best, data.spec.names, inp, history)
-    fitted.info["engine"] = f"lightgbm.dask ({x.numblocks[0]} workers)"
+    n = x.numblocks[0]
+    fitted.info["engine"] = f"lightgbm.dask ({n} worker{'s' if n > 1 else ''})"
     return fitted

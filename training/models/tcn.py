@@ -55,6 +55,9 @@ class TcnModule(pl.LightningModule):
 
     def _epoch_end(self, key: str) -> None:
         total, weight = self._sums[key]
+        if self.trainer.world_size > 1:  # each DDP process saw its share: the whole window's
+            sums = torch.tensor([total, weight], dtype=torch.float64)
+            total, weight = self.trainer.strategy.reduce(sums, reduce_op="sum").tolist()
         if weight > 0:
             self.history[key].append(total / weight)
         self._sums[key] = [0.0, 0.0]

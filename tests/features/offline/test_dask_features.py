@@ -107,6 +107,35 @@ def test_windows_own_each_tick_once_and_read_the_overlap_before_it() -> None:
         plan_windows(ticks, 0.0, cfg)
 
 
+@pytest.mark.parametrize(
+    ("ticks", "window_ms"),
+    [(np.array([0.0, 5000.0]), 5000.0 / 3), (12345.6 + 250.0 * np.arange(49), 1000.0 / 3)],
+)
+def test_a_window_length_that_does_not_divide_the_span_still_owns_the_last_tick(
+    ticks: np.ndarray, window_ms: float
+) -> None:
+    windows = plan_windows(ticks, window_ms, FeatureConfig())
+    assert np.array_equal(np.concatenate([w.ticks for w in windows]), ticks)
+    assert [w.index for w in windows] == list(range(len(windows)))
+
+
+def test_another_job_on_the_same_cluster_never_lends_its_results(
+    replay: tuple[list[Event], FeatureConfig], client: object
+) -> None:
+    """Task keys are this run's own: a shared scheduler holding another client's
+    ``window-0`` (the keys' old form) must not hand its result back."""
+    from distributed import Client
+
+    events, cfg = replay
+    ref = build_feature_dataset(events, cfg.ticks, cfg)
+    with Client(client.scheduler.address) as theirs:  # type: ignore[attr-defined]
+        held = [theirs.submit(pd.DataFrame, {"x": [i]}, key=f"window-{i}", pure=False)
+                for i in range(12)]  # fmt: skip
+        theirs.gather(held)
+        got = build_feature_dataset_dask(events, cfg.ticks, cfg, client=client, window_ms=60_000.0)
+    assert_same_dataset(ref, got)
+
+
 def test_window_snapshot_keeps_blocks_stored_before_the_window(
     replay: tuple[list[Event], FeatureConfig],
 ) -> None:
@@ -118,3 +147,10 @@ def test_window_snapshot_keeps_blocks_stored_before_the_window(
     snapshot = later.table.s_ts == later.window.start_ms
     assert snapshot.any()
     assert (table.s_ts < later.window.start_ms).sum() > snapshot.sum()  # a compression
+
+
+def test_a_local_cluster_without_workers_is_refused_not_waited_on() -> None:
+    from kvcast.features.dask_client import dask_client
+
+    with pytest.raises(ValueError, match="at least 1 worker, got 0"), dask_client("local", 0):
+        pass
