@@ -8,8 +8,9 @@ receives nothing is named."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import httpx
 import pytest
@@ -30,6 +31,19 @@ from kvcast.serving.sidecar.api_models import KvEventBatch
 TOKEN = "engine-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BLOCK = 4096
+
+
+@contextlib.asynccontextmanager
+async def agent_at() -> AsyncIterator[str]:
+    """A real agent on loopback (in this process) for the engine to fill; its base URL."""
+    cfg = AgentConfig(node_id="gpu-node-0", capacity_bytes=1 << 20,
+                      speculative_quota_bytes=1 << 18, token=TOKEN)  # fmt: skip
+    service = AgentService(cfg)
+    http_address, _ = await service.start()
+    try:
+        yield f"http://{http_address}"
+    finally:
+        await service.stop()
 
 
 class Recorder:
@@ -60,12 +74,7 @@ def test_batches_announce_removals_then_each_run_of_the_chain_with_its_parent() 
 
 def test_the_engine_stores_verified_bytes_evicts_and_reports_in_order(run_async) -> None:
     async def main() -> None:
-        cfg = AgentConfig(node_id="gpu-node-0", capacity_bytes=1 << 20,
-                          speculative_quota_bytes=1 << 18, token=TOKEN)  # fmt: skip
-        service = AgentService(cfg)
-        http_address, _ = await service.start()
-        base = f"http://{http_address}"
-        try:
+        async with agent_at() as base:
             sink, maker = Recorder(), BlockMaker(BLOCK, seed=3)
             engine = EnginePlayer(0, base, AUTH, maker, sink, block_tokens=16, concurrency=4)
             node = NodeModel(0, capacity_blocks=4, block_tokens=16)
@@ -76,8 +85,6 @@ def test_the_engine_stores_verified_bytes_evicts_and_reports_in_order(run_async)
             async with httpx.AsyncClient() as http:
                 held = (await http.get(f"{base}/v1/inventory", headers=AUTH)).json()["blocks"]
                 telemetry = (await http.get(f"{base}/v1/telemetry")).json()
-        finally:
-            await service.stop()
         assert {b["block_hash"]: b["checksum"] for b in held} == {
             h: maker.checksum("acme", h) for h in node.cache
         }
@@ -224,12 +231,7 @@ def test_queue_depth_reports_reach_the_agent_in_order(run_async) -> None:
     a retry) must not land after, and overwrite, the newer one."""
 
     async def main() -> int:
-        cfg = AgentConfig(node_id="gpu-node-0", capacity_bytes=1 << 20,
-                          speculative_quota_bytes=1 << 18, token=TOKEN)  # fmt: skip
-        service = AgentService(cfg)
-        http_address, _ = await service.start()
-        base = f"http://{http_address}"
-        try:
+        async with agent_at() as base:
             engine = EnginePlayer(0, base, AUTH, BlockMaker(BLOCK, seed=3), Recorder(),
                                   block_tokens=16, concurrency=4)  # fmt: skip
             real, slowed = engine.http.request, []
@@ -245,9 +247,6 @@ def test_queue_depth_reports_reach_the_agent_in_order(run_async) -> None:
             engine.submit(Admission(0, 0, (), (), (), queue_depth=5), "acme")
             await engine.close(10.0)
             async with httpx.AsyncClient() as http:
-                telemetry = (await http.get(f"{base}/v1/telemetry")).json()
-        finally:
-            await service.stop()
-        return telemetry["queue_depth"]
+                return (await http.get(f"{base}/v1/telemetry")).json()["queue_depth"]
 
     assert run_async(main()) == 5
