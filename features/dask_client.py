@@ -31,3 +31,14 @@ def dask_client(scheduler: str = "local", workers: int = 2) -> Iterator[Any]:
         raise ValueError(f"cannot reach the Dask scheduler {scheduler!r}: {e}") from None
     with client:
         yield client
+
+
+def worker_addresses(client: Any) -> list[str]:
+    """Every worker of ``client``'s cluster, sorted. ``scheduler_info()`` lists only the first
+    five by default in distributed 2025.5 to 2026.6; ``n_workers=-1`` asks for all of them
+    (older releases, which have no such argument, list all anyway)."""
+    try:
+        info = client.scheduler_info(n_workers=-1)
+    except TypeError:
+        info = client.scheduler_info()
+    return sorted(info.get("workers", {}))

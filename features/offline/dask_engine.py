@@ -21,6 +21,7 @@ import pandas as pd
 
 from kvcast.features.config import FeatureConfig, TickConfig
 from kvcast.features.counters import BadInputCounters
+from kvcast.features.dask_client import worker_addresses
 from kvcast.features.events import Event
 from kvcast.features.offline.candidates import table_and_ticks
 from kvcast.features.offline.carry import carried_state
@@ -69,7 +70,7 @@ def _run(client: Any, inputs: Iterator[WindowInput], task: Callable, *args: Any)
     results in window order."""
     from distributed import as_completed
 
-    limit = 2 * max(len(client.scheduler_info().get("workers", {})), 1)
+    limit = 2 * max(len(worker_addresses(client)), 1)
     run = uuid.uuid4().hex  # keys of this run only: a shared scheduler hands back any task
     index: dict[str, int] = {}  # that holds the same key (another job's "window-0")
     results: dict[int, Any] = {}

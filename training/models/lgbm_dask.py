@@ -18,6 +18,7 @@ import lightgbm as lgb
 import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from kvcast.features.dask_client import worker_addresses
 from kvcast.training.models.lgbm import LgbmInputs, LgbmModel, fit_inputs, fitted_model
 from kvcast.training.models.params import LgbmParams
 
@@ -70,7 +71,7 @@ def _chunks(client: Any, inp: LgbmInputs, seed: int) -> tuple[Any, Any, Any]:
     import dask
     import dask.array as da
 
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = worker_addresses(client)
     # a worker fits on 2 rows at least (LightGBM's scikit-learn check): fewer chunks than
     # workers when the training window is that short (lightgbm.dask trains on the rest)
     workers = workers[: max(1, min(len(workers), len(inp.yt) // MIN_ROWS_PER_WORKER))]

@@ -154,3 +154,30 @@ def test_a_local_cluster_without_workers_is_refused_not_waited_on() -> None:
 
     with pytest.raises(ValueError, match="at least 1 worker, got 0"), dask_client("local", 0):
         pass
+
+
+def test_every_worker_of_a_cluster_over_five_is_listed() -> None:
+    """distributed 2025.5-2026.6 list five workers unless asked for all (n_workers=-1);
+    releases before that take no such argument and list all."""
+    from distributed import Client, LocalCluster
+
+    from kvcast.features.dask_client import worker_addresses
+
+    with (
+        LocalCluster(
+            n_workers=6, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        assert len(worker_addresses(c)) == 6
+
+    class Capped:  # the 2025.5-2026.6 signature: five unless n_workers says otherwise
+        def scheduler_info(self, n_workers: int = 5) -> dict:
+            every = [f"tcp://w{i}" for i in range(8)]
+            return {"workers": dict.fromkeys(every if n_workers < 0 else every[:n_workers])}
+
+    class Before:  # releases before it: no argument, every worker
+        def scheduler_info(self) -> dict:
+            return {"workers": dict.fromkeys(f"tcp://w{i}" for i in range(8))}
+
+    assert len(worker_addresses(Capped())) == len(worker_addresses(Before())) == 8
