@@ -3,15 +3,37 @@
 Every config object derives from :class:`FrozenConfig`: immutable, unknown keys rejected, types
 checked by pydantic. :func:`load_config` turns any validation problem into one
 :class:`ConfigError` line that names the file, the dotted key and what was expected.
+
+A mapping from a file or the command line (:func:`parse_config`) is validated strictly, as
+JSON: a value of the wrong type is refused, not converted (``nodes: true`` is not 1 node,
+``nodes: "8"`` is not 8, ``use_session: "yes"`` is not true); an integer stands for a float,
+and a list for a tuple. YAML numbers in exponent form (``1e9``, ``1.0e9``: strings to
+PyYAML's YAML 1.1) are read as floats. Code that builds a config object directly keeps pydantic's
+usual conversions.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, and any number in exponent form as a float (``1e9``,
+    ``1.0e9``, ``-2E-3``: YAML 1.1 reads them as strings unless they have a dot and a signed
+    exponent; YAML 1.2 and JSON read them as numbers)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 class ConfigError(ValueError):
@@ -48,9 +70,28 @@ def parse_config(cls: type[C], data: dict[str, Any] | None, source: str = "<conf
             f"{source}: expected a mapping at the top level, got {type(data).__name__}"
         )
     try:
-        return cls.model_validate(data)
+        text = json.dumps(data, default=_plain, allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: {err}") from None
+    try:
+        return cls.model_validate_json(text, strict=True)
     except ValidationError as err:
         raise ConfigError(_format_errors(source, err)) from None
+
+
+def _plain(value: Any) -> Any:
+    """What ``json.dumps`` makes of a non-JSON value in a config mapping (a TypeError if none:
+    a YAML date, a set...)."""
+    if isinstance(value, BaseModel):  # a config object passed as an override
+        return value.model_dump(mode="json")
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | frozenset):
+        return list(value)
+    raise TypeError(
+        f"{value!r} ({type(value).__name__}) is not a config value: use a number, a string, "
+        "true/false, a list or a mapping"
+    )
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -59,7 +100,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"{p}: no such config file")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_Loader)  # a SafeLoader
     except UnicodeDecodeError as err:
         raise ConfigError(f"{p}: not UTF-8 text (byte {err.start})") from None
     except yaml.YAMLError as err:
@@ -76,7 +117,7 @@ def load_config(cls: type[C], path: str | Path) -> C:
 
 def with_overrides(cfg: C, **overrides: Any) -> C:
     """Return a validated copy of ``cfg`` with top-level ``overrides`` applied (None ignored)."""
-    data = cfg.model_dump()
+    data = cfg.model_dump(mode="json")
     for key, value in overrides.items():
         if value is not None:
             data[key] = value

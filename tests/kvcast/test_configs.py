@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,49 @@ def test_wrong_type_error_names_key_expected_and_value(tmp_path: Path) -> None:
     p.write_text("nodes: eight\n")
     with pytest.raises(ConfigError, match=r"key 'nodes': .*integer.*'eight'"):
         load_config(SimConfig, p)
+
+
+STICKY = "routing.prefix_sticky.use_session"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("nodes: true\n", "nodes"),  # once a 1-node cluster
+        ('nodes: "8"\n', "nodes"),
+        ("nodes: 8.0\n", "nodes"),
+        ('slo:\n  factor: "2"\n', "slo.factor"),
+        ("slo:\n  factor: true\n", "slo.factor"),
+        ('routing:\n  prefix_sticky:\n    use_session: "yes"\n', STICKY),
+        ("routing:\n  prefix_sticky:\n    use_session: 1\n", STICKY),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_not_converted(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=rf"bad\.yaml: key '{re.escape(key)}'"):
+        load_config(SimConfig, p)
+
+
+def test_numbers_a_config_means_are_read_as_numbers(tmp_path: Path) -> None:
+    """An integer for a float, a list for a tuple, and exponent forms YAML 1.1 reads as strings."""
+    p = tmp_path / "ok.yaml"
+    p.write_text("nodes: 4\nslo:\n  factor: 3\n  floor_ms: 1e2\nnetwork:\n"
+                 "  rack:\n    bandwidth_gbps: 1.0e3\n    latency_us: 5\n")  # fmt: skip
+    cfg = load_config(SimConfig, p)
+    assert (cfg.nodes, cfg.slo.factor, cfg.slo.floor_ms) == (4, 3.0, 100.0)
+    assert cfg.network.rack.bandwidth_gbps == 1000.0
+    f = tmp_path / "features.yaml"
+    f.write_text("queue_windows_ms: [1000, 5000]\n")
+    from kvcast.features.config import FeatureConfig
+
+    assert load_config(FeatureConfig, f).queue_windows_ms == (1000.0, 5000.0)
+    d = tmp_path / "date.yaml"
+    d.write_text("nodes: 2024-01-01\n")
+    with pytest.raises(ConfigError, match=r"date\.yaml: datetime\.date\(2024, 1, 1\)"):
+        load_config(SimConfig, d)
 
 
 def test_out_of_range_value_is_refused(tmp_path: Path) -> None:
