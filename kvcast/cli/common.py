@@ -88,21 +88,38 @@ def output_dir(out: Path, what: str = "--out") -> Path:
 
 
 def parse_models(items: list[str] | None) -> dict[str, str]:
-    """``KIND=PATH_OR_URI`` options -> {kind: reference}; one-line errors for bad items."""
+    """``--model`` options -> {kind: reference}; one-line errors for bad items. An item is
+    ``KIND=PATH_OR_URI``, or a bare ``PATH`` / ``models:/NAME@ALIAS`` whose kind is the one
+    the model declares (its ``kvcast.kind`` metadata: the model is opened to read it)."""
     from kvcast.simulator.model_scorer import MODEL_KINDS
 
     models: dict[str, str] = {}
     for item in items or []:
         kind, sep, ref = item.partition("=")
         kind, ref = kind.strip(), ref.strip()
-        if not sep or not ref:
-            raise ValueError(f"--model {item!r}: expected KIND=PATH or KIND=models:/NAME@ALIAS")
+        if not sep or (kind not in MODEL_KINDS and ("/" in kind or "." in kind)):
+            kind, ref = _declared_kind(item.strip()), item.strip()  # a bare reference
+        elif not ref:
+            raise ValueError(f"--model {item!r}: expected KIND=PATH, KIND=models:/NAME@ALIAS, "
+                             "PATH or models:/NAME@ALIAS")  # fmt: skip
         if kind not in MODEL_KINDS:
             raise ValueError(
                 f"--model {item!r}: unknown kind {kind!r}; valid: {', '.join(MODEL_KINDS)}"
             )
+        if kind in models and models[kind] != ref:
+            raise ValueError(f"--model {item!r}: a {kind} model was given already "
+                             f"({models[kind]}); one per kind")  # fmt: skip
         models[kind] = ref
     return models
+
+
+def _declared_kind(ref: str) -> str:
+    """The kind a model file or MLflow URI declares about itself."""
+    from kvcast.predictor.scorer import OnnxScorer
+
+    if not ref:
+        raise ValueError("--model '': expected a model path or KIND=PATH")
+    return OnnxScorer.load(ref).kind
 
 
 def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace:

@@ -57,8 +57,9 @@ ModelOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--model",
-        help="KIND=ONNX_PATH or KIND=models:/NAME@ALIAS for predictive_rule / predictive_lgbm "
-        "(repeatable; default: models:/kvcast-KIND@champion in the local MLflow store).",
+        help="ONNX_PATH or models:/NAME@ALIAS (the model's own kind picks its policy), or "
+        "KIND=... for predictive_rule / predictive_lgbm / predictive_tcn (repeatable; "
+        "default: models:/kvcast-KIND@champion in the local MLflow store).",
     ),
 ]
 

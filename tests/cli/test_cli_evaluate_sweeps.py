@@ -59,7 +59,8 @@ def test_evaluate_sweeps_slos_and_quotas_for_replicating_policies_only(tmp_path:
         (["--slo", "absolute:-5"], "ttft_ms"),
         (["--quota-gib", "x"], "--quota-gib: 'x' is not a number"),
         (["--jobs", "0"], "--jobs must be >= 1"),
-        (["--model", "lgbm"], "expected KIND=PATH"),
+        (["--model", "lgbm"], "lgbm: no such model file"),  # a bare reference: a path
+        (["--model", "lgbm="], "expected KIND=PATH"),
         (["--model", "xgb=a.onnx"], "unknown kind 'xgb'"),
         (["--policies", "predictive_lgbm", "--model", "lgbm=nope.onnx"], "no such model file"),
     ],
@@ -92,3 +93,21 @@ def test_quickstart_trains_and_compares_the_model_policies(tmp_path: Path) -> No
     assert all(s["time_scale"] == 2.0 for s in rows)
     assert all(s["peak_speculative_bytes_over_quota"] == 0 for s in rows)
     assert all(s["active_evictions_by_speculative"] == 0 for s in rows)
+    # a bare model reference picks the policy of the kind the model declares
+    models = [str(out / "train" / kind / "model.onnx") for kind in ("lgbm", "rule")]
+    again = tmp_path / "again"
+    r = runner.invoke(
+        app,
+        [
+            "evaluate", "--trace", str(head(tmp_path, 300)), "--policies", "all", "--jobs", "1",
+            "--model", models[0], "--model", models[1], "--time-scale", "2", "--out", str(again),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    ran = [s["policy"] for s in json.loads((again / "summary.json").read_text())]
+    assert {"predictive_rule", "predictive_lgbm"} <= set(ran) and "predictive_tcn" not in ran
+    twice = ["--model", models[0], "--model", f"lgbm={models[1]}"]  # the lgbm file, the rule
+    r = runner.invoke(
+        app, ["evaluate", "--trace", str(head(tmp_path, 50)), *twice, "--out", str(tmp_path / "o")]
+    )
+    assert r.exit_code == 2 and "a lgbm model was given already" in r.output
