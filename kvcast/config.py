@@ -8,8 +8,8 @@ A mapping from a file or the command line (:func:`parse_config`) is validated st
 JSON: a value of the wrong type is refused, not converted (``nodes: true`` is not 1 node,
 ``nodes: "8"`` is not 8, ``use_session: "yes"`` is not true); an integer stands for a float,
 and a list for a tuple. YAML numbers in exponent form (``1e9``, ``1.0e9``: strings to
-PyYAML's YAML 1.1) are read as floats. Code that builds a config object directly keeps pydantic's
-usual conversions.
+PyYAML's YAML 1.1) are read as floats. Code that builds a config object directly keeps
+pydantic's usual conversions.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def _plain(value: Any) -> Any:
         return value.model_dump(mode="json")
     if isinstance(value, Path):
         return str(value)
-    if isinstance(value, tuple | frozenset):
-        return list(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
     raise TypeError(
         f"{value!r} ({type(value).__name__}) is not a config value: use a number, a string, "
         "true/false, a list or a mapping"
