@@ -46,6 +46,8 @@ from kvcast.features.online.telemetry import NodeTelemetry
 from kvcast.features.spec import FeatureSpec, build_spec
 from kvcast.features.validate import U64, canonical, check, unique_blocks
 
+MAX_TENANT_CODES = 4096  # tenant codes cached (a crc32 each: recomputing is cheap)
+
 
 class FeatureState:
     def __init__(
@@ -70,7 +72,7 @@ class FeatureState:
         self.nodes = [
             NodeTelemetry(cfg.queue_windows_ms, cfg.eviction_window_ms) for _ in range(cfg.nodes)
         ]
-        self._tenants: dict[str, float] = {}
+        self._tenants: dict[str, float] = {}  # a cache of tenant_code, cleared when full
         self._buffer = ReorderBuffer(self._apply, cfg.reorder_tolerance_ms, self.bad)
         self._handlers = {
             RequestArrived: self._on_request,
@@ -117,6 +119,8 @@ class FeatureState:
             self.sessions.observe(key, ts)
         code = self._tenants.get(ev.tenant)
         if code is None:
+            if len(self._tenants) >= MAX_TENANT_CODES:  # tenant ids may be per user or API key
+                self._tenants.clear()
             code = self._tenants[ev.tenant] = tenant_code(ev.tenant)
         rec = (ts, ev.node, key, ev.input_tokens, ev.public_blocks, code, float(explicit))
         blocks.touch(ts, cover, hashes, rec, key, code)
@@ -168,6 +172,7 @@ class FeatureState:
             "sessions": len(self.sessions),
             "held_for_reorder": len(self._buffer),
             "resident": len(self.residency),
+            "tenant_codes": len(self._tenants),
             "shed_blocks": self.blocks.shed_blocks,
             "shed_sessions": self.sessions.shed,
         }

@@ -4,7 +4,10 @@ Producers (one ZMQ thread per engine, the HTTP handlers, the telemetry poller, t
 put *batches* of events; the consumer takes them in arrival order. The bound is in events,
 not batches: when a put would exceed it, the *oldest* queued events are dropped (a batch may
 be cut at its head) and counted, so memory stays bounded whatever the producers do and the
-freshest events, which matter most for the next decision, survive. ``put`` never blocks.
+freshest events, which matter most for the next decision, survive; the removals among them
+are kept, folded (:mod:`.salvage`), and handed to the consumer before the next batch, so that
+no dropped ``BlockRemoved`` leaves a block resident in the sidecar's view. ``put`` never
+blocks.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 
 from kvcast.features.events import Event
+from kvcast.serving.sidecar.salvage import RemovalSalvage
 
 
 class EventQueue:
@@ -28,6 +32,7 @@ class EventQueue:
         self.accepted: Counter[str] = Counter()  # events put, by source
         self.dropped = 0  # events dropped because the queue was full
         self.peak = 0  # most events held at once
+        self.salvage = RemovalSalvage(capacity_events)  # the removals among dropped events
 
     def put(self, events: Sequence[Event], source: str) -> int:
         """Queue ``events`` (in order); return how many queued events were dropped for them."""
@@ -38,6 +43,7 @@ class EventQueue:
             self.accepted[source] += len(batch)
             if len(batch) > self.capacity:  # a batch larger than the whole queue: keep its tail
                 cut = len(batch) - self.capacity
+                self.salvage.fold(batch[:cut])
                 batch = batch[cut:]
                 dropped = cut
             else:
@@ -53,6 +59,7 @@ class EventQueue:
                 else:
                     self._batches[0] = head[excess:]
                     n = excess
+                self.salvage.fold(head[:n])
                 self._size -= n
                 excess -= n
                 dropped += n
@@ -68,6 +75,8 @@ class EventQueue:
             self._cond.wait_for(lambda: self._size > 0 or self._woken, timeout_s)
             self._woken = False
             out: list[list[Event]] = []
+            if salvaged := self.salvage.take():  # older than anything still queued
+                out.append(salvaged)
             taken = 0
             while self._batches and taken < max_events:
                 batch = self._batches.popleft()

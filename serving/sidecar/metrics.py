@@ -84,6 +84,10 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
                   dict(q.accepted)),
         _labelled("counter", "events_dropped_total", "Events dropped, by reason", "reason",
                   {"queue_full": q.dropped}),
+        _one("counter", "removals_salvaged_total", "Dropped removal and clear events applied "
+             "all the same (folded, ahead of the next batch)", q.salvage.salvaged),
+        _one("counter", "nodes_cleared_for_space_total", "Nodes cleared because the dropped "
+             "removals kept for them overflowed", q.salvage.cleared_for_space),
         _labelled("counter", "feature_bad_input_total", "Events the feature state refused",
                   "reason", bad),
         _one("counter", "events_applied_total", "Events applied to the feature state", k.applied),

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from kvcast.features.block_meta import tenant_code
 from kvcast.features.config import FeatureConfig
 from kvcast.features.events import (
     AllBlocksCleared,
@@ -18,7 +19,7 @@ from kvcast.features.events import (
     RequestArrived,
     TelemetrySample,
 )
-from kvcast.features.online.state import FeatureState
+from kvcast.features.online.state import MAX_TENANT_CODES, FeatureState
 
 
 def test_rows_have_the_spec_width_and_nan_for_unknown_blocks_except_residency(
@@ -99,6 +100,20 @@ def test_memory_stays_bounded_by_the_horizon_on_an_endless_stream(
     assert max(blocks) <= 2 * 3 * 600 + 3  # at most two horizons of blocks are kept
     assert max(s["sessions"] for s in sizes) <= 50
     assert blocks[-1] <= blocks[2]  # not growing
+
+
+def test_tenant_codes_stay_bounded_when_every_request_names_a_new_tenant(
+    cfg: FeatureConfig, make_request: Callable[..., RequestArrived]
+) -> None:
+    """Tenant ids can be per user or per API key: the code cache must not grow with them."""
+    state = FeatureState(cfg)
+    n = MAX_TENANT_CODES + 500
+    for i in range(n):
+        state.update(make_request(i * 10.0, [7, 10**6 + i], tenant=f"user-{i}"))
+    state.flush()
+    assert state.memory()["tenant_codes"] <= MAX_TENANT_CODES
+    row = state.rows(n * 10.0, [10**6 + n - 1])[0]
+    assert row[list(state.spec.names).index("tenant_code")] == tenant_code(f"user-{n - 1}")
 
 
 def test_a_block_cap_forgets_the_least_recently_requested_blocks_first(

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from sidecar_harness import open_sidecar, sidecar_config
 
-from kvcast.features.events import AllBlocksCleared
+from kvcast.features.events import AllBlocksCleared, BlockRemoved, BlockStored, Event
+from kvcast.features.online.state import FeatureState
 from kvcast.serving.sidecar.event_queue import EventQueue
 
 
-def _events(start: int, n: int) -> list[AllBlocksCleared]:
-    return [AllBlocksCleared(float(start + i), 0) for i in range(n)]
+def _events(start: int, n: int) -> list[BlockStored]:
+    return [BlockStored(float(start + i), 0, (start + i,), None, 16) for i in range(n)]
 
 
-def _times(batches: list[list[AllBlocksCleared]]) -> list[int]:
+def _times(batches: list[list[Event]]) -> list[int]:
     return [int(e.ts_ms) for b in batches for e in b]
 
 
@@ -33,6 +34,50 @@ def test_a_batch_larger_than_the_queue_keeps_its_newest_events() -> None:
     q.put(_events(0, 2), "zmq")
     assert q.put(_events(100, 8), "zmq") == 2 + 3
     assert _times(q.get(100, 0)) == [103, 104, 105, 106, 107]
+
+
+def test_the_removals_among_dropped_events_still_reach_the_consumer_first() -> None:
+    q = EventQueue(capacity_events=4)
+    q.put([BlockStored(0.0, 0, (1, 2, 3), None, 16), BlockStored(0.0, 1, (9,), None, 16)], "a")
+    q.put([BlockRemoved(1.0, 0, (1,)), BlockRemoved(2.0, 0, (2,), "CPU")], "a")
+    q.put([AllBlocksCleared(3.0, 1), BlockRemoved(4.0, 1, (9,))], "a")
+    q.put(_events(10, 4), "b")  # every earlier event is dropped
+    assert q.dropped == 6 and q.salvage.salvaged == 4
+    salvaged, *rest = q.get(100, 0)
+    assert salvaged == [
+        AllBlocksCleared(3.0, 1),
+        BlockRemoved(2.0, 0, (1,), "GPU"),
+        BlockRemoved(2.0, 0, (2,), "CPU"),
+        BlockRemoved(4.0, 1, (9,), "GPU"),
+    ]
+    assert _times(rest) == [10, 11, 12, 13] and q.get(100, 0) == []
+
+
+def test_lost_removals_no_longer_leave_blocks_resident_for_ever() -> None:
+    """An engine holding 8 blocks, its events through a queue that overflows again and again:
+    the feature state's residency stays within what the engine holds."""
+    q, state = EventQueue(capacity_events=16), FeatureState()
+    held: list[int] = []
+    for burst in range(50):
+        for i in range(40):  # 40 new blocks per burst, the engine keeps the newest 8
+            h = burst * 1000 + i
+            events: list[Event] = [BlockStored(float(h), 0, (h,), None, 16)]
+            held.append(h)
+            if len(held) > 8:
+                events.append(BlockRemoved(float(h), 0, (held.pop(0),)))
+            q.put(events, "zmq")
+        for batch in q.get(10**6, 0):
+            state.update_many(batch)
+    assert q.dropped > 0
+    assert len(state.residency) <= 8
+
+
+def test_removals_kept_past_their_bound_become_a_clear_of_their_node() -> None:
+    q = EventQueue(capacity_events=2)
+    q.put([BlockRemoved(0.0, 0, (1, 2, 3)), BlockRemoved(0.0, 1, (7,))], "a")
+    q.put(_events(10, 2), "b")
+    assert q.salvage.cleared_for_space == 1
+    assert q.get(100, 0)[0] == [AllBlocksCleared(0.0, 0), BlockRemoved(0.0, 1, (7,))]
 
 
 def test_get_takes_whole_batches_up_to_about_max_events_in_order() -> None:
