@@ -45,6 +45,7 @@ Columns (a contract for ``kvcast shadow-eval``; times are unix milliseconds):
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -68,6 +69,8 @@ SCHEMA = pa.schema(
      ("ttl_ms", pa.float64()), ("deadline_ms", pa.float64()), ("reason", pa.string()),
      ("model", pa.string())]
 )  # fmt: skip
+
+log = logging.getLogger(__name__)
 
 
 def free_path(path: Path) -> Path:
@@ -112,6 +115,8 @@ class DecisionLog:
         self._writer: pq.ParquetWriter | None = None
         self.written = 0  # rows written to the file
         self.chunks = 0  # row groups written
+        self.lost = 0  # rows dropped because the file could not be written
+        self.last_error: str | None = None
 
     def add(self, decisions: list[Decision]) -> None:
         if not decisions:
@@ -127,19 +132,32 @@ class DecisionLog:
             self.flush()
 
     def flush(self) -> None:
+        """Write the rows held as one row group. A failure (disk full, a path that cannot be
+        created) drops them, counted in ``lost`` and logged, and the next flush tries again:
+        the rows never pile up and the caller (the decision tick) never sees the error."""
         if not self._rows:
             return
-        table = pa.Table.from_pylist(self._rows, schema=SCHEMA)
-        if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.path, SCHEMA)
-        self._writer.write_table(table, row_group_size=max(len(self._rows), 1))
-        self.written += len(self._rows)
+        rows, self._rows = self._rows, []
+        try:
+            table = pa.Table.from_pylist(rows, schema=SCHEMA)
+            if self._writer is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._writer = pq.ParquetWriter(self.path, SCHEMA)
+            self._writer.write_table(table, row_group_size=max(len(rows), 1))
+        except (OSError, pa.ArrowException) as err:
+            self.lost += len(rows)
+            if str(err) != self.last_error:  # once per distinct error, not once per tick
+                log.warning("decision log %s: %d rows lost: %s", self.path, len(rows), err)
+            self.last_error = str(err)
+            return
+        self.written += len(rows)
         self.chunks += 1
-        self._rows = []
 
     def close(self) -> None:
         self.flush()
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except (OSError, pa.ArrowException) as err:
+                log.warning("decision log %s: closing failed: %s", self.path, err)

@@ -146,11 +146,11 @@ class DecisionLoop:
             ))  # fmt: skip
             self.decisions[out[-1].kind] += 1
         self.recent.add(out)
+        if mode == "active" and out:
+            self.sink(out)  # first: nothing the log does may hold a command back
         if self.log is not None:
             self.log.add(out)
             self.log.maybe_flush()
-        if mode == "active" and out:
-            self.sink(out)
         self.ticks += 1
         self.last_tick_at = time.monotonic()
         self.timers.tick.observe(time.perf_counter() - t0)

@@ -146,6 +146,8 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
         _one("gauge", "recovery_seconds", "Time the recovery at start took", sc.recovery.seconds),
         _one("counter", "decision_log_rows_total", "Decision log rows written",
              sc.decision_log.written if sc.decision_log else 0),
+        _one("counter", "decision_log_rows_lost_total", "Decision log rows dropped: the file "
+             "could not be written", sc.decision_log.lost if sc.decision_log else 0),
     ]  # fmt: skip
 
 

@@ -61,3 +61,34 @@ def test_shadow_mode_logs_each_decision_to_parquet_and_sends_nothing(
         cost = row["transfer_ms"] + row["congestion_ms"] + row["memory_ms"] + row["reclaim_ms"]
         assert abs(row["p_hit"] * row["saved_ms"] - cost - row["net_ms"]) < 1e-6
         assert row["model"] == digest and row["ttl_ms"] > 0 and "p=" in row["reason"]
+
+
+def test_a_log_that_cannot_be_written_never_holds_back_a_tick_or_its_commands(
+    tmp_path, run, model_path
+) -> None:
+    """The log's directory cannot be made (its parent is a file): every tick still counts and
+    sends its commands, the rows are dropped and counted, not kept in memory, and the sidecar
+    stops cleanly."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    sent: list = []
+
+    async def main() -> tuple[int, int, int, str]:
+        log = {"path": str(blocker / "decisions.parquet"), "rows_per_chunk": 1}
+        cfg = sidecar_config(tmp_path, model=str(model_path), mode="active", decision_log=log)
+        async with open_sidecar(cfg) as (sc, client):
+            sc.loop.sink = sent.extend  # what the executor would get
+            for i, name in enumerate(cfg.node_names):
+                sc.loads.note_telemetry(i, telemetry(name))
+            for k in (1, 2, 3):
+                await hot_chain_on_node_a(client, chain(k), tenant=f"t{k}")
+            await settle(sc)
+            before = sc.loop.ticks
+            made = [d for _ in range(3) for d in sc.loop.tick()]
+            metrics = (await client.get("/metrics")).text
+            return sc.loop.ticks - before, len(made), len(sc.decision_log._rows), metrics
+
+    ticks, made, held, metrics = run(main())
+    assert ticks == 3 and made > 0 and len(sent) == made
+    assert held == 0
+    assert f"kvcast_sidecar_decision_log_rows_lost_total {float(made)}" in metrics
