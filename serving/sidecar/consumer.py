@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from kvcast.features.events import BlockRemoved, Event, RequestArrived
+from kvcast.features.events import BlockRemoved, BlockStored, Event, RequestArrived
 from kvcast.features.online.state import FeatureState
 from kvcast.serving.sidecar.event_queue import EventQueue
 from kvcast.serving.sidecar.node_loads import NodeLoads
@@ -65,6 +65,7 @@ class StateKeeper:
         self._thread: threading.Thread | None = None
         self._hooks: dict[type, Callable[[Any], None]] = {
             RequestArrived: self._on_request,
+            BlockStored: self._on_stored,
             BlockRemoved: self._on_removed,
         }
 
@@ -149,6 +150,10 @@ class StateKeeper:
         self.loads.note_request(ev.node, ev.input_tokens)
         if self.replicas:
             self.replicas.on_request(ev.node, ev.block_hashes)
+
+    def _on_stored(self, ev: BlockStored) -> None:
+        if self.replicas and ev.medium == "GPU" and not ev.speculative:
+            self.replicas.on_stored(ev.node, ev.block_hashes)  # the engine adopted a replica
 
     def _on_removed(self, ev: BlockRemoved) -> None:
         if ev.medium == "GPU" and 0 <= ev.node < len(self.gpu_removals):

@@ -3,8 +3,13 @@
 A replica is placed when an agent confirms a replication (its tenant and TTL are known then);
 it is *used* when a request routed to its node contains its block before it expired or was
 evicted, and *wasted* when it leaves unused. ``hit_rate = used / (used + wasted)`` over the
-replicas whose fate is known. Thread-safe: the executor places and removes, the consumer
-thread reports requests. Memory is bounded by the live replicas (expired ones are swept).
+replicas whose fate is known. A replica is *adopted* when its node's engine stores the block
+itself (a non-speculative ``BlockStored``): from then on the engine's own KV events say when
+it leaves. At its expiry a replica that was not adopted, used or not, is reported gone (the
+agent reclaims it by itself): a request routed to it that never reached the engine's cache
+(aborted, failed over) must not leave it in the sidecar's view for ever. Thread-safe: the
+executor places and removes, the consumer thread reports requests and stores. Memory is
+bounded by the live replicas (expired ones are swept).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ class Replica:
     placed_at: float  # clock seconds
     expires_at: float
     used: bool = False
+    adopted: bool = False  # the engine stored it: its own events report its removal
 
 
 class ReplicaTracker:
@@ -60,6 +66,15 @@ class ReplicaTracker:
                     r.used = True
                     self.used += 1
 
+    def on_stored(self, node: int, hashes: Iterable[int]) -> None:
+        """The engine on ``node`` stored these blocks in its own cache."""
+        with self._lock:
+            live = self._live
+            for h in hashes:
+                r = live.get((node, h))
+                if r is not None:
+                    r.adopted = True
+
     def remove(self, node: int, hashes: Iterable[int]) -> None:
         """The replicas left their node (evicted on command or reported gone)."""
         with self._lock:
@@ -69,17 +84,19 @@ class ReplicaTracker:
                     self.wasted += 1
 
     def sweep(self) -> list[tuple[int, int]]:
-        """Forget expired replicas; return the (node, block) of those no request used: the
-        agent reclaims them itself (a used one became a cached block there, and stays)."""
+        """Forget expired replicas; return the (node, block) of those the engine did not
+        adopt: the agent reclaims them itself, and nothing else will say they left."""
         now = self._clock()
         with self._lock:
             gone = [k for k, r in self._live.items() if r.expires_at <= now]
-            unused = []
+            left = []
             for k in gone:
-                if not self._live.pop(k).used:
+                r = self._live.pop(k)
+                if not r.used:
                     self.wasted += 1
-                    unused.append(k)
-        return unused
+                if not r.adopted:
+                    left.append(k)
+        return left
 
     def tenant(self, node: int, block_hash: int) -> str | None:
         r = self._live.get((node, block_hash))

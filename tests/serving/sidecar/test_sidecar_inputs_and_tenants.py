@@ -180,6 +180,43 @@ def test_a_replica_past_its_ttl_leaves_the_sidecars_view_of_its_node(tmp_path, r
     run(main())
 
 
+def test_a_used_replica_its_engine_never_stored_leaves_at_its_ttl_an_adopted_one_stays(
+    tmp_path, run
+) -> None:
+    """A request routed to the replica's node that never reached the engine's cache (aborted,
+    failed over) leaves nothing that would ever remove the block: the TTL must. A block the
+    engine stored itself is the engine's to remove."""
+    import asyncio
+
+    from kvcast.features.events import ReplicationDone, RequestArrived
+    from kvcast.serving.sidecar.tick_input import chain_holders
+
+    async def main() -> tuple[bool, bool]:
+        async with open_sidecar(sidecar_config(tmp_path)) as (sc, _):
+            used, adopted = [21, 22], [31, 32]
+            now = sc.clock_ms()
+            for blocks in (used, adopted):
+                sc.replicas.place(1, blocks, "acme", 4096, ttl_s=0.05)
+            sc.queue.put([
+                ReplicationDone(now, 0, 1, tuple(used), ok=True),
+                ReplicationDone(now, 0, 1, tuple(adopted), ok=True),
+                RequestArrived(now, "r1", 1, "acme", "s1", 64, 8, tuple(used)),
+                BlockStored(now, 1, tuple(adopted), None, 16),  # the engine cached these
+            ], "x")  # fmt: skip
+            await settle(sc)
+            await asyncio.sleep(0.1)  # both TTLs pass
+            assert sc.expire_replicas() == 2 and sc.replicas.used == 2
+            await settle(sc)
+
+            async def on_1(blocks: list[int]) -> bool:
+                mask = await asyncio.wrap_future(sc.keeper.ask(lambda k: chain_holders(k, blocks)))
+                return bool((mask >> 1) & 1)
+
+            return await on_1(used), await on_1(adopted)
+
+    assert run(main()) == (False, True)
+
+
 def test_a_router_queue_report_older_than_the_one_kept_is_ignored(tmp_path, run) -> None:
     """Concurrent arrival posts can land out of order: the router's newer queue depth stays."""
 
