@@ -29,7 +29,8 @@ def find_capacity(
     lo_limit: float = 1 / 64,
     hi_limit: float = 256.0,
 ) -> CapacityResult:
-    """Bisection on a (noisy, roughly decreasing) attainment curve."""
+    """Bisection on a (noisy, roughly decreasing) attainment curve; every probe lies within
+    ``[lo_limit, hi_limit]`` (a result at ``hi_limit`` means "at least that")."""
     probes: list[tuple[float, float]] = []
 
     def ok(x: float) -> bool:
@@ -41,19 +42,21 @@ def find_capacity(
     if ok(x):
         lo, hi = x, None
         while hi is None and lo < hi_limit:
-            if ok(lo * 2):
-                lo *= 2
+            nxt = min(lo * 2, hi_limit)  # never past the limits the search was given
+            if ok(nxt):
+                lo = nxt
             else:
-                hi = lo * 2
+                hi = nxt
         if hi is None:
             return CapacityResult(lo, tuple(probes))
     else:
         hi, lo = x, None
         while lo is None and hi > lo_limit:
-            if ok(hi / 2):
-                lo = hi / 2
+            nxt = max(hi / 2, lo_limit)
+            if ok(nxt):
+                lo = nxt
             else:
-                hi /= 2
+                hi = nxt
         if lo is None:
             return CapacityResult(0.0, tuple(probes))
     while (hi - lo) / lo > rel_tol:

@@ -63,6 +63,7 @@ class Simulator(ReplicationHooks):
         if cfg.arrival_spread != "off":
             q = None if cfg.arrival_spread == "auto" else float(cfg.arrival_spread)
             trace = spread_quantized(trace, q, seed=cfg.seed)
+        _check_span(trace, time_scale, cfg)
         self.trace = scale_load(trace, time_scale, cfg.load_scaling, cfg.seed)
         self.time_scale = time_scale
         self.block_tokens = cfg.block_tokens or trace.block_size
@@ -399,6 +400,24 @@ class _TraceArrays:
 
     def blocks(self, r: int) -> list[int]:
         return list(map(int, self.block_col[r]))
+
+
+MAX_TELEMETRY_PERIODS = 1_000_000  # 11.6 simulated days at the default 1 s period
+
+
+def _check_span(trace: Trace, time_scale: float, cfg: SimConfig) -> None:
+    """Refuse a time-scale that stretches the trace past what the run can sample (a tiny
+    one, e.g. 1e-300, would otherwise run for ever): a ValueError naming it."""
+    if cfg.load_scaling != "arrivals" or not len(trace) or not time_scale > 0:
+        return  # (scale_load names a bad time-scale)
+    arrivals = trace.requests["arrival_ms"]
+    span = float(arrivals.max() - arrivals.min()) / time_scale
+    if span / cfg.telemetry_period_ms > MAX_TELEMETRY_PERIODS:
+        raise ValueError(
+            f"time-scale {time_scale!r} stretches the trace to {span / 3.6e6:.3g} hours: "
+            f"over {MAX_TELEMETRY_PERIODS:,} telemetry periods of {cfg.telemetry_period_ms:g} "
+            "ms; use a larger time-scale"
+        )
 
 
 def simulate(

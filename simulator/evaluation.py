@@ -87,6 +87,12 @@ def plan_tasks(
     quotas_gib: Sequence[float] | None,
 ) -> list[Task]:
     """Every (policy, SLO, quota) task; quotas apply to replicating policies only."""
+    shown = [f"{q:g}" for q in quotas_gib or ()]
+    if len(set(shown)) != len(shown):  # results and plots are keyed by these labels
+        raise ValueError(
+            f"speculative quotas {list(quotas_gib or ())} read the same at 6 significant "
+            f"digits ({', '.join(shown)}): give distinct values"
+        )
     slo_list = list(slos) if slos else [cfg.slo]
     tasks = []
     base = decider if decider is not None else DeciderConfig()

@@ -46,16 +46,18 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def parse_floats(text: str, what: str) -> list[float]:
-    """``"1,2,4"`` -> [1.0, 2.0, 4.0]; each must be a positive finite number."""
+def parse_floats(text: str, what: str, *, zero_ok: bool = False) -> list[float]:
+    """``"1,2,4"`` -> [1.0, 2.0, 4.0]; each must be a positive finite number (or 0 with
+    ``zero_ok``)."""
     out = []
     for part in text.split(","):
         try:
             x = float(part)
         except ValueError:
             raise ValueError(f"{what}: {part.strip()!r} is not a number") from None
-        if not math.isfinite(x) or x <= 0:
-            raise ValueError(f"{what}: {part.strip()!r} must be a positive number")
+        if not math.isfinite(x) or x < 0 or (x == 0 and not zero_ok):
+            need = "a number >= 0" if zero_ok else "a positive number"
+            raise ValueError(f"{what}: {part.strip()!r} must be {need}")
         out.append(x)
     return out
 

@@ -273,7 +273,7 @@ def evaluate_cmd(
     cfg = sim_config(config, nodes)
     decider = load_decider_config(decider_config)
     slos = [parse_slo(t, cfg.slo) for t in slo] if slo else None
-    quotas = parse_floats(quota_gib, "--quota-gib") if quota_gib else None
+    quotas = parse_floats(quota_gib, "--quota-gib", zero_ok=True) if quota_gib else None
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     run_evaluation(

@@ -52,6 +52,6 @@ def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
             f"{s['bytes_replicated'] / 1e9:.0f} ({s['bytes_replicated_used'] / 1e9:.0f})",
         ]
         if cap:
-            row.append(f"{s.get('capacity_time_scale', float('nan')):.2f}")
+            row.append(f"{s.get('capacity_time_scale', float('nan')):.3g}")  # 1/64: 0.0156
         t.add_row(*row)
     return t

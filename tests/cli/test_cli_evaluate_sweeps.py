@@ -59,6 +59,9 @@ def test_evaluate_sweeps_slos_and_quotas_for_replicating_policies_only(tmp_path:
         (["--slo", "absolute:-5"], "ttft_ms"),
         (["--quota-gib", "x"], "--quota-gib: 'x' is not a number"),
         (["--jobs", "0"], "--jobs must be >= 1"),
+        (["--quota-gib", "-1"], "--quota-gib: '-1' must be a number >= 0"),
+        (["--quota-gib", "1,1.0000001"], "read the same at 6 significant digits"),
+        (["--time-scale", "1e-300"], "time-scale 1e-300 stretches the trace"),
         (["--model", "lgbm"], "lgbm: no such model file"),  # a bare reference: a path
         (["--model", "lgbm="], "expected KIND=PATH"),
         (["--model", "xgb=a.onnx"], "unknown kind 'xgb'"),
@@ -73,6 +76,21 @@ def test_bad_sweep_options_give_one_line_errors(
     )
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
+
+
+def test_a_zero_speculative_quota_is_a_point_of_the_sweep(tmp_path: Path) -> None:
+    out = tmp_path / "ev"
+    r = runner.invoke(
+        app,
+        [
+            "evaluate", "--trace", str(head(tmp_path, 100)), "--policies", "oracle",
+            "--quota-gib", "0,8", "--jobs", "1", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = json.loads((out / "summary.json").read_text())
+    assert [s["speculative_quota_gib"] for s in rows] == [0.0, 8.0]
+    assert rows[0]["bytes_replicated"] == 0
 
 
 def test_quickstart_trains_and_compares_the_model_policies(tmp_path: Path) -> None:

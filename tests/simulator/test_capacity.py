@@ -28,3 +28,12 @@ def test_capacity_is_zero_when_even_the_lowest_load_misses() -> None:
 
 def test_capacity_stops_at_the_upper_limit_when_nothing_fails() -> None:
     assert find_capacity(lambda x: 1.0, hi_limit=16.0).time_scale == 16.0
+
+
+def test_no_probe_goes_past_the_limits_the_search_was_given() -> None:
+    high = find_capacity(lambda x: 1.0, hi_limit=10.0)
+    assert high.time_scale == 10.0 and max(x for x, _ in high.probes) == 10.0
+    low = find_capacity(lambda x: 0.5, lo_limit=0.1)
+    assert low.time_scale == 0.0 and min(x for x, _ in low.probes) == 0.1
+    knee = find_capacity(lambda x: 1.0 if x <= 0.1 else 0.0, lo_limit=0.1)
+    assert knee.time_scale == 0.1
