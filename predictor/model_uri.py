@@ -25,6 +25,7 @@ def download_model(text: str) -> Path:
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
 
     uri = os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     mlflow.set_tracking_uri(uri)  # logged models (models:/m-...) resolve through the global URI
@@ -42,8 +43,8 @@ def download_model(text: str) -> Path:
                 version = client.get_model_version(name, number)
             source = version.source
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=uri))
-    except MlflowException as err:
-        reason = str(err).strip().splitlines()[0]
+    except (MlflowException, SQLAlchemyError, OSError) as err:  # what a failing store raises
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ModelFormatError(f"{text}: {reason} (registry {uri})") from None
     found = [local] if local.is_file() else sorted(local.rglob("*.onnx"))
     if not found:

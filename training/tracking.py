@@ -158,12 +158,19 @@ class Tracker:
         return str(info.registered_model_version)
 
     def champion_version(self) -> str | None:
+        """The version the champion alias names; None only when there is none (no such model
+        or alias). Any other store error is raised: reading it as "no champion yet" would
+        move the alias to any new model, however bad."""
         try:
             return str(
                 self.client.get_model_version_by_alias(self.name, self.cfg.champion_alias).version
             )
-        except MlflowException:
-            return None
+        except MlflowException as err:
+            # no such model: RESOURCE_DOES_NOT_EXIST; a model without the alias:
+            # INVALID_PARAMETER_VALUE (MLflow 3)
+            if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return None
+            raise
 
     @property
     def champion_uri(self) -> str:

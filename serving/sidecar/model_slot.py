@@ -64,6 +64,12 @@ class ModelSlot:
             try:
                 path = resolve_model(source)
                 scorer = OnnxScorer.load(path, expected=self.spec)
+                if scorer.window > 0:  # the tick scores one row per block
+                    raise ModelFormatError(
+                        f"{source}: a sequence model (window {scorer.window}, input "
+                        f"[n, {scorer.window}, F]); the sidecar scores one feature row per "
+                        "block: serve a rule or LightGBM model"
+                    )
                 if self.window_ms is not None:
                     scorer.meta.require_horizon(self.window_ms, source)
                 digest = file_digest(path)

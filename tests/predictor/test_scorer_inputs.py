@@ -149,3 +149,13 @@ def test_a_fallback_that_is_not_a_probability_is_refused(fallback: str) -> None:
     props = ModelMeta("rule", SPEC).to_props() | {"kvcast.fallback": fallback}
     with pytest.raises(ModelFormatError, match="fallback must be a probability"):
         ModelMeta.from_props(props, "m.onnx")
+
+
+def test_an_unreadable_model_store_is_a_one_line_error_naming_the_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "mlruns.db"
+    db.write_bytes(b"this is not an sqlite database" * 50)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    with pytest.raises(ModelFormatError, match=r"^models:/kvcast-rule@champion: [^\n]*$"):
+        OnnxScorer.load("models:/kvcast-rule@champion")

@@ -57,3 +57,28 @@ def write_recency_model(
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, str(path))
     return path
+
+
+def write_window_model(path: Path, spec: FeatureSpec, window: int = 4) -> Path:
+    """A sequence model (input ``[n, window, F]``, kind ``tcn``): the mean of its window."""
+    f = len(spec)
+    axes = numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "axes")
+    nodes = [
+        helper.make_node("ReduceMean", ["features", "axes"], ["m"], keepdims=0),
+        helper.make_node("Sigmoid", ["m"], ["score"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "kvcast-window-test",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["n", window, f])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["n"])],
+        [axes],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    meta = ModelMeta(kind="tcn", spec=spec, window=window, version="test")
+    for key, value in meta.to_props().items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.checker.check_model(model)
+    onnx.save_model(model, str(path))
+    return path

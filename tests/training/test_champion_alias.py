@@ -61,3 +61,31 @@ def test_the_alias_never_moves_to_a_model_trained_for_another_label(
     assert first.champion == "promoted" and other.champion == "kept"
     tags = MlflowClient(uri).get_run(other.run_id).data.tags
     assert "trained on 'label_burst', this run on 'label_burst_k2'" in tags["champion.reason"]
+
+
+def test_a_store_error_reading_the_alias_never_moves_it(
+    tiny_tables: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A locked store while the champion is read is not "no champion yet": the alias stays
+    (the run is refused with the store's error, its model kept on disk)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-lk"}
+    first = run_training(tiny_config("rule", tiny_tables, tmp_path / "a", tracking=tracking))
+    assert first.champion == "promoted"
+
+    def locked(self: object, name: str, alias: str) -> None:
+        raise MlflowException("(sqlite3.OperationalError) database is locked",
+                              error_code=TEMPORARILY_UNAVAILABLE)  # fmt: skip
+
+    monkeypatch.setattr(MlflowClient, "get_model_version_by_alias", locked)
+    worse = {"kind": "recency", "bins": 1}  # a constant: the weakest possible ranking
+    cfg = tiny_config("recency", tiny_tables, tmp_path / "b", tracking=tracking, model=worse)
+    with pytest.raises(OSError, match="database is locked"):
+        run_training(cfg)
+    assert (tmp_path / "b" / "model.onnx").is_file()
+    monkeypatch.undo()
+    assert str(MlflowClient(uri).get_model_version_by_alias("kvcast-lk", "champion").version) == "1"

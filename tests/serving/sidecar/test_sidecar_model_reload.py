@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from onnx_models import write_recency_model
+from onnx_models import write_recency_model, write_window_model
 from sidecar_harness import AUTH, TOKEN, open_sidecar, settle, sidecar_config
 
 from kvcast.features.config import FeatureConfig
@@ -90,6 +90,21 @@ def test_a_model_for_another_horizon_than_the_decider_window_is_refused(
             assert r.status_code == 409
             assert "within 120000 ms" in r.json()["detail"]
             assert "window_ms is 30000" in r.json()["detail"]
+            state = (await client.get("/v1/model")).json()
+            assert state["kind"] == "recency-test" and state["refused"] == 1
+
+    run(main())
+
+
+def test_a_sequence_model_is_refused_and_the_running_one_kept(tmp_path, run, model_path) -> None:
+    """The tick scores one feature row per block: a windowed model ([n, L, F], the TCN) would
+    fail every tick after the swap."""
+    seq = write_window_model(tmp_path / "tcn.onnx", build_spec(FeatureConfig()))
+
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path, model=str(model_path))) as (_, client):
+            r = await client.post("/v1/model", json={"source": str(seq)})
+            assert r.status_code == 400 and "a sequence model (window 4" in r.json()["detail"]
             state = (await client.get("/v1/model")).json()
             assert state["kind"] == "recency-test" and state["refused"] == 1
 
