@@ -2,13 +2,18 @@
 ONNX file. mlflow is imported only here, and only when such a URI is used: the registry is an
 edge of the serving path, not part of it.
 
-Registry: ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns.db`` in the working directory
-(the default of :mod:`kvcast.training.tracking`).
+Registry: the ``tracking_uri`` a caller names, else ``$MLFLOW_TRACKING_URI``, else
+``sqlite:///mlruns.db`` in the working directory (the default of
+:mod:`kvcast.training.tracking`). mlflow's global URIs are pointed at it for the lookup (logged
+models resolve through them) and the process environment is left as it was found
+(``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from kvcast.predictor.model_meta import ModelFormatError
@@ -20,14 +25,36 @@ def is_model_uri(text: str) -> bool:
     return text.startswith(("models:/", "runs:/"))
 
 
-def download_model(text: str) -> Path:
+URI_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+
+@contextlib.contextmanager
+def environment_kept() -> Iterator[None]:
+    """Put the MLflow URI variables back as they were (mlflow's setters write them)."""
+    before = {k: os.environ.get(k) for k in URI_VARIABLES}
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def download_model(text: str, tracking_uri: str | None = None) -> Path:
     """The local path of the ONNX file behind ``text``; one-line errors."""
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    with environment_kept():
+        return _download(text, uri)
+
+
+def _download(text: str, uri: str) -> Path:
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     mlflow.set_tracking_uri(uri)  # logged models (models:/m-...) resolve through the global URI
     mlflow.set_registry_uri(uri)
     try:

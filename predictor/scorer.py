@@ -26,11 +26,12 @@ from kvcast.predictor.model_uri import download_model, is_model_uri
 MODEL_FILE = "model.onnx"
 
 
-def resolve_model(model: str | Path) -> Path:
-    """A local ONNX path for ``PATH`` or ``models:/name@alias`` / ``models:/name/version``."""
+def resolve_model(model: str | Path, tracking_uri: str | None = None) -> Path:
+    """A local ONNX path for ``PATH`` or ``models:/name@alias`` / ``models:/name/version``
+    (looked up in ``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else the local store)."""
     text = str(model)
     if is_model_uri(text):
-        return download_model(text)
+        return download_model(text, tracking_uri)
     path = Path(text)
     if path.is_dir():
         path = path / MODEL_FILE
@@ -79,12 +80,14 @@ class OnnxScorer:
 
     @classmethod
     def load(
-        cls, model: str | Path, *, expected: FeatureSpec | None = None, threads: int = 1
-    ) -> OnnxScorer:
-        """Load a file or MLflow URI; refuse it if its spec differs from ``expected``."""
+        cls, model: str | Path, *, expected: FeatureSpec | None = None, threads: int = 1,
+        tracking_uri: str | None = None,
+    ) -> OnnxScorer:  # fmt: skip
+        """Load a file or MLflow URI (from ``tracking_uri``'s registry when given); refuse it
+        if its spec differs from ``expected``."""
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
-        path = resolve_model(model)
+        path = resolve_model(model, tracking_uri)
         session = _session(path, threads)
         meta = ModelMeta.from_props(session.get_modelmeta().custom_metadata_map, str(model))
         scorer = cls(session, meta, str(model))

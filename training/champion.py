@@ -53,11 +53,12 @@ def decide(
     metric: str,
     budget_k: int,
     label: str = "label_burst",
+    tracking_uri: str | None = None,
 ) -> Decision:
     if champion_uri is None or champion_version is None:
         return Decision(True, "no champion yet")
     try:
-        champ = OnnxScorer.load(champion_uri, expected=data.spec)
+        champ = OnnxScorer.load(champion_uri, expected=data.spec, tracking_uri=tracking_uri)
     except (SpecMismatch, ModelFormatError) as err:
         return Decision(False, f"champion not comparable: {err}", champion_version)
     other = _other_target(champ, data, label)

@@ -47,7 +47,7 @@ def publish(
     prev = tracker.champion_version()
     decision = decide(
         new, tracker.champion_uri if prev else None, prev, data, metric, cfg.evaluation.budget_k,
-        cfg.data.label,
+        cfg.data.label, tracker.uri,
     )  # fmt: skip
     version = tracker.register(proto)
     if decision.promote:

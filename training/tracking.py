@@ -23,6 +23,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from sqlalchemy.exc import SQLAlchemyError
 
+from kvcast.predictor.model_uri import URI_VARIABLES
 from kvcast.training.config import TrackingConfig
 
 DEFAULT_URI = "sqlite:///mlruns.db"
@@ -99,7 +100,9 @@ class Tracker:
         # traceback MLflow's session helper logs before re-raising
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
         # both: the model is registered through the global registry URI, which a model load
-        # earlier in this process may have pointed at another store
+        # earlier in this process may have pointed at another store; the setters also write
+        # the environment, which __exit__ puts back (a later run reads it for its default)
+        self._environment = {k: os.environ.get(k) for k in URI_VARIABLES}
         mlflow.set_tracking_uri(self.uri)
         mlflow.set_registry_uri(self.uri)
         self.client = MlflowClient(self.uri)
@@ -119,6 +122,12 @@ class Tracker:
             if exc_type is None:
                 raise self.failure(err) from err
             log.warning("MLflow run not closed: %s", err)
+        finally:
+            for k, v in getattr(self, "_environment", {}).items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def params(self, params: dict[str, Any]) -> None:
         flat = flatten(params)

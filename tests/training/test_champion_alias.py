@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,12 @@ def test_a_worse_second_run_keeps_the_champion_alias(
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-test"}
     first = run_training(tiny_config("rule", tiny_tables, tmp_path / "a", tracking=tracking))
+    # the configured store is this run's: it does not leak into the environment, where a
+    # later run without one would take it for its default (mlflow's setters write it)
+    assert "MLFLOW_TRACKING_URI" not in os.environ
     worse = {"kind": "recency", "bins": 1}  # one bin: a constant, the weakest possible ranking
     second = run_training(
         tiny_config("recency", tiny_tables, tmp_path / "b", tracking=tracking, model=worse)
@@ -31,6 +36,7 @@ def test_a_worse_second_run_keeps_the_champion_alias(
     assert str(client.get_model_version_by_alias("kvcast-test", "champion").version) == "1"
     tags = client.get_run(second.run_id).data.tags
     assert tags["champion.decision"] == "kept" and tags["champion.previous_version"] == "1"
+    assert "<= champion" in tags["champion.reason"]  # compared, in the configured store
     assert client.get_run(first.run_id).data.tags["champion.decision"] == "promoted"
     run = client.get_run(first.run_id)
     assert {"validation_pr_auc", "test_ece"} <= set(run.data.metrics)
