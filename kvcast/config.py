@@ -46,6 +46,14 @@ class FrozenConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
+class FiniteConfig(FrozenConfig):
+    """A frozen config whose numbers are all finite (``.inf`` is refused): for long-running
+    services, where an infinite period, timeout or grace means a thread that waits for ever
+    (or overflows the wait)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
 C = TypeVar("C", bound=FrozenConfig)
 
 
@@ -56,6 +64,8 @@ def _format_errors(source: str, err: ValidationError) -> str:
         got = e.get("input")
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: key '{key}': unknown key")
+        elif isinstance(got, dict | list) or "token" in e["loc"]:  # a whole section (it may
+            lines.append(f"{source}: key '{key}': {e['msg']}")  # hold a secret), or a secret
         else:
             lines.append(f"{source}: key '{key}': {e['msg']} (got {got!r})")
     return "; ".join(lines)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcast.config import ConfigError
@@ -29,7 +30,7 @@ USER_ERRORS = (ConfigError, ValueError, OSError, NotImplementedError)  # TraceEr
 
 def fail(message: str) -> typer.Exit:
     """Print a one-line reason and return the exit to raise (status 2: bad input)."""
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -135,7 +136,7 @@ def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace
         return load_trace(bundled_trace_path(name), fmt, skip_bad=skip_bad, name=name)
     trace = load_trace(spec, fmt, skip_bad=skip_bad)
     if trace.report.skipped_bad:
-        console.print(f"[yellow]warning:[/] {spec}: {trace.report.summary()}")
+        console.print(f"[yellow]warning:[/] {escape(f'{spec}: {trace.report.summary()}')}")
     return trace
 
 

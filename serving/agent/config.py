@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from kvcast.config import FrozenConfig
+from kvcast.config import FiniteConfig
 from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.http.auth import Token
 
 
-class AgentConfig(FrozenConfig):
+class AgentConfig(FiniteConfig):
     """Sizes in bytes, times in seconds. ``token``: the shared secret that peers' pulls must
     carry (None: no authentication; the CLI reads it from ``KVCAST_TOKEN``)."""
 

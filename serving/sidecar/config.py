@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from kvcast.config import FrozenConfig, load_config, with_overrides
+from kvcast.config import FiniteConfig, load_config, with_overrides
 from kvcast.features.config import FeatureConfig
 from kvcast.llm import get_llm
 from kvcast.predictor.decider_config import DeciderConfig
@@ -25,7 +25,7 @@ Mode = Literal["shadow", "active"]
 Name = str
 
 
-class NodeConfig(FrozenConfig):
+class NodeConfig(FiniteConfig):
     """One GPU node: its engine's KV-event sockets and its transfer agent."""
 
     name: Name = Field(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
@@ -33,10 +33,11 @@ class NodeConfig(FrozenConfig):
     engine: str | None = None  # vLLM KV-event PUB endpoint (None: the engine posts events)
     replay: str | None = None  # vLLM replay ROUTER endpoint (None: gaps are counted only)
     topic: str = ""  # ZMQ topic filter ("" takes every topic)
-    tenants: tuple[str, ...] | None = None  # tenants this node serves (None: any)
+    # tenants this node serves (None: any; an empty list would serve none: refused)
+    tenants: tuple[Annotated[str, Field(min_length=1)], ...] | None = Field(None, min_length=1)
 
 
-class LinkPair(FrozenConfig):
+class LinkPair(FiniteConfig):
     """Overrides for the link between two named nodes (both directions)."""
 
     a: Name
@@ -46,7 +47,7 @@ class LinkPair(FrozenConfig):
     tier: int | None = Field(None, ge=0, le=3)
 
 
-class LinksConfig(FrozenConfig):
+class LinksConfig(FiniteConfig):
     """The network between nodes; the decider prices transfers with it."""
 
     gbps: float = Field(100.0, gt=0)  # line rate of the default link
@@ -56,7 +57,7 @@ class LinksConfig(FrozenConfig):
     pairs: tuple[LinkPair, ...] = ()
 
 
-class AgentClientConfig(FrozenConfig):
+class AgentClientConfig(FiniteConfig):
     """How the sidecar talks to the agents."""
 
     telemetry_period_s: float = Field(1.0, gt=0)  # GET /v1/telemetry of every agent
@@ -67,7 +68,7 @@ class AgentClientConfig(FrozenConfig):
     retry_elsewhere: bool = True  # a failed replication is retried once from another holder
 
 
-class DecisionLogConfig(FrozenConfig):
+class DecisionLogConfig(FiniteConfig):
     """The Parquet decision log (columns in :mod:`kvcast.serving.sidecar.decision_log`)."""
 
     path: str | None = "kvcast-out/sidecar/decisions.parquet"  # None: no log
@@ -75,7 +76,7 @@ class DecisionLogConfig(FrozenConfig):
     flush_s: float = Field(5.0, gt=0)  # or when the oldest unwritten row is this old
 
 
-class SidecarConfig(FrozenConfig):
+class SidecarConfig(FiniteConfig):
     sidecar_id: Name = Field("sidecar-0", min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
     listen: str = "127.0.0.1:8480"  # HTTP API, HOST:PORT (port 0: any free port, logged)
     mode: Mode = "shadow"  # shadow: decide and log; active: also command the agents
@@ -108,11 +109,20 @@ class SidecarConfig(FrozenConfig):
             for end in (pair.a, pair.b):
                 if end not in names:
                     raise ValueError(f"links.pairs: unknown node {end!r}; nodes: {names}")
+        seen: dict[str, str] = {}  # an agent URL or engine endpoint -> the node that has it
         for node in self.nodes:
             if node.replay is not None and node.engine is None:
                 raise ValueError(f"node {node.name!r}: replay needs engine")
             if node.agent is not None and not node.agent.startswith(("http://", "https://")):
                 raise ValueError(f"node {node.name!r}: agent must be an http(s):// URL")
+            if node.tenants is not None and len(set(node.tenants)) != len(node.tenants):
+                raise ValueError(f"node {node.name!r}: tenants named twice: {node.tenants}")
+            ends = [("agent", node.agent.rstrip("/").lower())] if node.agent else []
+            ends += [(k, v) for k, v in (("engine", node.engine), ("replay", node.replay)) if v]
+            for what, end in ends:
+                if (other := seen.setdefault(end, node.name)) != node.name:
+                    raise ValueError(f"nodes {other!r} and {node.name!r} share {what} {end!r}: "
+                                     "each node has its own")  # fmt: skip
         return self
 
     @property

@@ -29,3 +29,17 @@ def test_token_is_never_printed() -> None:
     cfg = AgentConfig(capacity_bytes=10, speculative_quota_bytes=1, token="s3cret")
     assert "s3cret" not in repr(cfg) and cfg.token_value == "s3cret"
     assert AgentConfig(capacity_bytes=10, speculative_quota_bytes=1).token_value is None
+
+
+@pytest.mark.parametrize("key", ["connect_timeout_s", "request_timeout_s", "shutdown_grace_s"])
+def test_an_infinite_time_is_refused(key: str) -> None:
+    data = {"node_id": "a", "capacity_bytes": 1024, "speculative_quota_bytes": 0}
+    with pytest.raises(ConfigError, match=rf"key '{key}': .*finite number"):
+        parse_config(AgentConfig, data | {key: float("inf")})
+
+
+def test_a_quota_error_does_not_print_the_token() -> None:
+    data = {"node_id": "a", "capacity_bytes": 10, "speculative_quota_bytes": 20}
+    with pytest.raises(ConfigError) as err:
+        parse_config(AgentConfig, data | {"token": "s3cr3t-TOKEN"})
+    assert "s3cr3t" not in str(err.value) and "speculative_quota" in str(err.value)

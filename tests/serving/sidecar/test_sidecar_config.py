@@ -22,6 +22,24 @@ NODES = [{"name": "a"}, {"name": "b"}, {"name": "c"}]
         ({"listen": "nowhere"}, "HOST:PORT"),
         ({"mode": "loud"}, "'shadow' or 'active'"),
         ({"bogus": 1}, "Extra inputs are not permitted"),
+        (  # commands for b would go to a's agent
+            {
+                "nodes": [
+                    {"name": "a", "agent": "http://h:1"},
+                    {"name": "b", "agent": "http://h:1/"},
+                ]
+            },
+            "nodes 'a' and 'b' share agent 'http://h:1'",
+        ),
+        (  # one engine's events would be fed twice, under two node ids
+            {"nodes": [{"name": "a", "engine": "tcp://h:5"}, {"name": "b", "engine": "tcp://h:5"}]},
+            "share engine 'tcp://h:5'",
+        ),
+        ({"nodes": [{"name": "a", "tenants": []}]}, "at least 1 item"),  # would serve none
+        ({"nodes": [{"name": "a", "tenants": ["t", "t"]}]}, "tenants named twice"),
+        ({"tick_ms": float("inf")}, "finite number"),  # the loop's wait overflowed
+        ({"shutdown_grace_s": float("inf")}, "finite number"),
+        ({"agents": {"timeout_s": float("inf")}}, "finite number"),
     ],
 )
 def test_inconsistent_configs_are_refused_with_the_reason(extra, message) -> None:
@@ -39,3 +57,20 @@ def test_feature_nodes_and_block_bytes_follow_the_config(tmp_path) -> None:
     assert cfg.kv_block_bytes == 16 * 131_072
     cfg = SidecarConfig.model_validate({"nodes": NODES, "block_bytes": "2MiB"})
     assert cfg.kv_block_bytes == 2 << 20
+
+
+def test_a_config_error_never_prints_the_token_or_markup(tmp_path) -> None:
+    """A cross-field error used to echo the whole mapping, token included; a message is
+    printed as text, never as rich markup (a node named '[/]' crashed the printer)."""
+    from typer.testing import CliRunner
+
+    from kvcast.cli.app import app
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodes:\n  - name: '[/]'\n    agent: h:1\n")
+    r = CliRunner().invoke(
+        app, ["serve", "sidecar", "--config", str(bad)], env={"KVCAST_TOKEN": "s3cr3t-TOKEN"}
+    )
+    assert r.exit_code == 2, r.output
+    assert "s3cr3t" not in r.output and "agent must be an http(s):// URL" in r.output
+    assert "'[/]'" in r.output and "Traceback" not in r.output
