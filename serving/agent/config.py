@@ -38,6 +38,12 @@ class AgentConfig(FiniteConfig):
     def _consistent(self) -> AgentConfig:
         if self.speculative_quota_bytes > self.capacity_bytes:
             raise ValueError("speculative_quota_bytes must not exceed capacity_bytes")
+        slot = self.pool_slot_bytes
+        if slot is not None and slot > min(self.capacity_bytes, self.max_block_bytes):
+            raise ValueError(  # one slot is reserved at least: more memory than the capacity
+                f"pool_slot_bytes ({slot}) must not exceed capacity_bytes "
+                f"({self.capacity_bytes}) or max_block_bytes ({self.max_block_bytes})"
+            )
         parse_peer(self.listen, allow_port_zero=True)
         parse_peer(self.transfer_listen, allow_port_zero=True)
         return self

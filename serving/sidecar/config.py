@@ -105,10 +105,16 @@ class SidecarConfig(FiniteConfig):
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError(f"node names must be unique, got {names}")
+        pairs: set[frozenset[str]] = set()
         for pair in self.links.pairs:
             for end in (pair.a, pair.b):
                 if end not in names:
                     raise ValueError(f"links.pairs: unknown node {end!r}; nodes: {names}")
+            key = frozenset((pair.a, pair.b))
+            if pair.a == pair.b or key in pairs:  # the last one silently won, field by field
+                what = "a node to itself" if pair.a == pair.b else "a pair named twice"
+                raise ValueError(f"links.pairs: {pair.a}-{pair.b} is {what}")
+            pairs.add(key)
         seen: dict[str, str] = {}  # an agent URL or engine endpoint -> the node that has it
         for node in self.nodes:
             if node.replay is not None and node.engine is None:

@@ -109,6 +109,11 @@ class DecisionLog:
         self, path: str | Path, names: tuple[str, ...], rows_per_chunk: int, flush_s: float
     ) -> None:
         self.path = free_path(Path(path))
+        try:  # a directory that cannot exist is a config error, not rows lost at every flush
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ValueError(f"decision_log.path {str(path)!r}: cannot create its directory "
+                             f"({err.strerror or err})") from None  # fmt: skip
         self.names, self.rows_per_chunk, self.flush_s = names, rows_per_chunk, flush_s
         self._rows: list[dict[str, Any]] = []
         self._oldest = 0.0

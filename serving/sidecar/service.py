@@ -51,6 +51,10 @@ async def run_sidecar(config: SidecarConfig, log_level: str = "warning") -> None
     to the agents use mutual TLS when the ``KVCAST_TLS_*`` variables are set."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per agent call at INFO
     tls = tls_from_env()
+    plain = [n.name for n in config.nodes if tls and n.agent and n.agent.startswith("http://")]
+    if plain:  # every call would fail against agents that speak TLS only
+        raise ValueError(f"mutual TLS is on (KVCAST_TLS_*), but nodes {plain} name http:// "
+                         "agents: use https:// URLs, or unset KVCAST_TLS_*")  # fmt: skip
     service = SidecarService(config, log_level, tls)
     sc = service.sidecar
     with stop_on_signals() as stop:

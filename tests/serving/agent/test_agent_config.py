@@ -43,3 +43,9 @@ def test_a_quota_error_does_not_print_the_token() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(AgentConfig, data | {"token": "s3cr3t-TOKEN"})
     assert "s3cr3t" not in str(err.value) and "speculative_quota" in str(err.value)
+
+
+def test_a_pool_slot_larger_than_the_capacity_is_refused() -> None:
+    data = {"node_id": "a", "capacity_bytes": 1024, "speculative_quota_bytes": 0}
+    with pytest.raises(ConfigError, match=r"pool_slot_bytes .* must not exceed capacity_bytes"):
+        parse_config(AgentConfig, data | {"pool_slot_bytes": 4096})

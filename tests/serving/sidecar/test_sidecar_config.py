@@ -74,3 +74,29 @@ def test_a_config_error_never_prints_the_token_or_markup(tmp_path) -> None:
     assert r.exit_code == 2, r.output
     assert "s3cr3t" not in r.output and "agent must be an http(s):// URL" in r.output
     assert "'[/]'" in r.output and "Traceback" not in r.output
+
+
+def test_link_pairs_to_self_or_named_twice_are_refused() -> None:
+    for pairs, message in (
+        ([{"a": "a", "b": "a", "gbps": 1}], "a-a is a node to itself"),
+        ([{"a": "a", "b": "b", "gbps": 1}, {"a": "b", "b": "a", "gbps": 9}], "named twice"),
+    ):
+        with pytest.raises(ValidationError, match=message):
+            SidecarConfig.model_validate({"nodes": NODES, "links": {"pairs": pairs}})
+
+
+def test_mutual_tls_with_plain_http_agents_is_refused_before_anything_starts(
+    tmp_path, monkeypatch
+) -> None:
+    import asyncio
+
+    from kvcast.serving.cluster.certs import make_cluster_certs
+    from kvcast.serving.sidecar.service import run_sidecar
+    from kvcast.serving.tls import ENV
+
+    files = make_cluster_certs(tmp_path / "tls", ["sidecar"])["sidecar"]
+    for k, var in ENV.items():
+        monkeypatch.setenv(var, str(getattr(files, k)))
+    cfg = SidecarConfig.model_validate({"nodes": [{"name": "a", "agent": "http://h:1"}]})
+    with pytest.raises(ValueError, match=r"nodes \['a'\] name http:// agents"):
+        asyncio.run(run_sidecar(cfg))

@@ -5,6 +5,7 @@ earlier run's log is never overwritten."""
 from __future__ import annotations
 
 import pyarrow.parquet as pq
+import pytest
 from sidecar_harness import (
     chain,
     hot_chain_on_node_a,
@@ -15,7 +16,7 @@ from sidecar_harness import (
     tick,
 )
 
-from kvcast.serving.sidecar.decision_log import SCHEMA
+from kvcast.serving.sidecar.decision_log import SCHEMA, DecisionLog
 
 
 def test_shadow_mode_logs_each_decision_to_parquet_and_sends_nothing(
@@ -66,17 +67,20 @@ def test_shadow_mode_logs_each_decision_to_parquet_and_sends_nothing(
 def test_a_log_that_cannot_be_written_never_holds_back_a_tick_or_its_commands(
     tmp_path, run, model_path
 ) -> None:
-    """The log's directory cannot be made (its parent is a file): every tick still counts and
-    sends its commands, the rows are dropped and counted, not kept in memory, and the sidecar
-    stops cleanly."""
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("x")
+    """The log's directory is replaced by a file while the sidecar runs (a path that cannot
+    exist at start is refused then): every tick still counts and sends its commands, the rows
+    are dropped and counted, not kept in memory, and the sidecar stops cleanly."""
+    import shutil
+
+    logs = tmp_path / "logs"
     sent: list = []
 
     async def main() -> tuple[int, int, int, str]:
-        log = {"path": str(blocker / "decisions.parquet"), "rows_per_chunk": 1}
+        log = {"path": str(logs / "decisions.parquet"), "rows_per_chunk": 1}
         cfg = sidecar_config(tmp_path, model=str(model_path), mode="active", decision_log=log)
         async with open_sidecar(cfg) as (sc, client):
+            shutil.rmtree(logs)
+            logs.write_text("not a directory any more")
             sc.loop.sink = sent.extend  # what the executor would get
             for i, name in enumerate(cfg.node_names):
                 sc.loads.note_telemetry(i, telemetry(name))
@@ -92,3 +96,10 @@ def test_a_log_that_cannot_be_written_never_holds_back_a_tick_or_its_commands(
     assert ticks == 3 and made > 0 and len(sent) == made
     assert held == 0
     assert f"kvcast_sidecar_decision_log_rows_lost_total {float(made)}" in metrics
+
+
+def test_a_log_path_whose_directory_cannot_exist_is_refused_at_start(tmp_path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match=r"decision_log.path .*cannot create its directory"):
+        DecisionLog(blocker / "decisions.parquet", ("a",), 10, 1.0)
