@@ -176,8 +176,10 @@ class LocalCluster:
             certs = make_cluster_certs(self.workdir / TLS_DIR, ["sidecar", *names, REPLAY_CLIENT])
         scheme = "https" if s.tls else "http"
         port0 = f"{LOOPBACK}:0"  # each agent binds what the kernel gives and reports it
-        unbound = [(tcp_endpoint(0), tcp_endpoint(0))] * s.agents
-        provisional = self._write_config([f"{scheme}://{port0}"] * s.agents, unbound)
+        # placeholders (distinct, as the config requires), rewritten once the agents are up
+        unbound = [(tcp_endpoint(2 * i + 1), tcp_endpoint(2 * i + 2)) for i in range(s.agents)]
+        placeholders = [f"{scheme}://{LOOPBACK}:{i + 1}" for i in range(s.agents)]
+        provisional = self._write_config(placeholders, unbound)
         check_model(s.model, feature_spec(provisional))  # before any process starts
         for name in names:
             args = ["agent", "--node-id", name, "--listen", port0, "--transfer-listen", port0,
