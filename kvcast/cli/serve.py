@@ -155,7 +155,11 @@ def sidecar_cmd(
     data = read_yaml(config)
     if not isinstance(data, dict):
         raise ValueError(f"{config}: expected a mapping at the top level")
-    data |= {k: v for k, v in {"listen": listen, "mode": mode, "model": model}.items() if v}
+    flags = {"listen": listen, "mode": mode, "model": model}
+    for key, value in flags.items():
+        if value is not None and not value.strip():  # was taken for not given
+            raise ValueError(f"--{key} must not be empty, got {value!r}")
+    data |= {k: v for k, v in flags.items() if v is not None}
     if (token := token_from_env(os.environ.get(token_env), token_env)) is not None:
         data["token"] = token
     cfg = parse_config(SidecarConfig, data, source=str(config))

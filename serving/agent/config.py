@@ -44,8 +44,15 @@ class AgentConfig(FiniteConfig):
                 f"pool_slot_bytes ({slot}) must not exceed capacity_bytes "
                 f"({self.capacity_bytes}) or max_block_bytes ({self.max_block_bytes})"
             )
-        parse_peer(self.listen, allow_port_zero=True)
-        parse_peer(self.transfer_listen, allow_port_zero=True)
+        if self.backoff_base_s > self.backoff_max_s:  # the cap silently won from the first retry
+            raise ValueError(f"backoff_base_s ({self.backoff_base_s}) must not exceed "
+                             f"backoff_max_s ({self.backoff_max_s})")  # fmt: skip
+        http = parse_peer(self.listen, allow_port_zero=True)
+        transfer = parse_peer(self.transfer_listen, allow_port_zero=True)
+        if http[1] != 0 and (http[0].lower(), http[1]) == (transfer[0].lower(), transfer[1]):
+            raise ValueError(  # the second bind failed only at start
+                f"listen and transfer_listen are the same address ({self.listen!r})"
+            )
         return self
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
@@ -67,6 +68,13 @@ class AgentClientConfig(FiniteConfig):
     max_in_flight: int = Field(64, ge=1)  # commands sent and not yet answered
     retry_elsewhere: bool = True  # a failed replication is retried once from another holder
 
+    @model_validator(mode="after")
+    def _consistent(self) -> AgentClientConfig:
+        if self.min_deadline_s > self.replicate_deadline_s:  # the cap silently won
+            raise ValueError(f"min_deadline_s ({self.min_deadline_s}) must not exceed "
+                             f"replicate_deadline_s ({self.replicate_deadline_s})")  # fmt: skip
+        return self
+
 
 class DecisionLogConfig(FiniteConfig):
     """The Parquet decision log (columns in :mod:`kvcast.serving.sidecar.decision_log`)."""
@@ -86,7 +94,7 @@ class SidecarConfig(FiniteConfig):
     block_bytes: ByteSize | None = Field(None, gt=0)  # KV bytes of a block (None: derived)
     nodes: tuple[NodeConfig, ...] = Field(min_length=1)
     links: LinksConfig = LinksConfig()
-    tick_ms: float = Field(250.0, gt=0)  # decision tick period
+    tick_ms: float = Field(250.0, ge=1.0)  # decision tick period (under 1 ms: a busy spin)
     queue_events: int = Field(200_000, ge=1)  # bound of the ingestion queue, in events
     max_tracked_blocks: int | None = Field(2_000_000, ge=1)  # feature-state cap (None: horizon)
     max_tracked_sessions: int | None = Field(1_000_000, ge=1)  # likewise, sessions
@@ -119,8 +127,11 @@ class SidecarConfig(FiniteConfig):
         for node in self.nodes:
             if node.replay is not None and node.engine is None:
                 raise ValueError(f"node {node.name!r}: replay needs engine")
-            if node.agent is not None and not node.agent.startswith(("http://", "https://")):
-                raise ValueError(f"node {node.name!r}: agent must be an http(s):// URL")
+            if node.agent is not None:
+                check_agent_url(node.agent, f"node {node.name!r}: agent")
+            for what, end in (("engine", node.engine), ("replay", node.replay)):
+                if end is not None:
+                    check_zmq_endpoint(end, f"node {node.name!r}: {what}")
             if node.tenants is not None and len(set(node.tenants)) != len(node.tenants):
                 raise ValueError(f"node {node.name!r}: tenants named twice: {node.tenants}")
             ends = [("agent", node.agent.rstrip("/").lower())] if node.agent else []
@@ -158,6 +169,41 @@ class SidecarConfig(FiniteConfig):
             return self.block_bytes
         f = self.feature_config
         return get_llm(f.model).kv_bytes_per_block(f.block_tokens, f.kv_dtype)
+
+
+def check_agent_url(url: str, what: str) -> None:
+    """``http(s)://HOST:PORT`` with an optional trailing ``/``; else a ValueError naming
+    ``what`` (and the URL, unless it may carry credentials)."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"{what} must be an http(s):// URL, got {url!r}")
+    netloc = url.split("://", 1)[1].split("/", 1)[0]
+    if "@" in netloc:  # user:password@: never echoed
+        raise ValueError(f"{what}: an agent URL must not carry credentials")
+    try:
+        parts = urlsplit(url)
+        parse_peer(netloc)  # port present, 1..65535; a bare host, no whitespace
+    except ValueError:
+        raise ValueError(f"{what} must be http(s)://HOST:PORT, got {url!r}") from None
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ValueError(f"{what} must be http(s)://HOST:PORT with no path, got {url!r}")
+
+
+def check_zmq_endpoint(endpoint: str, what: str) -> None:
+    """A ZMQ endpoint to connect to: ``tcp://HOST:PORT`` (port 1..65535), ``ipc://PATH`` or
+    ``inproc://NAME``; else a ValueError naming ``what`` and the endpoint. libzmq accepts some
+    that can never connect (``tcp://:5``, ``tcp://h:70000``); OS limits (an ipc path too long
+    for a socket address) are left to the connect."""
+    scheme, sep, rest = endpoint.partition("://")
+    if scheme == "tcp" and sep:
+        try:
+            parse_peer(rest)
+        except ValueError:
+            raise ValueError(f"{what} must be tcp://HOST:PORT, got {endpoint!r}") from None
+    elif scheme in ("ipc", "inproc") and sep:
+        if not rest or not rest.isprintable() or rest != rest.strip():
+            raise ValueError(f"{what}: {scheme}:// needs a name, got {endpoint!r}")
+    else:
+        raise ValueError(f"{what} must be a tcp://, ipc:// or inproc:// endpoint, got {endpoint!r}")
 
 
 def load_sidecar_config(path: str | Path) -> SidecarConfig:

@@ -52,3 +52,33 @@ def test_a_pool_slot_larger_than_the_capacity_is_refused() -> None:
     data = {"node_id": "a", "capacity_bytes": 1024, "speculative_quota_bytes": 0}
     with pytest.raises(ConfigError, match=r"pool_slot_bytes .* must not exceed capacity_bytes"):
         parse_config(AgentConfig, data | {"pool_slot_bytes": 4096})
+
+
+def test_a_backoff_base_above_its_max_is_refused() -> None:
+    """The delay is min(max, base * 2**k): a base above the max was silently capped."""
+    data = {"node_id": "a", "capacity_bytes": 1024, "speculative_quota_bytes": 0}
+    with pytest.raises(ConfigError, match=r"backoff_base_s \(2.0\) must not exceed backoff_max_s"):
+        parse_config(AgentConfig, data | {"backoff_base_s": 2.0, "backoff_max_s": 1.0})
+    same = parse_config(AgentConfig, data | {"backoff_base_s": 1.0, "backoff_max_s": 1.0})
+    assert same.backoff_base_s == same.backoff_max_s  # a constant delay
+
+
+@pytest.mark.parametrize(
+    ("listen", "transfer"),
+    [("127.0.0.1:8470", "127.0.0.1:8470"), ("[::1]:9", "[::1]:9"), ("Agent-0:9", "agent-0:9")],
+)
+def test_the_same_address_for_both_servers_is_refused(listen: str, transfer: str) -> None:
+    """The transfer server's bind failed only at start."""
+    data = {"capacity_bytes": 10, "speculative_quota_bytes": 1}
+    with pytest.raises(ConfigError, match="listen and transfer_listen are the same address"):
+        parse_config(AgentConfig, data | {"listen": listen, "transfer_listen": transfer})
+
+
+@pytest.mark.parametrize(
+    ("listen", "transfer"),
+    [("127.0.0.1:0", "127.0.0.1:0"), ("127.0.0.1:8470", "127.0.0.1:8471"), ("a:9", "b:9")],
+)
+def test_distinct_or_ephemeral_addresses_are_accepted(listen: str, transfer: str) -> None:
+    data = {"capacity_bytes": 10, "speculative_quota_bytes": 1}
+    cfg = parse_config(AgentConfig, data | {"listen": listen, "transfer_listen": transfer})
+    assert (cfg.listen, cfg.transfer_listen) == (listen, transfer)

@@ -100,3 +100,106 @@ def test_mutual_tls_with_plain_http_agents_is_refused_before_anything_starts(
     cfg = SidecarConfig.model_validate({"nodes": [{"name": "a", "agent": "http://h:1"}]})
     with pytest.raises(ValueError, match=r"nodes \['a'\] name http:// agents"):
         asyncio.run(run_sidecar(cfg))
+
+
+def test_a_min_deadline_above_the_replicate_deadline_is_refused() -> None:
+    """The executor clamps a pull's deadline to [min, replicate]: a min above the cap was
+    silently overridden by it."""
+    agents = {"min_deadline_s": 20.0, "replicate_deadline_s": 10.0}
+    with pytest.raises(ValidationError, match=r"min_deadline_s \(20.0\) must not exceed "
+                                              r"replicate_deadline_s \(10.0\)"):  # fmt: skip
+        SidecarConfig.model_validate({"nodes": NODES, "agents": agents})
+    agents = {"min_deadline_s": 10.0, "replicate_deadline_s": 10.0}  # a fixed deadline
+    assert SidecarConfig.model_validate({"nodes": NODES, "agents": agents}).agents.min_deadline_s
+
+
+@pytest.mark.parametrize("tick_ms", [0.001, 0.5])
+def test_a_sub_millisecond_tick_is_refused(tick_ms: float) -> None:
+    """A tick of a microsecond made the decision loop spin on a CPU."""
+    with pytest.raises(ValidationError, match=r"tick_ms\n.*greater than or equal to 1"):
+        SidecarConfig.model_validate({"nodes": NODES, "tick_ms": tick_ms})
+    assert SidecarConfig.model_validate({"nodes": NODES, "tick_ms": 1}).tick_ms == 1.0
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "tcp://:5555",  # no host: libzmq accepts it, nothing ever connects
+        "tcp://h:70000",
+        "tcp://h:0",
+        "tcp://h:*",
+        "tcp://h",
+        "tcp://h:5/",
+        "tcp://::1:5",
+        "tcp://a b:5",
+        "127.0.0.1:5555",  # no transport
+        "http://h:5",
+        "udp://h:5",
+        "ipc://",
+        "inproc://",
+        "",
+    ],
+)
+def test_a_malformed_engine_endpoint_is_refused_naming_it(endpoint: str) -> None:
+    for key, node in (("engine", {"engine": endpoint}),
+                      ("replay", {"engine": "tcp://h:1", "replay": endpoint})):  # fmt: skip
+        with pytest.raises(ValidationError, match=f"node 'a': {key}") as err:
+            SidecarConfig.model_validate({"nodes": [{"name": "a"} | node]})
+        assert repr(endpoint) in err.value.errors()[0]["msg"]  # the message, not the input
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "tcp://127.0.0.1:5557",
+        "tcp://[::1]:5557",
+        "tcp://engine-0.local:1",
+        "ipc:///tmp/kv.sock",
+        "ipc://@kv-events",
+        "inproc://kv-events",
+    ],
+)
+def test_well_formed_engine_endpoints_are_accepted(endpoint: str) -> None:
+    cfg = SidecarConfig.model_validate({"nodes": [{"name": "a", "engine": endpoint}]})
+    assert cfg.nodes[0].engine == endpoint
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://h",  # no port
+        "http://h:",
+        "http://h:0",
+        "http://h:99999",
+        "http://:80",
+        "http://h:80/v1",
+        "http://h:80//",
+        "http://h:80?x=1",
+        "http://h:80/#top",
+        "http://a b:80",
+        " http://h:80",
+        "http://::1:80",
+        "HTTP://h:80",
+    ],
+)
+def test_a_malformed_agent_url_is_refused_naming_it(url: str) -> None:
+    with pytest.raises(ValidationError, match="node 'a': agent must be") as err:
+        SidecarConfig.model_validate({"nodes": [{"name": "a", "agent": url}]})
+    assert repr(url) in err.value.errors()[0]["msg"]  # the message, not the input echoed
+
+
+def test_an_agent_url_with_credentials_is_refused_without_echoing_them() -> None:
+    """As the CLI reports it (pydantic's own text echoes the whole input)."""
+    from kvcast.config import ConfigError, parse_config
+
+    data = {"nodes": [{"name": "a", "agent": "http://u:s3cr3t@h:1"}]}
+    with pytest.raises(ConfigError, match=r"node 'a': agent: .*must not carry credentials") as err:
+        parse_config(SidecarConfig, data)
+    assert "s3cr3t" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8470", "https://agent-0.local:443/", "http://[::1]:8470"]
+)
+def test_well_formed_agent_urls_are_accepted(url: str) -> None:
+    assert SidecarConfig.model_validate({"nodes": [{"name": "a", "agent": url}]}).nodes[0].agent

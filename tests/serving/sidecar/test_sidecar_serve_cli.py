@@ -86,10 +86,22 @@ def test_bad_config_and_refused_model_exit_2_with_one_line(tmp_path) -> None:
 
 
 def test_an_engine_feed_that_cannot_start_exits_2_with_one_line(tmp_path) -> None:
-    nodes = [{"name": "gpu-0", "engine": "tcp://127.0.0.1:notaport"}, {"name": "gpu-1"}]
+    # a well-formed endpoint the config takes, that the connect refuses: a path too long
+    nodes = [{"name": "gpu-0", "engine": f"ipc://{tmp_path}/{'x' * 200}"}, {"name": "gpu-1"}]
     r = runner.invoke(app, ["serve", "sidecar", "--config", _config(tmp_path, nodes=nodes)],
                       env={"KVCAST_TOKEN": None})  # fmt: skip
     assert r.exit_code == 2, r.output
     lines = [line for line in r.output.splitlines() if "error" in line]
     assert len(lines) == 1 and "node 'gpu-0': cannot subscribe" in lines[0], r.output
     assert "Traceback" not in r.output and "cannot join thread" not in r.output
+
+
+def test_an_empty_flag_is_refused_naming_it_not_ignored(tmp_path) -> None:
+    """``--listen ""`` was taken for not given: the sidecar listened on the file's address.
+    (The file is bad too, so that a flag still ignored fails here rather than serves.)"""
+    config = _config(tmp_path, tick_ms=-1)
+    for flag in ("--listen", "--mode", "--model"):
+        r = runner.invoke(app, ["serve", "sidecar", "--config", config, flag, ""],
+                          env={"KVCAST_TOKEN": None})  # fmt: skip
+        assert r.exit_code == 2, r.output
+        assert f"{flag} must not be empty, got ''" in r.output and "Traceback" not in r.output
