@@ -6,7 +6,12 @@ Registry: the ``tracking_uri`` a caller names, else ``$MLFLOW_TRACKING_URI``, el
 ``sqlite:///mlruns.db`` in the working directory (the default of
 :mod:`kvcast.training.tracking`). mlflow's global URIs are pointed at it for the lookup (logged
 models resolve through them) and the process environment is left as it was found
-(``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI``).
+(``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI``). A sqlite store that does not
+exist is refused, never created: opening one with mlflow would leave an empty ``mlruns.db``.
+
+An alias is resolved once, to a version, and that version's artefact is downloaded. An
+artefact holding several ``.onnx`` files is refused (listing them) unless its ``MLmodel``
+names the one to load (the onnx flavor's ``data``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvcast.predictor.model_meta import ModelFormatError
@@ -42,14 +48,39 @@ def environment_kept() -> Iterator[None]:
                 os.environ[k] = v
 
 
+@dataclass(frozen=True, slots=True)
+class Downloaded:
+    path: Path  # the local ONNX file
+    registry_version: str | None  # the registered version a models:/ URI named (runs:/: None)
+
+
 def download_model(text: str, tracking_uri: str | None = None) -> Path:
     """The local path of the ONNX file behind ``text``; one-line errors."""
+    return fetch_model(text, tracking_uri).path
+
+
+def fetch_model(text: str, tracking_uri: str | None = None) -> Downloaded:
+    """The ONNX file behind ``text`` and the registry version it is; one-line errors."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    missing = missing_sqlite_store(uri)
+    if missing is not None:
+        raise ModelFormatError(f"{text}: no MLflow store at {missing} (registry {uri})")
     with environment_kept():
         return _download(text, uri)
 
 
-def _download(text: str, uri: str) -> Path:
+def missing_sqlite_store(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI when it does not exist (else None)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    if db in ("", ":memory:"):
+        return None
+    path = Path(db)
+    return None if path.is_file() else path
+
+
+def _download(text: str, uri: str) -> Downloaded:
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -57,6 +88,7 @@ def _download(text: str, uri: str) -> Path:
 
     mlflow.set_tracking_uri(uri)  # logged models (models:/m-...) resolve through the global URI
     mlflow.set_registry_uri(uri)
+    number: str | None = None  # the registered version (a runs:/ URI names none)
     try:
         source = text
         if text.startswith("models:/"):
@@ -66,14 +98,48 @@ def _download(text: str, uri: str) -> Path:
                 name, alias = ref.split("@", 1)
                 version = client.get_model_version_by_alias(name, alias)
             else:
-                name, _, number = ref.partition("/")
-                version = client.get_model_version(name, number)
-            source = version.source
+                name, _, wanted = ref.partition("/")
+                version = client.get_model_version(name, wanted)
+            source, number = version.source, str(version.version)
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=uri))
     except (MlflowException, SQLAlchemyError, OSError) as err:  # what a failing store raises
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ModelFormatError(f"{text}: {reason} (registry {uri})") from None
-    found = [local] if local.is_file() else sorted(local.rglob("*.onnx"))
+    return Downloaded(_onnx_file(text, local), number)
+
+
+def _onnx_file(text: str, local: Path) -> Path:
+    """The one ONNX file of a downloaded artefact: the file itself, the file its ``MLmodel``
+    names, or its only ``.onnx`` file."""
+    if local.is_file():
+        return local
+    named = _mlmodel_data(local)
+    if named is not None:
+        if not named.is_file():
+            raise ModelFormatError(f"{text}: its MLmodel names {named.name}, which it lacks")
+        return named
+    found = sorted(local.rglob("*.onnx"))
     if not found:
         raise ModelFormatError(f"{text}: the registered artefact holds no .onnx file")
+    if len(found) > 1:
+        names = ", ".join(str(p.relative_to(local)) for p in found)
+        raise ModelFormatError(
+            f"{text}: the artefact holds {len(found)} .onnx files ({names}) and no MLmodel "
+            "naming one; register a single model"
+        )
     return found[0]
+
+
+def _mlmodel_data(local: Path) -> Path | None:
+    """The file the onnx flavor of ``local/MLmodel`` names (None: no MLmodel, or no name)."""
+    import yaml
+
+    mlmodel = local / "MLmodel"
+    if not mlmodel.is_file():
+        return None
+    try:
+        doc = yaml.safe_load(mlmodel.read_text())
+        data = doc["flavors"]["onnx"]["data"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        return None
+    return local / data if isinstance(data, str) and data else None

@@ -21,36 +21,50 @@ import onnxruntime as ort
 
 from kvcast.features.spec import FeatureSpec
 from kvcast.predictor.model_meta import ModelFormatError, ModelMeta
-from kvcast.predictor.model_uri import download_model, is_model_uri
+from kvcast.predictor.model_uri import Downloaded, fetch_model, is_model_uri
 
 MODEL_FILE = "model.onnx"
 
 
-def resolve_model(model: str | Path, tracking_uri: str | None = None) -> Path:
-    """A local ONNX path for ``PATH`` or ``models:/name@alias`` / ``models:/name/version``
-    (looked up in ``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else the local store)."""
+def locate_model(model: str | Path, tracking_uri: str | None = None) -> Downloaded:
+    """The local ONNX file for ``PATH`` (a directory: its ``model.onnx``) or ``models:/...``,
+    with the registry version a ``models:/`` URI resolved to (None for a path)."""
     text = str(model)
     if is_model_uri(text):
-        return download_model(text, tracking_uri)
+        return fetch_model(text, tracking_uri)
     path = Path(text)
     if path.is_dir():
         path = path / MODEL_FILE
     if not path.is_file():
         raise ModelFormatError(f"{path}: no such model file")
-    return path
+    return Downloaded(path, None)
 
 
-def _session(path: Path, threads: int) -> ort.InferenceSession:
+def resolve_model(model: str | Path, tracking_uri: str | None = None) -> Path:
+    """A local ONNX path for ``PATH`` or ``models:/name@alias`` / ``models:/name/version``
+    (looked up in ``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else the local store)."""
+    return locate_model(model, tracking_uri).path
+
+
+def read_model(path: Path) -> bytes:
+    """The bytes of a model file (one read: what is scored and what is hashed are the same)."""
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ModelFormatError(f"{path}: cannot read the model file ({err.strerror})") from None
+
+
+def _session(model: bytes, threads: int, source: str) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
     try:
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own exception types for bad files
         reason = str(err).strip().splitlines()[0][:200]
-        raise ModelFormatError(f"{path}: not a loadable ONNX model ({reason})") from None
+        raise ModelFormatError(f"{source}: not a loadable ONNX model ({reason})") from None
 
 
 class OnnxScorer:
@@ -77,6 +91,11 @@ class OnnxScorer:
                 f"{source}: input {meta.input!r} has shape {shape}, but its feature spec "
                 f"declares {self._expected_shape()}"
             )
+        if meta.window > 0 and isinstance(shape[1], int) and shape[1] != meta.window:
+            raise ModelFormatError(
+                f"{source}: input {meta.input!r} takes windows of {shape[1]} rows (shape "
+                f"{shape}), but its metadata declares kvcast.window {meta.window}"
+            )
 
     @classmethod
     def load(
@@ -88,9 +107,22 @@ class OnnxScorer:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         path = resolve_model(model, tracking_uri)
-        session = _session(path, threads)
-        meta = ModelMeta.from_props(session.get_modelmeta().custom_metadata_map, str(model))
-        scorer = cls(session, meta, str(model))
+        return cls.from_bytes(
+            read_model(path), str(model), expected=expected, threads=threads, path=str(path)
+        )
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, source: str, *, expected: FeatureSpec | None = None, threads: int = 1,
+        path: str | None = None,
+    ) -> OnnxScorer:  # fmt: skip
+        """Load the model serialised in ``data`` (``source`` names it in errors; ``path``, the
+        file it was read from, names it when it is not a loadable ONNX model)."""
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        session = _session(data, threads, path or source)
+        meta = ModelMeta.from_props(session.get_modelmeta().custom_metadata_map, source)
+        scorer = cls(session, meta, source)
         if expected is not None:
             scorer.check_spec(expected)
         return scorer

@@ -4,10 +4,16 @@ The graph comes from the model kind (``to_onnx``); the metadata (feature spec, c
 table, missing-value rule, recency baseline, provenance) from :class:`ModelMeta`. Loading the
 written file back through :class:`OnnxScorer` and comparing raw scores with the native model
 on the test window is part of every export (``onnx_parity_max_abs``).
+
+The file is written atomically (a temporary file beside it, fsynced, then renamed over it): a
+sidecar reloading it meanwhile reads the old model or the new one, never half of one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +40,31 @@ def with_metadata(model: onnx.ModelProto, meta: ModelMeta) -> onnx.ModelProto:
 def write_onnx(fitted: FittedModel, meta: ModelMeta, path: Path) -> onnx.ModelProto:
     proto = with_metadata(fitted.to_onnx(), meta)
     onnx.checker.check_model(proto)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(proto, str(path))
+    write_atomic(path, proto.SerializeToString())
     return proto
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` in one rename (the temporary file is removed on failure)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a crash once fsynced
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def parity(

@@ -44,10 +44,10 @@ def publish(
     )
     metric = cfg.tracking.champion_metric
     new = float(summary["validation"][metric])
-    prev = tracker.champion_version()
+    prev = tracker.champion_version()  # the alias is read once: that version is compared
     decision = decide(
-        new, tracker.champion_uri if prev else None, prev, data, metric, cfg.evaluation.budget_k,
-        cfg.data.label, tracker.uri,
+        new, tracker.version_uri(prev) if prev else None, prev, data, metric,
+        cfg.evaluation.budget_k, cfg.data.label, tracker.uri,
     )  # fmt: skip
     version = tracker.register(proto)
     if decision.promote:

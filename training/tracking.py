@@ -185,6 +185,10 @@ class Tracker:
     def champion_uri(self) -> str:
         return f"models:/{self.name}@{self.cfg.champion_alias}"
 
+    def version_uri(self, version: str) -> str:
+        """The URI of one registered version (unlike the alias, it cannot move meanwhile)."""
+        return f"models:/{self.name}/{version}"
+
     def promote(self, version: str) -> None:
         self.client.set_registered_model_alias(self.name, self.cfg.champion_alias, version)
         self.promoted = version

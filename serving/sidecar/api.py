@@ -64,7 +64,7 @@ def _model_state(sc: Sidecar) -> ModelState:
     i = current.info
     return ModelState(
         loaded=True, source=i.source, kind=i.kind, version=i.version, digest=i.digest,
-        loaded_at=i.loaded_at, **base,
+        loaded_at=i.loaded_at, registry_version=i.registry_version, **base,
     )  # fmt: skip
 
 

@@ -167,6 +167,9 @@ class ModelState(BaseModel):
     kind: str | None = None
     version: str | None = None
     digest: str | None = None
+    registry_version: str | None = Field(
+        None, description="the MLflow registry version a models:/ source resolved to"
+    )
     spec_digest: str = Field(description="the running feature spec's digest")
     loaded_at: float | None = None
     loads: int

@@ -7,6 +7,9 @@ within another horizon than the decider's window (:class:`HorizonMismatch`) or w
 not a usable kvcast model (:class:`ModelFormatError`), and only then swaps it in: one reference
 assignment, so a tick scores wholly with the old model or wholly with the new one, and events
 keep flowing throughout (loading runs off the event loop and off the consumer thread).
+
+The file is read once: the session is built from those bytes and the digest computed from
+them, so a file replaced mid-load never pairs one model's digest with another's session.
 """
 
 from __future__ import annotations
@@ -15,11 +18,10 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from kvcast.features.spec import FeatureSpec
 from kvcast.predictor.model_meta import HorizonMismatch, ModelFormatError
-from kvcast.predictor.scorer import OnnxScorer, resolve_model
+from kvcast.predictor.scorer import OnnxScorer, locate_model, read_model
 
 __all__ = ["HorizonMismatch", "LoadedModel", "ModelFormatError", "ModelInfo", "ModelSlot"]
 
@@ -33,6 +35,7 @@ class ModelInfo:
     digest: str  # sha256 of the file, first 16 hex digits: identifies the model
     spec_digest: str
     loaded_at: float  # unix seconds
+    registry_version: str | None = None  # the MLflow version a models:/ URI resolved to
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +44,8 @@ class LoadedModel:
     info: ModelInfo
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
+def digest_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 class ModelSlot:
@@ -62,8 +61,10 @@ class ModelSlot:
         """Load ``source`` and swap it in; raise (and keep the current model) when refused."""
         with self._lock:
             try:
-                path = resolve_model(source)
-                scorer = OnnxScorer.load(path, expected=self.spec)
+                found = locate_model(source)
+                path = found.path
+                data = read_model(path)  # one read: the session and the digest share it
+                scorer = OnnxScorer.from_bytes(data, str(path), expected=self.spec)
                 if scorer.window > 0:  # the tick scores one row per block
                     raise ModelFormatError(
                         f"{source}: a sequence model (window {scorer.window}, input "
@@ -72,14 +73,15 @@ class ModelSlot:
                     )
                 if self.window_ms is not None:
                     scorer.meta.require_horizon(self.window_ms, source)
-                digest = file_digest(path)
+                digest = digest_of(data)
             except Exception:
                 self.refused += 1
                 raise
             meta = scorer.meta
             info = ModelInfo(
-                source, str(path), meta.kind, meta.version, digest, meta.spec.digest, time.time()
-            )
+                source, str(path), meta.kind, meta.version, digest, meta.spec.digest, time.time(),
+                found.registry_version,
+            )  # fmt: skip
             self.current = LoadedModel(scorer, info)
             self.loads += 1
             return info

@@ -159,3 +159,35 @@ def test_an_unreadable_model_store_is_a_one_line_error_naming_the_uri(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
     with pytest.raises(ModelFormatError, match=r"^models:/kvcast-rule@champion: [^\n]*$"):
         OnnxScorer.load("models:/kvcast-rule@champion")
+
+
+def window_model(path: Path, graph_window: int, meta_window: int) -> Path:
+    """A sequence model (the mean of its ``[n, graph_window, F]`` window) whose metadata
+    declares ``kvcast.window = meta_window``."""
+    axes = helper.make_tensor("axes", TensorProto.INT64, [2], [1, 2])
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["features", "axes"], ["m"], keepdims=0),
+            helper.make_node("Sigmoid", ["m"], ["score"]),
+        ],
+        "window",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["n", graph_window, F])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["n"])],
+        [axes],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    proto.ir_version = 8
+    onnx.save_model(with_metadata(proto, ModelMeta("tcn", SPEC, window=meta_window)), str(path))
+    return path
+
+
+def test_a_window_model_whose_graph_window_differs_from_its_metadata_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    ok = OnnxScorer.load(window_model(tmp_path / "ok.onnx", 4, 4))
+    assert ok.window == 4 and ok.score(np.zeros((2, 4, F))).shape == (2,)
+    with pytest.raises(
+        ModelFormatError,
+        match=r"bad\.onnx: input 'features' takes windows of 4 rows .* declares kvcast\.window 8",
+    ):
+        OnnxScorer.load(window_model(tmp_path / "bad.onnx", 4, 8))

@@ -82,3 +82,22 @@ def write_window_model(path: Path, spec: FeatureSpec, window: int = 4) -> Path:
     onnx.checker.check_model(model)
     onnx.save_model(model, str(path))
     return path
+
+
+def register_model(uri: str, name: str, path: Path) -> str:
+    """Log the ONNX file ``path`` to the MLflow store ``uri`` as a new version of ``name`` (as
+    training registers its models); the version number. The environment is left as found."""
+    import mlflow
+    import mlflow.onnx
+
+    from kvcast.predictor.model_uri import environment_kept
+
+    with environment_kept():
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
+        with mlflow.start_run():
+            info = mlflow.onnx.log_model(
+                onnx.load(str(path)), name="model", registered_model_name=name,
+                pip_requirements=["onnxruntime"], save_as_external_data=False,
+            )  # fmt: skip
+    return str(info.registered_model_version)

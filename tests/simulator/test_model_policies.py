@@ -105,8 +105,9 @@ def test_without_a_model_the_champion_is_looked_up_and_its_absence_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'empty.db'}")
-    with pytest.raises(ValueError, match=r"models:/kvcast-lgbm@champion: .*not found"):
+    with pytest.raises(ValueError, match=r"models:/kvcast-lgbm@champion: no MLflow store at .*"):
         make_policy("predictive_lgbm", SimConfig())
+    assert not (tmp_path / "empty.db").exists()  # looking the champion up creates no store
 
 
 @pytest.fixture(scope="module")

@@ -95,3 +95,37 @@ def test_a_store_error_reading_the_alias_never_moves_it(
     assert (tmp_path / "b" / "model.onnx").is_file()
     monkeypatch.undo()
     assert str(MlflowClient(uri).get_model_version_by_alias("kvcast-lk", "champion").version) == "1"
+
+
+def test_the_champion_compared_is_the_version_read_even_if_the_alias_moves_meanwhile(
+    tiny_tables: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another trainer moves the alias right after this run has read it: the run compares
+    with (and records) the version it read, not whatever the alias names by then."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-race"}
+    first = run_training(tiny_config("rule", tiny_tables, tmp_path / "a", tracking=tracking))
+    worse = {"kind": "recency", "bins": 1}  # a constant: the weakest possible ranking
+    second = run_training(
+        tiny_config("recency", tiny_tables, tmp_path / "b", tracking=tracking, model=worse)
+    )
+    assert (first.champion, second.champion) == ("promoted", "kept")
+    real, moved = MlflowClient.get_model_version_by_alias, []
+
+    def read_then_moved(self: MlflowClient, name: str, alias: str) -> object:
+        version = real(self, name, alias)
+        if not moved:  # the other trainer promotes version 2 just after this read
+            MlflowClient(uri, uri).set_registered_model_alias(name, alias, "2")
+            moved.append(alias)
+        return version
+
+    monkeypatch.setattr(MlflowClient, "get_model_version_by_alias", read_then_moved)
+    third = run_training(tiny_config("rule", tiny_tables, tmp_path / "c", tracking=tracking))
+    assert moved
+    tags = MlflowClient(uri).get_run(third.run_id).data.tags
+    assert tags["champion.previous_version"] == "1"
+    champion_score = f"{first.metrics['validation']['pr_auc']:.6g}"
+    assert tags["champion.previous_val_pr_auc"] == champion_score  # version 1's, not 2's
+    assert third.champion == "kept" and "<= champion" in tags["champion.reason"]  # a tie

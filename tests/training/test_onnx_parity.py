@@ -1,7 +1,8 @@
 """The exported ONNX graph scores like the native model (1e-5) on the test window.
 
 The tcn kind is checked by the end-to-end test (every export measures native vs ONNX on the
-test window, ``onnx_parity_max_abs``), so that its Lightning training runs once.
+test window, ``onnx_parity_max_abs``), so that its Lightning training runs once. An export
+replaces its file in one rename: a reader never sees half of a model.
 """
 
 from __future__ import annotations
@@ -84,3 +85,19 @@ def test_lgbm_thresholds_between_float32_values_keep_parity() -> None:
     sess = ort.InferenceSession(booster_to_onnx(exact, 2).SerializeToString())
     served = sess.run(None, {"features": x})[0].ravel()
     np.testing.assert_allclose(served, exact.predict(x, raw_score=True), rtol=0, atol=1e-5)
+
+
+def test_an_export_over_a_model_replaces_it_whole_and_leaves_no_temporary_file(
+    fitted: Callable[[str], FittedModel], tiny_data: dict[str, TrainingData], tmp_path: Path
+) -> None:
+    """A reader that opened the old file (a sidecar reloading it) reads the whole old model,
+    not the new one written over it in place; the new one is complete under the same name."""
+    data = tiny_data["sampled"]
+    path = tmp_path / "model.onnx"
+    export(fitted("recency"), data, path)
+    old = path.read_bytes()
+    with path.open("rb") as reader:
+        scorer = export(fitted("rule"), data, path)
+        assert reader.read() == old
+    assert scorer.kind == "rule" and path.read_bytes() != old
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]

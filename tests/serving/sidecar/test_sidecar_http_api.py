@@ -1,11 +1,13 @@
 """The sidecar's HTTP API against its ASGI app: the token guards every POST and only POSTs,
 422s name the bad field, posted events reach the feature state and the block-location
-endpoint, decisions come back with their cost terms, and /metrics and /readyz report."""
+endpoint, decisions come back with their cost terms, /v1/model names the registry version of a
+models:/ source, and /metrics and /readyz report."""
 
 from __future__ import annotations
 
 import asyncio
 
+from onnx_models import register_model, write_recency_model
 from sidecar_harness import (
     AUTH,
     TOKEN,
@@ -18,6 +20,8 @@ from sidecar_harness import (
     tick,
 )
 
+from kvcast.features.config import FeatureConfig
+from kvcast.features.spec import build_spec
 from kvcast.serving.cluster.summary import parse_metrics
 
 
@@ -168,3 +172,36 @@ def test_the_feature_state_keeps_at_most_max_tracked_blocks_and_counts_what_it_s
             assert shed > 0
 
     run(main())
+
+
+def test_get_model_names_the_registry_version_of_a_models_uri(
+    tmp_path, run, model_path, monkeypatch
+) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    spec = build_spec(FeatureConfig())
+    for kind in ("reg-one", "reg-two"):
+        path = write_recency_model(tmp_path / f"{kind}.onnx", spec, kind=kind)
+        register_model(uri, "kvcast-reg", path)
+    MlflowClient(uri, uri).set_registered_model_alias("kvcast-reg", "champion", "2")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+
+    async def main() -> None:
+        cfg = sidecar_config(tmp_path, model=str(model_path), token=TOKEN)
+        async with open_sidecar(cfg) as (_, client):
+            state = (await client.get("/v1/model")).json()
+            assert state["loaded"] and state["registry_version"] is None  # a plain path
+            for source, kind, version in (
+                ("models:/kvcast-reg@champion", "reg-two", "2"),
+                ("models:/kvcast-reg/1", "reg-one", "1"),
+            ):
+                r = await client.post("/v1/model", json={"source": source}, headers=AUTH)
+                assert r.status_code == 200, r.text
+                state = (await client.get("/v1/model")).json()
+                assert state["source"] == source and state["kind"] == kind
+                assert state["registry_version"] == version
+            r = await client.post("/v1/model", json={"source": str(model_path)}, headers=AUTH)
+            assert r.json()["registry_version"] is None
+
+    run(main(), timeout=60.0)

@@ -1,17 +1,21 @@
 """Model hot reload: a model is swapped in while events keep flowing (none dropped); a model
 built for a different feature spec, or for another horizon than the decider's window, is
 refused with the difference named and the running model kept; a file that is not a kvcast
-model is refused too."""
+model is refused too. The digest reported is always that of the model being scored."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 
+import onnxruntime
 from onnx_models import write_recency_model, write_window_model
 from sidecar_harness import AUTH, TOKEN, open_sidecar, settle, sidecar_config
 
 from kvcast.features.config import FeatureConfig
 from kvcast.features.spec import build_spec
+from kvcast.serving.sidecar.model_slot import ModelSlot
 
 
 def test_reload_swaps_the_model_without_dropping_events(tmp_path, run, model_path) -> None:
@@ -109,3 +113,27 @@ def test_a_sequence_model_is_refused_and_the_running_one_kept(tmp_path, run, mod
             assert state["kind"] == "recency-test" and state["refused"] == 1
 
     run(main())
+
+
+def test_the_digest_is_of_the_model_scored_even_if_the_file_is_replaced_mid_load(
+    tmp_path, model_path, monkeypatch
+) -> None:
+    """The file is swapped for another model right after onnxruntime has built the session
+    (as a training run rewriting it would): the digest must still be the served model's."""
+    spec = build_spec(FeatureConfig())
+    served = model_path.read_bytes()
+    other = write_recency_model(tmp_path / "v2.onnx", spec, tau_ms=5_000.0, kind="recency-v2")
+    real = onnxruntime.InferenceSession
+    swaps = []
+
+    def session_then_swap(*args, **kwargs):
+        session = real(*args, **kwargs)
+        if not swaps:
+            os.replace(other, model_path)
+            swaps.append(model_path)
+        return session
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session_then_swap)
+    info = ModelSlot(spec).load(str(model_path))
+    assert swaps and info.kind == "recency-test"  # the session is of the file as it was
+    assert info.digest == hashlib.sha256(served).hexdigest()[:16]
