@@ -14,6 +14,7 @@ which blocks are on their way to which node, so that a chain is not sent twice.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kvcast.predictor.decider_config import BudgetConfig
@@ -79,6 +80,22 @@ class BudgetLedger:
                 else:
                     del self._copies[b]
         return dict(out)
+
+    def forget(self, node: int, blocks: Iterable[int]) -> int:
+        """Replicas of ``blocks`` on ``node`` are gone before their expiry (the copy failed,
+        or the node evicted them): no longer counted as live, so that the chain may be copied
+        again. Transfers in flight are left to land by their own time. How many were known."""
+        replicas, copies, known = self.replicas, self._copies, 0
+        for b in blocks:
+            if replicas.pop((node, b), None) is None:
+                continue
+            known += 1
+            left = copies[b] - 1
+            if left:
+                copies[b] = left
+            else:
+                del copies[b]
+        return known
 
     def has_replica(self, block: int) -> bool:
         """Whether a replica of ``block`` placed by this ledger is still alive somewhere."""

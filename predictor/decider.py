@@ -65,6 +65,13 @@ class Decider:
         where they were made (see :mod:`kvcast.predictor.outcome_feedback`)."""
         self.feedback.observe(node, blocks, now_ms)
 
+    def forget(self, node: int, blocks: Sequence[int]) -> None:
+        """Copies of ``blocks`` on ``node`` are gone before their TTL (the replication failed,
+        or the node evicted them): the ledger no longer counts them as live, so the chain may
+        be copied again, and their outcome is not learnt from."""
+        self.ledger.forget(node, blocks)
+        self.feedback.forget(node, blocks)
+
     def decide(
         self,
         cands: ChainCandidates,

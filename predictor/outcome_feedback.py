@@ -32,7 +32,7 @@ use; on the tiered bundled trace the correction cut the oracle's useful promotio
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from kvcast.predictor.decider_config import FeedbackConfig
@@ -124,6 +124,20 @@ class OutcomeFeedback:
                 del self._watch[b]
             self._unwatched(w)
             self._settle(w.p, "expired", now_ms)
+
+    def forget(self, node: int, blocks: Iterable[int]) -> None:
+        """The copies on ``node`` whose deepest block is among ``blocks`` are gone before
+        their request could come (the copy failed, or the node evicted it): stop watching
+        them, unsettled, since their fate says nothing about the probability they were made
+        with."""
+        watch = self._watch
+        for b in blocks:
+            copies = watch.get(b)
+            if copies is None or node not in copies:
+                continue
+            self._unwatched(copies.pop(node))
+            if not copies:
+                del watch[b]
 
     def factor(self, now_ms: float) -> float:
         """What P(hit) is multiplied by: copies used per copy expected (1 with no outcome)."""

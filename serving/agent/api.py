@@ -1,10 +1,11 @@
 """The agent's HTTP control API (FastAPI) for the router sidecar.
 
-Routes that move, store, delete or pin data, or list what is held (replicate, PUT blocks,
-evict, pin, unpin, inventory, engine-stats), require the shared token when one is configured;
-health, readiness, telemetry and metrics stay open. No route returns block contents.
-Handlers are ``async``: they run on the event loop that owns the block store. Middleware, outer
-first: command counting by status, the token guard (401 before the body is read), body size.
+Routes that move, store, delete or pin data, or list what is held or was (replicate, PUT
+blocks, evict, pin, unpin, inventory, removals, engine-stats), require the shared token when
+one is configured; health, readiness, telemetry and metrics stay open. No route returns block
+contents. Handlers are ``async``: they run on the event loop that owns the block store.
+Middleware, outer first: command counting by status, the token guard (401 before the body is
+read), body size.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kvcast.serving.agent.api_models import (
     Inventory,
     PinResult,
     Readiness,
+    Removals,
     ReplicateRequest,
     ReplicateResult,
     Telemetry,
@@ -76,6 +78,13 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
         """Every block held (tenant, hash, state, size, checksum; never contents), for the
         sidecar's recovery; ``tenant`` filters."""
         return control.inventory(tenant)
+
+    @router.get("/removals")
+    async def removals(since: Annotated[int, Query(ge=0)] = 0) -> Removals:
+        """Blocks the agent removed on its own (evicted to make room, or expired), numbered
+        from ``since`` on, oldest first: how the sidecar learns that a replica it placed is
+        gone. Telemetry's ``removals_next`` says whether there is anything new."""
+        return control.removals(since)
 
     @router.put("/blocks", responses=error_responses(409, *BODY_REFUSALS), openapi_extra=OPENAPI)
     async def put_block_route(request: Request) -> BlockEntry:

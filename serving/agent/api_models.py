@@ -109,6 +109,22 @@ class Inventory(BaseModel):
     blocks: list[BlockEntry]
 
 
+class RemovedBlock(BaseModel):
+    seq: int
+    tenant: str
+    block_hash: JsonBlockHash
+    reason: Literal["expired", "evicted_speculative", "evicted_cached"]
+
+
+class Removals(BaseModel):
+    """Blocks the agent removed on its own (never on command), oldest first."""
+
+    node_id: str
+    blocks: list[RemovedBlock]
+    next: int = Field(description="the ``since`` to ask for next")
+    missed: int = Field(description="removals from ``since`` on that the log no longer holds")
+
+
 class StateTotals(BaseModel):
     active: int
     cached: int
@@ -137,6 +153,10 @@ class Telemetry(BaseModel):
     replications_in_flight: int
     queue_depth: int | None = Field(description="sum over engines' reports (None: none yet)")
     engines: list[EngineReport]
+    removals_next: int = Field(
+        default=0, description="the number the next removal on the agent's own will get "
+        "(``GET /v1/removals``): more than last time means blocks left"
+    )  # fmt: skip
 
 
 class Health(BaseModel):

@@ -27,6 +27,7 @@ from kvcast.serving.agent.blocks import (
 from kvcast.serving.agent.buffers import BlockBuffer
 from kvcast.serving.agent.checksum import checksum as compute_checksum
 from kvcast.serving.agent.eviction import plan_evictions
+from kvcast.serving.agent.removal_log import RemovalLog
 from kvcast.serving.messages import BlockHash
 
 ACTIVE, CACHED, SPECULATIVE = BlockState.ACTIVE, BlockState.CACHED, BlockState.SPECULATIVE
@@ -50,6 +51,7 @@ class BlockStore:
         self.speculative_ttl_s, self._clock = speculative_ttl_s, clock
         self._table = BlockTable()
         self.stats = StoreStats()
+        self.removals = RemovalLog()  # what left without a command (evicted, expired)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -200,6 +202,8 @@ class BlockStore:
 
     def _remove(self, key: BlockKey, counter: str) -> None:
         self._table.move(key, None)
+        if counter != "removed":  # on its own: the sidecar did not order it
+            self.removals.record(key.tenant, key.block_hash, counter)
         setattr(self.stats, counter, getattr(self.stats, counter) + 1)
 
     def _live(self, key: BlockKey) -> Entry | None:

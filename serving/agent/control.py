@@ -21,6 +21,8 @@ from kvcast.serving.agent.api_models import (
     EvictResult,
     Inventory,
     PinResult,
+    Removals,
+    RemovedBlock,
     ReplicateRequest,
     ReplicateResult,
     StateTotals,
@@ -39,6 +41,7 @@ from kvcast.serving.messages import BlockHash
 
 R = TypeVar("R")
 MAX_ENGINES = 64  # engine reports kept (most recent); more engines on one node is a mistake
+MAX_REMOVALS_PER_ANSWER = 4096  # one ``GET /v1/removals`` answer; ``next`` says where to go on
 
 
 class CommandConflict(ValueError):
@@ -169,8 +172,17 @@ class AgentControl:
             peak_speculative_bytes=store.stats.peak_speculative_bytes,
             replications_in_flight=self.replications_in_flight,
             queue_depth=sum(e.queue_depth for e in engines) if engines else None,
-            engines=engines,
+            engines=engines, removals_next=store.removals.next_seq,
         )  # fmt: skip
+
+    def removals(self, since: int, limit: int = MAX_REMOVALS_PER_ANSWER) -> Removals:
+        """The blocks removed on the agent's own from number ``since`` on (expired replicas
+        reclaimed first, so that they are in the answer)."""
+        self.agent.store.sweep()
+        got, nxt, missed = self.agent.store.removals.since(since, limit)
+        blocks = [RemovedBlock(seq=r.seq, tenant=r.tenant, block_hash=r.block_hash,
+                               reason=r.reason) for r in got]  # type: ignore[arg-type]  # fmt: skip
+        return Removals(node_id=self.node_id, blocks=blocks, next=nxt, missed=missed)
 
     def entry(self, info: BlockInfo) -> BlockEntry:
         ttl = None if info.expires_at is None else max(0.0, info.expires_at - self._clock())

@@ -7,12 +7,14 @@ none and whether the agent itself is at fault (unreachable, 5xx) rather than the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
 from kvcast.serving.agent.api_models import (
     BlockRefs,
     EvictResult,
+    Removals,
     ReplicateRequest,
     ReplicateResult,
 )
@@ -37,15 +39,30 @@ class AgentClient:
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
 
-    async def _post(self, url: str, body: str, timeout: float) -> httpx.Response | AgentCallError:
+    async def _send(
+        self, method: str, url: str, timeout: float, **kwargs: Any
+    ) -> httpx.Response | AgentCallError:
         try:
-            resp = await self.client.post(url, content=body, headers=self.headers, timeout=timeout)
+            resp = await self.client.request(
+                method, url, headers=self.headers, timeout=timeout, **kwargs
+            )
         except httpx.HTTPError as err:
             return AgentCallError(f"agent unreachable: {type(err).__name__}", True)
         if resp.status_code != 200:
             detail = f"agent answered {resp.status_code}: {resp.text[:200]}"
             return AgentCallError(detail, resp.status_code >= 500)
         return resp
+
+    async def _post(self, url: str, body: str, timeout: float) -> httpx.Response | AgentCallError:
+        return await self._send("POST", url, timeout, content=body)
+
+    async def removals(self, base: str, since: int) -> Removals | AgentCallError:
+        """The blocks the agent at ``base`` removed on its own, from number ``since`` on."""
+        url = f"{base}/v1/removals"
+        resp = await self._send("GET", url, self.timeout_s, params={"since": since})
+        if isinstance(resp, AgentCallError):
+            return resp
+        return Removals.model_validate_json(resp.content)
 
     async def replicate(self, base: str, req: ReplicateRequest) -> ReplicateResult | AgentCallError:
         """Ask the agent at ``base`` to pull; waits until the pull is over (or its deadline)."""

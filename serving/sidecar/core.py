@@ -58,6 +58,7 @@ class Sidecar:
         n, names = len(cfg.nodes), cfg.node_names
         self.mode: Mode = cfg.mode
         self.auth_failures = 0
+        self.replicas_lost_on_agents = 0  # replicas the agents removed on their own
         self.block_bytes = cfg.kv_block_bytes
         self.queue = EventQueue(cfg.queue_events)
         self.state = FeatureState(
@@ -95,7 +96,8 @@ class Sidecar:
             period_s=cfg.agents.telemetry_period_s, timeout_s=cfg.agents.timeout_s,
             bytes_per_token=self.block_bytes / fcfg.block_tokens,
             removals=lambda node: int(self.keeper.gpu_removals[node]),
-            pending=self.executor.pairs, clock_ms=clock_ms,
+            pending=self.executor.pairs, clock_ms=clock_ms, agent_client=self.executor.client,
+            on_removed=self.replicas_left_agent,
         )  # fmt: skip
         self.registry = sidecar_registry(self)
         self.loop = DecisionLoop(
@@ -136,6 +138,17 @@ class Sidecar:
         if events:
             self.queue.put(events, REPLICA_SOURCE)
         return sum(map(len, by_node.values()))
+
+    def replicas_left_agent(self, node: int, refs: list[tuple[str, int]]) -> list[int]:
+        """The agent of ``node`` removed these (tenant, hash) blocks on its own: the replicas
+        among them leave the feature state's residency and the decider's ledger now, not at
+        their TTL. Returns the hashes that left."""
+        gone = self.replicas.left_agent(node, refs)
+        if gone:
+            self.replicas_lost_on_agents += len(gone)
+            self.queue.put([BlockRemoved(self.clock_ms(), node, tuple(gone))], REPLICA_SOURCE)
+            self.loop.note_lost(node, tuple(gone))
+        return gone
 
     async def start(self, *, decisions: bool = True) -> None:
         """Load the configured model, then start every part (``decisions=False``: no tick

@@ -14,7 +14,7 @@ import logging
 import secrets
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -81,6 +81,12 @@ class DecisionLoop:
         self.run_id = secrets.token_hex(3)  # command ids stay unique across restarts
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lost: deque[tuple[int, tuple[int, ...]]] = deque()  # (node, blocks) to forget
+
+    def note_lost(self, node: int, blocks: tuple[int, ...]) -> None:
+        """Copies of ``blocks`` on ``node`` are gone before their TTL (the agent evicted
+        them): the decider forgets them at the next tick. Any thread."""
+        self._lost.append((node, blocks))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="sidecar-decisions", daemon=True)
@@ -133,6 +139,9 @@ class DecisionLoop:
         holders = inp.holders if inp is not None and len(probs) else None
         for ts, node, blocks in inp.routed if inp is not None else ():
             decider.observe_arrival(node, blocks, ts)  # were its copies used?
+        lost = self._lost
+        while lost:
+            decider.forget(*lost.popleft())
         commands = decider.decide(cands, probs, view, holders)
         self.timers.decide.observe(time.perf_counter() - t1)
         digest = model.info.digest if model is not None else ""

@@ -83,6 +83,23 @@ class ReplicaTracker:
                 if r is not None and not r.used:
                     self.wasted += 1
 
+    def left_agent(self, node: int, refs: Iterable[tuple[str, int]]) -> list[int]:
+        """The agent of ``node`` removed these (tenant, hash) blocks on its own (evicted to
+        make room, or expired): forget the live replicas among them, and return the hashes of
+        those the engine had not adopted (its own events say when an adopted one leaves)."""
+        gone = []
+        with self._lock:
+            for tenant, h in refs:
+                r = self._live.get((node, h))
+                if r is None or r.tenant != tenant:
+                    continue  # not a replica of ours, or another tenant's block of that hash
+                del self._live[(node, h)]
+                if not r.used:
+                    self.wasted += 1
+                if not r.adopted:
+                    gone.append(h)
+        return gone
+
     def sweep(self) -> list[tuple[int, int]]:
         """Forget expired replicas; return the (node, block) of those the engine did not
         adopt: the agent reclaims them itself, and nothing else will say they left."""

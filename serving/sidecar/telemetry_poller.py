@@ -6,6 +6,13 @@ stream as a ``TelemetrySample`` (what the queue and memory features read): queue
 the engines' and the router's reports, memory by block state from the agent, evictions from
 the KV events. An agent that does not answer is marked down (never a source or a target)
 until it answers again.
+
+Each answer also says how many blocks the agent has removed on its own (``removals_next``:
+evicted to make room, or expired); when that number grew, the new removals are read
+(``GET /v1/removals``) and handed to ``on_removed``, so that a replica the agent dropped leaves
+the sidecar's view now rather than at its TTL. The first answer from an agent sets where to
+start (what it removed before is covered by the recovery's inventory); a number that went
+down means the agent restarted, and its new life is read from the start.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from pydantic import ValidationError
 
 from kvcast.features.events import TelemetrySample
 from kvcast.serving.agent.api_models import Readiness, Telemetry
+from kvcast.serving.sidecar.agent_client import AgentCallError, AgentClient, ints
 from kvcast.serving.sidecar.event_queue import EventQueue
 from kvcast.serving.sidecar.node_loads import NodeLoads
 
@@ -35,12 +43,18 @@ class TelemetryPoller:
         client: httpx.AsyncClient, *, period_s: float, timeout_s: float, bytes_per_token: float,
         removals: Callable[[int], int], pending: Callable[[], Mapping[tuple[int, int], int]],
         clock_ms: Callable[[], float] = lambda: time.time() * 1000.0,
+        agent_client: AgentClient | None = None,
+        on_removed: Callable[[int, list[tuple[str, int]]], None] | None = None,
     ) -> None:  # fmt: skip
         self.agents, self.loads, self.queue, self.client = agents, loads, queue, client
         self.period_s, self.timeout_s, self.bytes_per_token = period_s, timeout_s, bytes_per_token
         self.removals, self.pending, self.clock_ms = removals, pending, clock_ms
+        self.agent_client, self.on_removed = agent_client, on_removed
         self.polls = 0
         self.failures: Counter[int] = Counter()  # by node
+        self.cursor: dict[int, int] = {}  # node -> the next agent removal to read
+        self.removals_read = 0  # removals the agents reported
+        self.removals_missed = 0  # removals an agent no longer held when asked
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -84,6 +98,33 @@ class TelemetryPoller:
         if not readiness.ready:
             self.loads.note_agent_down(node)
         self.queue.put([self.sample(node, telemetry)], SOURCE)
+        await self.follow_removals(node, url, telemetry.removals_next)
+
+    async def follow_removals(self, node: int, url: str, upto: int) -> None:
+        """Read what the agent of ``node`` removed on its own since the last poll (up to its
+        removal number ``upto``) and hand it on."""
+        cur = self.cursor.get(node)
+        if cur is None or self.agent_client is None or self.on_removed is None:
+            self.cursor[node] = upto  # first answer: start here
+            return
+        if upto < cur:  # the agent restarted: its numbers start again
+            cur = 0
+        while cur < upto:
+            ans = await self.agent_client.removals(url, cur)
+            if isinstance(ans, AgentCallError):
+                log.warning("removals of node %d (%s) unread: %s", node, url, ans.detail)
+                break  # the next poll tries again from the same number
+            self.removals_missed += ans.missed
+            if ans.missed:
+                log.warning("node %d's agent no longer holds %d removals", node, ans.missed)
+            refs = [(b.tenant, h) for b in ans.blocks for h in ints(b.block_hash)]
+            self.removals_read += len(ans.blocks)
+            if refs:
+                self.on_removed(node, refs)
+            if ans.next <= cur:
+                break
+            cur = ans.next
+        self.cursor[node] = cur
 
     def sample(self, node: int, t: Telemetry) -> TelemetrySample:
         depth = self.loads.queue_depth(node)

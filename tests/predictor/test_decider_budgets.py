@@ -82,6 +82,26 @@ def test_a_chain_with_a_live_replica_is_not_copied_again() -> None:
     assert reps(d.decide(*one_chain(0.9), v)) == []
 
 
+def test_a_copy_reported_gone_before_its_ttl_frees_the_chain_to_be_copied_again() -> None:
+    d = Decider()
+    first = reps(d.decide(*one_chain(0.9), view()))
+    assert len(first) == 1
+    later = view(queue=(2000.0, 0.0, 0.0), holders={b: 0b001 for b in CHAIN}, now_ms=1_000.0)
+    assert reps(d.decide(*one_chain(0.9), later)) == []  # the ledger still counts the copy
+    d.forget(first[0].target, CHAIN)  # the copy failed, or its node evicted it
+    assert len(d.feedback) == 0 and d.feedback.settled == 0  # not learnt from
+    again = view(queue=(2000.0, 0.0, 0.0), holders={b: 0b001 for b in CHAIN}, now_ms=2_000.0)
+    assert len(reps(d.decide(*one_chain(0.9), again))) == 1
+
+
+def test_forgetting_a_copy_the_ledger_never_placed_changes_nothing() -> None:
+    ledger = BudgetLedger(BudgetConfig())
+    ledger.record(Transfer(0.0, 10.0, 0, 1, BLOCK, (7,)), expiry_ms=1e9)
+    assert ledger.forget(2, [7]) == 0 and ledger.has_replica(7)
+    assert ledger.forget(1, [7, 8]) == 1 and not ledger.has_replica(7)
+    assert ledger.expired(2e9) == {}  # nothing left to order evicted
+
+
 def test_bandwidth_bucket_refills_at_the_budgeted_rate() -> None:
     cfg = BudgetConfig(link_budget_gbps=8.0, global_budget_gbps=800.0)  # 1 GB per 1 s window
     ledger = BudgetLedger(cfg)

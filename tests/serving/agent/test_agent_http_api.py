@@ -151,3 +151,27 @@ def test_oversized_or_undeclared_bodies_are_refused_before_reading(
             assert metric(text, "kvcast_agent_commands_refused_total", **reason) == 1
 
     run(scenario())
+
+
+def test_telemetry_counts_removals_and_the_removals_route_lists_them(run, control_api) -> None:
+    import asyncio
+
+    async def scenario() -> None:
+        async with control_api() as (api, control):
+            store = control.agent.store
+            assert (await api.get("/v1/telemetry")).json()["removals_next"] == 0
+            buf, crc = _block(b"r" * 64)
+            store.put("alice", 9, buf, crc, BlockState.SPECULATIVE, ttl_s=0.01)
+            store.put("bob", 5, *_block(b"c" * 64))
+            await api.post("/v1/evict", json={"tenant": "bob", "block_hashes": [5]})
+            await asyncio.sleep(0.05)
+            assert (await api.get("/v1/telemetry")).json()["removals_next"] == 1
+            r = (await api.get("/v1/removals", params={"since": 0})).json()
+            assert r["blocks"] == [
+                {"seq": 0, "tenant": "alice", "block_hash": 9, "reason": "expired"}
+            ]
+            assert r["next"] == 1 and r["missed"] == 0
+            assert (await api.get("/v1/removals", params={"since": 1})).json()["blocks"] == []
+            assert (await api.get("/v1/removals", params={"since": -1})).status_code == 422
+
+    run(scenario())

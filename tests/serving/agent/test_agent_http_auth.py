@@ -17,6 +17,7 @@ DATA_ROUTES = [
     ("POST", "/v1/unpin"),
     ("POST", "/v1/engine-stats"),
     ("GET", "/v1/inventory"),
+    ("GET", "/v1/removals"),
 ]
 BAD_HEADERS = [
     {},

@@ -1,0 +1,107 @@
+"""A replica the agent drops on its own leaves the sidecar's view at the next telemetry poll,
+not at its TTL: real ``kvcast serve agent`` processes on loopback, a real replication.
+
+Node a holds a hot chain and is busy; the sidecar (active) copies it to the idle node b. Then
+b's engine stores blocks of its own until b's agent must evict the speculative replica to make
+room. The sidecar reads the agent's removals: the replica is no longer live, no longer a
+location of its blocks, and the decider's ledger no longer counts it (the chain may be copied
+again)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import httpx
+import pytest
+from agent_blocks import BLOCK, put_blocks
+from serve_processes import AGENT_READY, start_agent
+from sidecar_harness import (
+    AUTH,
+    TOKEN,
+    chain,
+    hot_chain_on_node_a,
+    open_sidecar,
+    settle,
+    sidecar_config,
+    tick,
+)
+
+from kvcast.serving.cluster.summary import parse_metrics
+
+
+@pytest.fixture
+def agents():
+    started = []
+    yield started
+    for agent in started:
+        agent.kill()
+
+
+def test_a_replica_the_agent_evicted_for_room_leaves_the_view_and_the_ledger(
+    tmp_path, run, model_path, agents
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"} | {"KVCAST_TOKEN": TOKEN}
+    agents.append(start_agent("node-a", env))
+    agents.append(start_agent("node-b", env, "--capacity", "4MiB", "--speculative-quota", "2MiB"))
+    for agent in agents:
+        agent.wait_ready(AGENT_READY)
+    a, b = (agent.http for agent in agents)
+    hashes = chain(1)
+
+    async def main() -> None:
+        nodes = [{"name": "node-a", "agent": a}, {"name": "node-b", "agent": b}]
+        decider = tmp_path / "decider-small-nodes.yaml"  # b's whole quota may hold the copy
+        decider.write_text(
+            "costs:\n  safety_margin_gib: 0.0\nbudgets:\n  speculative_quota_fraction: 1.0\n"
+        )
+        cfg = sidecar_config(tmp_path, nodes=nodes, model=str(model_path), token=TOKEN,
+                             mode="active", decider=str(decider))  # fmt: skip
+        async with httpx.AsyncClient(timeout=10.0) as http, open_sidecar(cfg) as (sc, client):
+            await put_blocks(http, a, hashes, AUTH, tenant="acme")
+            await hot_chain_on_node_a(client, hashes, tenant="acme")
+            stats = {"engine_id": "vllm-0", "queue_depth": 4}
+            assert (await http.post(f"{a}/v1/engine-stats", json=stats, headers=AUTH)).is_success
+            async with asyncio.timeout(10):
+                while not (all(sc.loads.transfer) and sc.loads.queue_depth(0) == 4):
+                    await asyncio.sleep(0.05)
+            await settle(sc)
+            made = await tick(sc)
+            assert [(d.kind, d.target) for d in made] == [("replicate", 1)]
+            async with asyncio.timeout(15):
+                while made[0].status not in ("done", "dropped"):
+                    await asyncio.sleep(0.05)
+            assert made[0].status == "done", made[0]
+            assert len(sc.replicas) == len(hashes)
+            assert sc.decider.ledger.has_replica(hashes[-1])
+            await settle(sc)
+            assert "node-b" in (await client.get(f"/v1/blocks/{hashes[0]}")).json()["gpu"]
+
+            # b's engine fills its memory: the agent evicts the replica (speculative first)
+            own = [(9 << 32) + i for i in range(16)]
+            await put_blocks(http, b, own, AUTH, tenant="acme")
+            async with asyncio.timeout(10):
+                while sc.replicas_lost_on_agents < len(hashes):
+                    await asyncio.sleep(0.05)
+            assert len(sc.replicas) == 0
+            await settle(sc)
+            where = (await client.get(f"/v1/blocks/{hashes[0]}")).json()
+            assert where["gpu"] == ["node-a"] and where["replicas"] == []
+            await tick(sc)  # the decider hears of it at its next tick
+            assert not sc.decider.ledger.has_replica(hashes[-1])
+            mine = parse_metrics((await client.get("/metrics")).text)
+            mb = parse_metrics((await http.get(f"{b}/metrics")).text)
+
+        assert mine["kvcast_sidecar_replicas_lost_on_agents_total"] == len(hashes)
+        assert mine["kvcast_sidecar_agent_removals_read_total"] == len(hashes)
+        assert mine["kvcast_sidecar_agent_removals_missed_total"] == 0
+        assert mine["kvcast_sidecar_replicas_wasted_total"] == len(hashes)
+        assert mb["kvcast_agent_store_bytes{state=speculative}"] == 0
+        assert mb["kvcast_agent_store_bytes{state=cached}"] == 16 * BLOCK
+
+    run(main(), timeout=60.0)
+    for agent in agents:
+        agent.proc.send_signal(signal.SIGTERM)
+    for agent in agents:
+        assert agent.wait() == 0, "".join(agent.log)
