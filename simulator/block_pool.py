@@ -48,6 +48,7 @@ class BlockPool:
         "sourcing",
         "spec",
         "spec_active_evictions",
+        "spec_evicted",
         "spec_hits",
         "spec_lead_ms",
         "spec_quota",
@@ -91,6 +92,9 @@ class BlockPool:
         self.spec_wasted = 0
         self.spec_lead_ms = 0.0
         self.spec_active_evictions = 0  # invariant check: must stay 0
+        # replicas evicted to make room before their TTL (the replicator drains it each tick,
+        # as the live sidecar reads its agents' removals)
+        self.spec_evicted: list[int] = []
         self.on_move: Moved | None = None
 
     # -- occupancy ---------------------------------------------------------------------------
@@ -208,6 +212,7 @@ class BlockPool:
                 del spec[b]
                 self.spec_wasted += 1
                 self._drop_hbm(b)
+            self.spec_evicted += released
             deficit -= len(released)
         holders, mask = self.holders, ~self.bit
         demote = self._demotes()
@@ -218,6 +223,7 @@ class BlockPool:
                 block = next(b for b in spec if b not in sourcing)
                 del spec[block]
                 self.spec_wasted += 1
+                self.spec_evicted.append(block)
             h = holders[block] & mask
             if h:
                 holders[block] = h

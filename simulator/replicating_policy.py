@@ -79,6 +79,11 @@ class DeciderReplicator:
         if self._view is None or self._view.sim is not sim:
             self.start(sim)
         assert self._view is not None
+        for n, node in enumerate(sim.nodes):  # copies evicted for room: forgotten now
+            lost = node.pool.spec_evicted
+            if lost:
+                self.decider.forget(n, lost)
+                lost.clear()
         cands = self.candidates(now_ms, sim)
         probs = self.probabilities(now_ms, cands, sim) if len(cands) else np.zeros(0)
         self.last_scored = (cands, probs)  # what this tick decided from (the shadow log's)

@@ -199,3 +199,18 @@ def test_decode_room_takes_a_replica_past_its_hold_before_a_cached_block() -> No
     node.start_decode(req, now)
     assert req.out_blocks == 1
     assert 1 in pool.cached and 3 not in pool.spec
+
+
+def test_replicas_evicted_for_room_are_listed_for_the_replicator_and_no_others() -> None:
+    p = pool(4, spec_quota=3)
+    fill_cached(p, [1])
+    p.add_speculative([7], now=0.0, ttl_ms=1e9)  # no hold: first to go
+    p.add_speculative([8], now=0.0, ttl_ms=1e9, hold_until=1e6)
+    p.add_speculative([9], now=0.0, ttl_ms=50.0)
+    assert p.expire(50.0) == 1  # 9 expired: the ledger expires it too
+    assert p.make_room(2, 60.0)  # 7, past its hold
+    assert p.make_room(4, 60.0)  # 1 (cached), then 8 although held: a request wins
+    assert p.spec_evicted == [7, 8]
+    p.add_speculative([5], now=70.0, ttl_ms=1e9)
+    p.drop_speculative([5])  # on command: the decider ordered it
+    assert p.spec_evicted == [7, 8]

@@ -100,3 +100,17 @@ def test_the_decider_learns_that_its_copy_was_used_where_the_router_sent_the_tur
         "unsettled": 0,
     }
     assert "copy_fates" not in simulate(next_turn_trace(), cfg, "dynamo_kv").summary
+
+
+def test_the_replicator_forgets_copies_its_nodes_evicted_for_room() -> None:
+    from kvcast.predictor.budgets import Transfer
+
+    cfg = config(nodes=2, arrival_spread="off")
+    policy = make_policy("oracle", cfg)
+    sim = Simulator(next_turn_trace(), cfg, policy)
+    policy.on_tick(0.0, sim)  # the run starts: a fresh decider
+    ledger = policy.inner.decider.ledger
+    ledger.record(Transfer(0.0, 1.0, 0, 1, 1, (424242,)), expiry_ms=1e9)
+    sim.nodes[1].pool.spec_evicted.append(424242)  # node 1 evicted that copy for room
+    policy.on_tick(10.0, sim)
+    assert not ledger.has_replica(424242) and sim.nodes[1].pool.spec_evicted == []
