@@ -73,6 +73,10 @@ def agent_cmd(
     config: Annotated[
         Path | None, typer.Option("--config", help="Agent YAML (configs/serving/agent.yaml).")
     ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="Where blocks live: host (default), cuda or cuda:N."),
+    ] = None,
     token_env: Annotated[
         str, typer.Option("--token-env", help="Environment variable holding the shared token.")
     ] = "KVCAST_TOKEN",
@@ -99,7 +103,8 @@ def agent_cmd(
 
     if log_level not in LOG_LEVELS:
         raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
-    flags = {"node_id": node_id, "listen": listen, "transfer_listen": transfer_listen}
+    flags = {"node_id": node_id, "listen": listen, "transfer_listen": transfer_listen,
+             "device": device}  # fmt: skip
     sizes = {
         "capacity_bytes": ("--capacity", capacity),
         "speculative_quota_bytes": ("--speculative-quota", speculative_quota),

@@ -9,7 +9,7 @@ from types import TracebackType
 
 from kvcast.serving.agent.block_store import BlockStore
 from kvcast.serving.agent.blocks import BlockState
-from kvcast.serving.agent.buffers import BufferAllocator
+from kvcast.serving.agent.buffers import BlockBuffer, BufferAllocator, HostAllocator, HostBuffer
 from kvcast.serving.agent.config import AgentConfig
 from kvcast.serving.agent.host_pool import HostBlockPool
 from kvcast.serving.agent.pull_result import PullResult
@@ -45,6 +45,10 @@ class Agent:
             self.store, token, config.request_timeout_s,
             ssl_context=tls.server_context() if tls is not None else None,
         )  # fmt: skip
+        if allocator is None and config.device != "host":
+            from kvcast.serving.agent.device_memory import DeviceAllocator  # imports torch
+
+            allocator = DeviceAllocator(config.device)
         if allocator is None and config.pool_slot_bytes is not None:
             slots = max(1, config.capacity_bytes // config.pool_slot_bytes)
             allocator = HostBlockPool(config.pool_slot_bytes, slots)
@@ -64,6 +68,16 @@ class Agent:
             backoff_base_s=config.backoff_base_s,
             backoff_max_s=config.backoff_max_s,
         )
+
+    def buffer_for(self, data: bytes) -> BlockBuffer:
+        """A buffer holding a copy of ``data`` where this agent keeps its blocks (an upload
+        from the engine): host memory, or staged for the device."""
+        allocator = self.client.allocator
+        if isinstance(allocator, HostAllocator | HostBlockPool):
+            return HostBuffer.from_bytes(data)  # uploads do not take receive-pool slots
+        buffer = allocator.allocate(len(data))
+        buffer.view()[:] = data
+        return buffer
 
     @property
     def address(self) -> str:

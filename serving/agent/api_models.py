@@ -153,6 +153,7 @@ class Telemetry(BaseModel):
     replications_in_flight: int
     queue_depth: int | None = Field(description="sum over engines' reports (None: none yet)")
     engines: list[EngineReport]
+    device: str = Field(default="host", description="where blocks live: host, cuda:N")
     removals_next: int = Field(
         default=0, description="the number the next removal on the agent's own will get "
         "(``GET /v1/removals``): more than last time means blocks left"

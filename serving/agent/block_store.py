@@ -108,6 +108,11 @@ class BlockStore:
             raise
         for victim in victims:
             self._remove(victim, "evicted_" + self._table.entries[victim].state.value)
+        try:
+            buffer.commit()  # device memory: staged bytes to the device
+        except RuntimeError as err:  # e.g. the device is out of memory
+            msg = f"block {block_hash!r}: could not be moved to its device: {err}"
+            raise StoreError(msg) from err
         entry = Entry(buffer, checksum, state, pins=int(state is ACTIVE))
         entry.expires_at = expires_at if state is SPECULATIVE else None
         self._table.add(key, entry)

@@ -21,8 +21,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from kvcast.serving.agent.api_models import BlockEntry, Tenant
 from kvcast.serving.agent.api_models import Request as Body
-from kvcast.serving.agent.blocks import BlockState, ChecksumMismatch, StoreFull
-from kvcast.serving.agent.buffers import HostBuffer
+from kvcast.serving.agent.blocks import BlockState, ChecksumMismatch, StoreError, StoreFull
 from kvcast.serving.agent.control import AgentControl, CommandConflict
 from kvcast.serving.http.block_hash import JsonBlockHash, hash_from_header, hash_from_json
 
@@ -115,11 +114,13 @@ async def put_block(control: AgentControl, request: Request) -> BlockEntry:
     block_hash = hash_from_json(upload.block_hash)
     try:
         info = control.agent.store.put(
-            upload.tenant, block_hash, HostBuffer.from_bytes(data), upload.checksum,
+            upload.tenant, block_hash, control.agent.buffer_for(data), upload.checksum,
             BlockState(upload.state),
         )  # fmt: skip
     except ChecksumMismatch:
         raise _invalid("checksum", "does not match the bytes (xxh3-64)") from None
     except StoreFull as err:
         raise CommandConflict(f"no room for the block: {err}") from None
+    except StoreError as err:  # e.g. the device is out of memory
+        raise CommandConflict(str(err)) from None
     return control.entry(info)

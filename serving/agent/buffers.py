@@ -1,9 +1,10 @@
 """Where a block's bytes live: the buffer interface of the store and the transports.
 
 The store and the TCP transport only use :class:`BlockBuffer` and :class:`BufferAllocator`.
-Host memory (numpy ``uint8`` arrays) is the default; a CUDA allocator can plug in later by
-returning buffers whose :meth:`BlockBuffer.view` is a host staging area (pinned memory) that
-the allocator copies to the device when the block is committed.
+Host memory (numpy ``uint8`` arrays) is the default; device memory
+(:mod:`kvcast.serving.agent.device_memory`) returns buffers whose :meth:`BlockBuffer.view` is
+a host staging area (pinned memory) until the store accepts the block and calls
+:meth:`BlockBuffer.commit`, which copies it to the device.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class BlockBuffer(Protocol):
 
     def view(self) -> memoryview:
         """A writable, host-addressable, C-contiguous byte view of the whole block."""
+        ...
+
+    def commit(self) -> None:
+        """The store accepted the block (its bytes verified): move them where they live."""
         ...
 
 
@@ -61,6 +66,9 @@ class HostBuffer:
 
     def view(self) -> memoryview:
         return memoryview(self.array).cast("B")
+
+    def commit(self) -> None:
+        """Host memory is where the block lives already."""
 
     def tobytes(self) -> bytes:
         return self.array.tobytes()

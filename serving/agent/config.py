@@ -33,6 +33,9 @@ class AgentConfig(FiniteConfig):
     # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate
     # each received block on demand; slower, as fresh memory is faulted in on first touch).
     pool_slot_bytes: ByteSize | None = Field(None, gt=0)
+    # Where stored blocks live: host memory (numpy), or a GPU's memory through torch
+    # ("cuda", "cuda:N"; blocks land in pinned host memory and are copied to the device).
+    device: str = Field("host", pattern=r"^(host|cuda(:\d{1,3})?)$")
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentConfig:
@@ -43,6 +46,10 @@ class AgentConfig(FiniteConfig):
             raise ValueError(  # one slot is reserved at least: more memory than the capacity
                 f"pool_slot_bytes ({slot}) must not exceed capacity_bytes "
                 f"({self.capacity_bytes}) or max_block_bytes ({self.max_block_bytes})"
+            )
+        if slot is not None and self.device != "host":
+            raise ValueError(
+                f"pool_slot_bytes is a host-memory receive pool: not with device {self.device!r}"
             )
         if self.backoff_base_s > self.backoff_max_s:  # the cap silently won from the first retry
             raise ValueError(f"backoff_base_s ({self.backoff_base_s}) must not exceed "

@@ -51,7 +51,13 @@ class AgentService:
         try:
             if self.seed is not None and self.seed.blocks > 0:
                 s = self.seed
-                seed_blocks(self.agent.store, s.blocks, s.tenant, s.block_bytes)
+                seed_blocks(
+                    self.agent.store,
+                    s.blocks,
+                    s.tenant,
+                    s.block_bytes,
+                    buffer_for=self.agent.buffer_for,
+                )
             http = await self.http.start()
         except BaseException:
             await self.agent.stop()
@@ -76,9 +82,9 @@ async def run_agent(
             http, transfer = await service.start()
             held = len(service.agent.store)
             log.info(
-                "agent %s ready: http=%s://%s transfer=%s blocks=%d auth=%s tls=%s",
+                "agent %s ready: http=%s://%s transfer=%s blocks=%d auth=%s tls=%s device=%s",
                 config.node_id, "https" if tls else "http", http, transfer, held,
-                "token" if config.token else "off", "mutual" if tls else "off",
+                "token" if config.token else "off", "mutual" if tls else "off", config.device,
             )  # fmt: skip
             await serve_until_stopped(service.http, stop)
             log.info("agent %s stopping", config.node_id)
