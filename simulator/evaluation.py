@@ -25,7 +25,7 @@ from kvcast.features.traces.table import Trace
 from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.simulator.capacity import CapacityResult, find_capacity
 from kvcast.simulator.config import SimConfig, SLOConfig
-from kvcast.simulator.engine import simulate
+from kvcast.simulator.engine import LoadOutOfRange, check_load, load_scaled, simulate
 from kvcast.simulator.replication_policies import is_replicating, make_policy
 
 Step = Callable[[str], None]
@@ -128,25 +128,69 @@ def run_task(
     name, cfg, decider = task.policy, task.cfg, task.decider
     cap = None
     if capacity:
+        refusals: dict[float, str] = {}
 
-        def attainment(x: float) -> float:
-            res = simulate(trace, cfg, make_policy(name, cfg, decider, models), time_scale=x)
+        def attainment(x: float) -> float | None:
+            try:
+                res = simulate(trace, cfg, make_policy(name, cfg, decider, models), time_scale=x)
+            except LoadOutOfRange as err:  # too low / high a load for this trace: an edge
+                refusals[x] = str(err)
+                return None
             if on_step is not None:
                 on_step(f"{task.label} capacity probe x{x:.3g}")
             return float(res.summary["slo_attainment"])
 
-        cap = find_capacity(attainment, target=cfg.slo.target_attainment)
+        cap = find_capacity(attainment, target=cfg.slo.target_attainment, refused=refusals.get)
     summaries, ttft = [], {}
     for x in time_scales:
         res = simulate(trace, cfg, make_policy(name, cfg, decider, models), time_scale=x)
         s = res.summary | dict(task.extra)
         if cap is not None:
-            s["capacity_time_scale"] = cap.time_scale
+            s |= capacity_keys(cap)
         summaries.append(s)
         ttft[x] = res.requests.loc[~res.requests["rejected"], "ttft_ms"].reset_index(drop=True)
         if on_step is not None:
             on_step(f"{task.label} x{x:g}")
     return TaskResult(summaries, ttft, cap)
+
+
+def capacity_keys(cap: CapacityResult) -> dict[str, Any]:
+    """The summary keys of a capacity search: ``capacity_time_scale`` (DESIGN.md), and
+    ``capacity_bound`` ("upper": the SLO was still met at the search's highest load, so the
+    capacity is at least that; "lower": met at no load down to ``capacity_bound_time_scale``;
+    None: bracketed) with ``capacity_bound_time_scale`` (the edge's load, or None)."""
+    return {
+        "capacity_time_scale": cap.time_scale,
+        "capacity_bound": cap.bound,
+        "capacity_bound_time_scale": cap.bound_time_scale,
+    }
+
+
+def check_inputs(
+    trace: Trace,
+    cfg: SimConfig,
+    policies: Sequence[str],
+    time_scales: Sequence[float],
+    slos: Sequence[SLOConfig] | None,
+) -> None:
+    """Refuse, before any simulation, what would end an evaluation in a traceback or in
+    NaN metrics: a one-line ValueError naming the value."""
+    if not len(trace):
+        raise ValueError(f"trace {trace.name!r} has no requests to evaluate")
+    for what, values in (
+        ("policies", list(policies)),
+        ("time-scales", [float(x) for x in time_scales]),
+        ("SLOs", [slo_label(s) for s in slos or ()]),
+    ):
+        seen: set[Any] = set()
+        for v in values:
+            if v in seen:
+                raise ValueError(f"{what}: {v!r} is given twice")
+            seen.add(v)
+    for x in time_scales:
+        check_load(trace, x, cfg)
+        if cfg.load_scaling == "sessions" and x < 1:
+            load_scaled(trace, x, cfg)  # thinned: refused if it draws no session
 
 
 def evaluate(
@@ -173,6 +217,7 @@ def evaluate(
     processes (``on_step`` is then called as each task finishes)."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    check_inputs(trace, cfg, policies, time_scales, slos)
     for name in policies:  # fail fast on a bad name or model, before any work
         make_policy(name, cfg, decider, models)
     tasks = plan_tasks(cfg, policies, decider, slos, quotas_gib)

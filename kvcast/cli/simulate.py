@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kvcast.cli.common import (
     no_repeats,
@@ -194,8 +195,26 @@ def run_evaluation(
     out_console.print(
         summary_table(ev.summaries, f"{tr.name}: {len(tr)} requests, {cfg.nodes} nodes")
     )
+    for line in capacity_notes(ev):
+        out_console.print(escape(line), highlight=False)
     out_console.print(f"wrote {out}/summary.json, " + ", ".join(p.name for p in written))
     return ev
+
+
+def capacity_notes(ev: Evaluation) -> list[str]:
+    """One line per capacity search that stopped at an edge: the figure is a bound only."""
+    lines = []
+    for label, cap in ev.capacity.items():
+        if cap.bound == "upper":
+            line = (f"capacity of {label}: at least x{cap.time_scale:g}, the highest load "
+                    "searched (the SLO target is still met there)")  # fmt: skip
+        elif cap.bound == "lower":
+            line = (f"capacity of {label}: below x{cap.bound_time_scale:g}, the lowest load "
+                    "searched (the SLO target is met at none)")  # fmt: skip
+        else:
+            continue
+        lines.append(line + (f"; the search stopped there: {cap.note}" if cap.note else ""))
+    return lines
 
 
 def parse_slo(text: str, base: SLOConfig) -> SLOConfig:

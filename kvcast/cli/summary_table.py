@@ -14,6 +14,24 @@ def _ms(x: float | None) -> str:
     return f"{x / 1e3:.2f}s" if x >= 1e4 else f"{x:.0f}"
 
 
+def _share(x: float | None, fmt: str) -> str:
+    return "-" if x is None or x != x else format(x, fmt)
+
+
+def capacity_cell(s: dict[str, Any]) -> str:
+    """``capacity_time_scale`` as shown: ``>=256`` where the search stopped at its upper edge
+    (the SLO still met: a lower bound), ``<0.0156`` where the SLO was met at no load probed."""
+    x = s.get("capacity_time_scale")
+    if x is None or x != x:
+        return "-"
+    bound, edge = s.get("capacity_bound"), s.get("capacity_bound_time_scale")
+    if bound == "upper":
+        return f">={x:.3g}"
+    if bound == "lower":
+        return f"<{edge if edge is not None else x:.3g}"
+    return f"{x:.3g}"  # 1/64: 0.0156
+
+
 def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
     cap = any("capacity_time_scale" in s for s in summaries)
     slo = any("slo_label" in s for s in summaries)
@@ -45,13 +63,13 @@ def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
             f"{s['time_scale']:g}",
             _ms(s["ttft_ms"]["p50"]),
             _ms(s["ttft_ms"]["p99"]),
-            f"{s['slo_attainment']:.1%}",
-            f"{s['goodput_rps']:.2f}",
+            _share(s["slo_attainment"], ".1%"),
+            _share(s["goodput_rps"], ".2f"),  # a trace spanning no time: no rate
             f"{s['prefix_hit_ratio']:.1%}",
             f"{s['bytes_pulled'] / 1e9:.0f}",
             f"{s['bytes_replicated'] / 1e9:.0f} ({s['bytes_replicated_used'] / 1e9:.0f})",
         ]
         if cap:
-            row.append(f"{s.get('capacity_time_scale', float('nan')):.3g}")  # 1/64: 0.0156
+            row.append(capacity_cell(s))
         t.add_row(*row)
     return t

@@ -1,0 +1,86 @@
+"""Loads and inputs an evaluation cannot use are refused in one line naming the value, before
+any simulation; a capacity search that stops at an edge of its range says so."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import kvcast.simulator.evaluation as evaluation
+from kvcast.config import with_overrides
+from kvcast.features.traces import Trace
+from kvcast.simulator.config import SimConfig, SLOConfig
+from kvcast.simulator.engine import LoadOutOfRange, simulate
+from kvcast.simulator.evaluation import evaluate
+
+SESSIONS = with_overrides(SimConfig(), load_scaling="sessions")
+
+
+def first(trace: Trace, n: int) -> Trace:
+    return dataclasses.replace(trace, requests=trace.requests.iloc[:n].reset_index(drop=True))
+
+
+def test_a_sessions_load_that_draws_no_session_is_refused_naming_factor_and_sessions(
+    bundled_head: Trace,
+) -> None:
+    five = first(bundled_head, 5)
+    with pytest.raises(LoadOutOfRange, match=r"time-scale 0.01 .* none of the trace's 5 sessions"):
+        simulate(five, SESSIONS, "round_robin", time_scale=0.01)
+
+
+def test_a_sessions_load_too_large_to_hold_is_refused_before_scaling(bundled_head: Trace) -> None:
+    with pytest.raises(LoadOutOfRange, match=r"time-scale 1e\+09 .* use a smaller time-scale"):
+        simulate(first(bundled_head, 5), SESSIONS, "round_robin", time_scale=1e9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"time_scales": [0.0]}, "time-scale must be a positive number, got 0.0"),
+        ({"time_scales": [-2.0]}, "got -2.0"),
+        ({"time_scales": [float("nan")]}, "got nan"),
+        ({"time_scales": [1.0, 1]}, "time-scales: 1.0 is given twice"),
+        ({"policies": ["round_robin", "round_robin"]}, "policies: 'round_robin' is given twice"),
+        ({"policies": ["round_robn"]}, "unknown routing policy 'round_robn'"),
+        ({"slos": [SLOConfig(mode="absolute", ttft_ms=500)] * 2}, "SLOs: 'absolute 500 ms'"),
+        ({"cfg": SESSIONS, "time_scales": [1.0, 0.01]}, "time-scale 0.01 with load_scaling"),
+    ],
+)
+def test_evaluate_refuses_unusable_input_before_any_simulation(
+    bundled_head: Trace, monkeypatch: pytest.MonkeyPatch, kwargs: dict, message: str
+) -> None:
+    ran: list[object] = []
+    monkeypatch.setattr(evaluation, "simulate", lambda *a, **k: ran.append(a))
+    args = {"cfg": SimConfig(), "policies": ["round_robin"], "time_scales": [1.0]} | kwargs
+    trace = first(bundled_head, 5)
+    with pytest.raises(ValueError, match=message):
+        evaluate(trace, args.pop("cfg"), args.pop("policies"), args.pop("time_scales"), **args)
+    assert ran == []
+
+
+def test_evaluate_refuses_an_empty_trace_slice(bundled_head: Trace) -> None:
+    with pytest.raises(ValueError, match="has no requests"):
+        evaluate(first(bundled_head, 0), SimConfig(), ["round_robin"])
+
+
+def test_capacity_keys_flag_a_search_that_stopped_at_either_limit(bundled_head: Trace) -> None:
+    trace = first(bundled_head, 40)
+    loose, tight = SLOConfig(mode="absolute", ttft_ms=1e7), SLOConfig(mode="absolute", ttft_ms=1)
+    ev = evaluate(trace, SimConfig(), ["round_robin"], capacity=True, slos=[loose, tight])
+    got = [
+        (s["capacity_time_scale"], s["capacity_bound"], s["capacity_bound_time_scale"])
+        for s in ev.summaries
+    ]
+    assert got == [(256.0, "upper", 256.0), (0.0, "lower", 1 / 64)]
+
+
+def test_a_sessions_capacity_search_stops_where_no_session_is_drawn(bundled_head: Trace) -> None:
+    cfg = with_overrides(SESSIONS, slo={"mode": "absolute", "ttft_ms": 1})
+    ev = evaluate(first(bundled_head, 5), cfg, ["round_robin"], capacity=True)
+    (s,) = ev.summaries
+    assert s["capacity_time_scale"] == 0.0 and s["capacity_bound"] == "lower"
+    assert s["capacity_bound_time_scale"] > 1 / 64  # stopped before the search's own limit
+    (cap,) = ev.capacity.values()
+    assert cap.note is not None and "drew none of the trace's 5 sessions" in cap.note
+    assert s["slo_attainment"] == s["slo_attainment"]  # no NaN
