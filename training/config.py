@@ -77,12 +77,21 @@ class TrackingConfig(FrozenConfig):
         return alias
 
 
+DEFAULT_TIMEOUT_S = 300.0  # DDP rendezvous and collectives, Dask workers (torch: 1,800 s)
+
+
 class DistributedConfig(FrozenConfig):
     """Where the fit runs. ``engine: dask`` trains LightGBM with ``lightgbm.dask`` on the
     cluster at ``scheduler`` (``tcp://host:8786``, or ``local``: a new cluster of ``workers``
     processes); ``strategy: ddp`` trains the TCN with Lightning DDP over ``devices`` processes
     per node on ``num_nodes`` nodes (CPU, gloo; multi-node runs are started by ``torchrun``
-    or SLURM on every node)."""
+    or SLURM on every node).
+
+    ``timeout_s`` bounds every wait on the other participants: a DDP rank's wait for the
+    process group to form (each rank loads the training table first: leave room for the
+    slowest) and for each collective; the Dask client's wait for a worker to appear. A rank
+    that fails, or is never started, then stops the others after ``timeout_s`` with a one-line
+    error instead of torch's 30-minute default."""
 
     engine: Literal["local", "dask"] = "local"
     scheduler: str = "local"
@@ -90,6 +99,7 @@ class DistributedConfig(FrozenConfig):
     strategy: Literal["auto", "ddp"] = "auto"
     devices: int = Field(1, ge=1)
     num_nodes: int = Field(1, ge=1)
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, le=86400)  # ddp or dask only
 
     @model_validator(mode="after")
     def _no_setting_ignored(self) -> DistributedConfig:
@@ -103,6 +113,12 @@ class DistributedConfig(FrozenConfig):
             raise ValueError(
                 f"distributed.scheduler={self.scheduler!r} and workers={self.workers} take "
                 "effect with engine: dask only; set it, or leave them out"
+            )
+        waits = self.engine == "dask" or self.strategy == "ddp"
+        if not waits and self.timeout_s != DEFAULT_TIMEOUT_S:
+            raise ValueError(
+                f"distributed.timeout_s={self.timeout_s:g} takes effect with strategy: ddp or "
+                "engine: dask only (a fit in this process waits on no one); leave it out"
             )
         if self.engine == "dask" and self.scheduler != "local" and self.workers != 2:
             raise ValueError(

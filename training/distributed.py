@@ -28,11 +28,11 @@ def fit_model(cfg: TrainConfig, data: TrainingData) -> FittedModel:
         from kvcast.training.models.lgbm_dask import fit_on_dask
 
         with dask_client(d.scheduler, d.workers) as client:
-            return fit_on_dask(data, cfg.model, cfg.seed, client)
+            return fit_on_dask(data, cfg.model, cfg.seed, client, wait_s=d.timeout_s)
     if d.strategy == "ddp":
-        from kvcast.training.models.tcn import fit
+        from kvcast.training.models.tcn import Ddp, fit
 
-        fitted = fit(data, cfg.model, cfg.seed, ddp=(d.devices, d.num_nodes))
+        fitted = fit(data, cfg.model, cfg.seed, ddp=Ddp(d.devices, d.num_nodes, d.timeout_s))
         if secondary_rank():
             raise SystemExit(0)
         return fitted

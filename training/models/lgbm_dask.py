@@ -64,14 +64,32 @@ def validation_curve(
 MIN_ROWS_PER_WORKER = 2
 
 
-def _chunks(client: Any, inp: LgbmInputs, seed: int) -> tuple[Any, Any, Any]:
+def _workers(client: Any, wait_s: float) -> list[str]:
+    """The cluster's workers; with none yet (a cluster still starting them, or scaled to
+    zero), wait up to ``wait_s`` for one, then fail naming the scheduler."""
+    workers = worker_addresses(client)
+    if not workers:
+        try:
+            client.wait_for_workers(1, timeout=wait_s)
+        except TimeoutError:
+            address = getattr(client.scheduler, "address", client.scheduler)
+            raise ValueError(
+                f"the Dask cluster at {address} has no workers (waited "
+                f"distributed.timeout_s={wait_s:g} s): start some, or set distributed.scheduler "
+                "to a cluster that has them"
+            ) from None
+        workers = worker_addresses(client)
+    return workers
+
+
+def _chunks(client: Any, inp: LgbmInputs, seed: int, wait_s: float) -> tuple[Any, Any, Any]:
     """The training rows as Dask arrays, chunk ``i`` held by the ``i``-th worker (by address):
     the rows are shuffled first, so that every chunk, from which its worker finds some
     features' bins, spans the whole training window rather than one stretch of time."""
     import dask
     import dask.array as da
 
-    workers = worker_addresses(client)
+    workers = _workers(client, wait_s)
     # a worker fits on 2 rows at least (LightGBM's scikit-learn check): fewer chunks than
     # workers when the training window is that short (lightgbm.dask trains on the rest)
     workers = workers[: max(1, min(len(workers), len(inp.yt) // MIN_ROWS_PER_WORKER))]
@@ -86,11 +104,14 @@ def _chunks(client: Any, inp: LgbmInputs, seed: int) -> tuple[Any, Any, Any]:
     return x, y, w
 
 
-def fit_on_dask(data: TrainingData, params: LgbmParams, seed: int, client: Any) -> LgbmModel:
+def fit_on_dask(
+    data: TrainingData, params: LgbmParams, seed: int, client: Any, wait_s: float = 300.0
+) -> LgbmModel:
+    """``wait_s``: how long to wait for a worker when the cluster has none yet."""
     from lightgbm.dask import DaskLGBMClassifier
 
     inp = fit_inputs(data, params, seed)
-    x, y, w = _chunks(client, inp, seed)
+    x, y, w = _chunks(client, inp, seed, wait_s)
     config = {k: v for k, v in inp.config.items() if k not in ("metric", "first_metric_only")}
     config["num_threads"] = params.num_threads
     model = DaskLGBMClassifier(

@@ -9,11 +9,15 @@ the negatives (weighted back), capped at ``max_train_windows``.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import io
 import logging
+import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -146,7 +150,20 @@ def _tensors(data: TrainingData, idx: np.ndarray, w: np.ndarray, window: int) ->
     )
 
 
-def _trainer_placement(ddp: tuple[int, int] | None) -> dict[str, Any]:
+class Ddp(NamedTuple):
+    """Where a DDP fit runs: ``devices`` processes per node on ``num_nodes`` nodes; every wait
+    on the other ranks (the process group forming, each collective) ends after ``timeout_s``."""
+
+    devices: int
+    num_nodes: int = 1
+    timeout_s: float = 300.0
+
+
+# what Lightning's launcher writes into this process's environment for its child processes
+_LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def _trainer_placement(ddp: Ddp | None) -> dict[str, Any]:
     """Trainer arguments: one process, or DDP over ``(devices, num_nodes)`` CPU processes
     (gloo). Lightning starts the other local processes by re-running the command line;
     under ``torchrun`` or SLURM it joins the processes those started."""
@@ -154,18 +171,60 @@ def _trainer_placement(ddp: tuple[int, int] | None) -> dict[str, Any]:
         return {"devices": 1}
     from pytorch_lightning.strategies import DDPStrategy
 
-    devices, nodes = ddp
     return {
-        "devices": devices,
-        "num_nodes": nodes,
-        "strategy": DDPStrategy(process_group_backend="gloo"),
+        "devices": ddp.devices,
+        "num_nodes": ddp.num_nodes,
+        "strategy": DDPStrategy(
+            process_group_backend="gloo", timeout=datetime.timedelta(seconds=ddp.timeout_s)
+        ),
     }
 
 
+@contextlib.contextmanager
+def _ddp_session(trainer: pl.Trainer, ddp: Ddp) -> Iterator[None]:
+    """Around a DDP ``trainer.fit``: a torch.distributed failure (a rank that never joined
+    within ``timeout_s``, a port in use, a peer gone mid-collective) becomes one line naming
+    this rank and the setting; the process group is destroyed on the way out, success or
+    failure, if this fit created it (a group created before is the caller's), and the
+    launcher's environment variables are put back, so that a later fit in this process
+    starts afresh."""
+    import torch.distributed as dist
+
+    had_group = dist.is_available() and dist.is_initialized()
+    env = {k: os.environ.get(k) for k in _LAUNCH_ENV}
+    try:
+        yield
+    except dist.DistError as err:
+        world = ddp.devices * ddp.num_nodes
+        address = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DdpError(
+            f"DDP rank {trainer.global_rank} of {world} (rendezvous {address}): {reason} "
+            f"(distributed.timeout_s={ddp.timeout_s:g}; a rank that failed or was never "
+            "started stops the others after that long: see its own output; num_nodes > 1 "
+            "needs the command started on every node)"
+        ) from None
+    finally:
+        if not had_group and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class DdpError(ConnectionError):
+    """A DDP fit could not reach, or lost, its other ranks (an OSError: the CLI reports it in
+    one line)."""
+
+
 def fit(
-    data: TrainingData, params: TcnParams, seed: int, ddp: tuple[int, int] | None = None
+    data: TrainingData, params: TcnParams, seed: int, ddp: Ddp | tuple[int, int] | None = None
 ) -> TcnModel:
-    """``ddp``: (devices per node, nodes) for Lightning DDP; None: this process only."""
+    """``ddp``: (devices per node, nodes[, timeout_s]) for Lightning DDP; None: this
+    process only."""
+    ddp = Ddp(*ddp) if ddp is not None else None
     if data.sampled:
         raise ValueError(
             "tcn needs an unsampled feature table (data.negative_keep: 1.0): history windows "
@@ -201,7 +260,8 @@ def fit(
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    with warnings.catch_warnings():
+    session = _ddp_session(trainer, ddp) if ddp is not None else contextlib.nullcontext()
+    with session, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(module, train_dl, val_dl)
     model = TcnModel(net.eval(), params.window, f)
