@@ -24,6 +24,7 @@ AZURE_COLUMNS: tuple[str, ...] = (TIME_COLUMN, INPUT_COLUMN, OUTPUT_COLUMN)
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
 _EPOCH = datetime(1970, 1, 1)
+_INT64 = 2**63  # arrivals are int64 ns since the epoch
 
 
 class _BadRow(Exception):
@@ -70,13 +71,16 @@ class _Layout:
             raise _BadRow("not UTF-8 text") from None
         except csv.Error as exc:
             raise _BadRow(f"not a CSV row ({exc})") from None
-        if len(fields) < self.width:
+        if len(fields) != self.width:  # more: a stray comma would shift the columns read
             raise _BadRow(f"expected {self.width} fields, got {len(fields)}")
         stamp, context, generated = (fields[i] for i in self.index)
         try:
             ns = parse_timestamp_ns(stamp)
         except ValueError:
             raise _BadRow(f"{TIME_COLUMN} must be a date-time, got {show(stamp)}") from None
+        if not -_INT64 <= ns < _INT64:
+            span = "1677-09-21 and 2262-04-11 (int64 ns)"
+            raise _BadRow(f"{TIME_COLUMN} must be within {span}, got {show(stamp)}")
         return ns, _tokens(context, INPUT_COLUMN), _tokens(generated, OUTPUT_COLUMN)
 
 
@@ -114,6 +118,9 @@ def load_azure(
     if not rows:
         skipped = f" ({bad.count} bad lines skipped; first: {bad.first[0]})" if bad.count else ""
         raise TraceError(f"{path}: contains no requests{skipped}")
+    first, last = min(row[0] for row in rows), max(row[0] for row in rows)
+    if last - first >= _INT64:  # int64 ns would wrap: arrivals silently wrong
+        raise TraceError(f"{path}: timestamps span more than 292 years")
     ns, inputs, outputs = (np.asarray(column, dtype=np.int64) for column in zip(*rows, strict=True))
     table = make_table(
         arrival_ms=(ns - ns.min()) / 1e6,

@@ -107,6 +107,8 @@ def _lists(column: pa.ChunkedArray) -> list[list[int]]:
 def _check_values(path: Path, df_arrival: np.ndarray, counts: dict[str, np.ndarray]) -> None:
     if not np.isfinite(df_arrival).all():
         raise TraceError(f"{path}: column 'arrival_ms' has non-finite values")
+    if len(df_arrival) and df_arrival.min() < 0:  # as a Mooncake timestamp: ms since the start
+        raise TraceError(f"{path}: column 'arrival_ms' has negative values")
     for name, values in counts.items():
         if len(values) and values.min() < 0:
             raise TraceError(f"{path}: column {name!r} has negative values")
@@ -148,11 +150,17 @@ def read_parquet(
     meta = table.schema.metadata or {}
     try:
         stored_size = int(meta.get(BLOCK_SIZE_KEY, DEFAULT_BLOCK_SIZE))
+        if stored_size <= 0:
+            raise ValueError
     except ValueError:
         raise TraceError(f"{p}: bad {BLOCK_SIZE_KEY.decode()} {meta[BLOCK_SIZE_KEY]!r}") from None
+    try:
+        stored_name = meta.get(NAME_KEY, b"").decode()
+    except UnicodeDecodeError:
+        raise TraceError(f"{p}: bad {NAME_KEY.decode()} {meta[NAME_KEY]!r}") from None
     return Trace(
         requests=requests,
-        name=name or meta.get(NAME_KEY, b"").decode() or trace_name(p),
+        name=name or stored_name or trace_name(p),
         block_size=block_size or stored_size,
         source=str(p),
         report=LoadReport(lines=len(df), reordered=reordered),

@@ -19,6 +19,11 @@ trace_app = typer.Typer(
 )
 
 
+SkipBadOpt = Annotated[
+    bool, typer.Option("--skip-bad", help="Count and skip malformed trace lines.")
+]
+
+
 @trace_app.command("synth")
 @user_errors
 def synth_cmd(
@@ -35,6 +40,7 @@ def synth_cmd(
     format: Annotated[
         str, typer.Option("--format", help="Source format: auto, mooncake, azure, parquet.")
     ] = "auto",
+    skip_bad: SkipBadOpt = False,
 ) -> None:
     """Replay a trace's sessions SCALE times with fresh block ids (same arrivals, prefix
     sharing and session structure per copy) into a Mooncake JSONL trace."""
@@ -42,7 +48,7 @@ def synth_cmd(
 
     if scale < 1:
         raise ValueError(f"--scale must be a positive integer, got {scale}")
-    src = open_trace(trace, format)
+    src = open_trace(trace, format, skip_bad=skip_bad)
     with progress_bar(None, f"synthesise {scale}x"):
         df = synthesize(src.requests, scale, seed)
         path = write_mooncake(df, out, sessions=sessions)
@@ -97,6 +103,11 @@ def agent_cmd(
     cfg = with_overrides(cfg, duration_s=duration_s, tasks_per_s=tasks_per_s, seed=seed)
     with progress_bar(None, "agent tasks"):
         df = agent_trace(cfg)
+        if df.empty:  # a file of no requests is not a trace: every loader refuses it
+            raise ValueError(
+                f"no request arrives within {cfg.duration_s:g} s at {cfg.tasks_per_s:g} "
+                "tasks/s; raise --duration-s or --tasks-per-s"
+            )
         path = write_mooncake(df, out, sessions=sessions)
     console.print(
         f"{path}: {len(df):,} requests from {df['session'].nunique():,} tasks over "
@@ -125,6 +136,7 @@ def reuse_cmd(
     format: Annotated[
         str, typer.Option("--format", help="Trace format: auto, mooncake, azure, parquet.")
     ] = "auto",
+    skip_bad: SkipBadOpt = False,
 ) -> None:
     """How predictable the trace's prefix reuse is: among requests whose chain has been idle
     for X s, the share used again within the window (the precision of the best rule that
@@ -141,10 +153,12 @@ def reuse_cmd(
         ages = [float(x) * 1e3 for x in idle_s.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--idle-s must be comma-separated seconds, got {idle_s!r}") from None
-    if not all(math.isfinite(a) for a in ages):
-        raise ValueError(f"--idle-s must be finite seconds, got {idle_s!r}")
+    if not ages or not all(0 <= a < math.inf for a in ages):
+        raise ValueError(f"--idle-s must be finite seconds >= 0, got {idle_s!r}")
+    if min_blocks < 1:
+        raise ValueError(f"--min-blocks must be at least 1, got {min_blocks}")
     plot = png_path(plot)
-    src = open_trace(trace, format)
+    src = open_trace(trace, format, skip_bad=skip_bad)
     with progress_bar(None, "next uses"):
         h = reuse_hazard(src.requests, window_ms=window_s * 1e3, idle_ms=ages,
                          min_blocks=min_blocks)  # fmt: skip

@@ -53,7 +53,7 @@ def test_trace_reuse_refuses_bad_ages() -> None:
     r = runner.invoke(app, ["trace", "reuse", "--trace", "bundled:conversation", "--idle-s", "a"])
     assert r.exit_code == 2 and "--idle-s must be comma-separated seconds, got 'a'" in r.output
     r = runner.invoke(app, ["trace", "reuse", "--trace", "bundled:conversation", "--idle-s", "-5"])
-    assert r.exit_code == 2 and "idle ages must be non-negative" in r.output
+    assert r.exit_code == 2 and "--idle-s must be finite seconds >= 0, got '-5'" in r.output
 
 
 def test_trace_reuse_refuses_a_non_positive_window_naming_the_option() -> None:
@@ -95,3 +95,35 @@ def test_trace_agent_reads_a_config_and_refuses_bad_values(tmp_path: Path) -> No
     cfg.write_text("apps: 0\n")
     r = runner.invoke(app, ["trace", "agent", "--config", str(cfg), "--out", str(out)])
     assert r.exit_code == 2 and "apps" in r.output and "Traceback" not in r.output
+
+
+def test_trace_reuse_names_the_option_for_empty_ages_and_min_blocks() -> None:
+    base = ["trace", "reuse", "--trace", "bundled:conversation"]
+    r = runner.invoke(app, [*base, "--idle-s", ","])
+    assert r.exit_code == 2 and "--idle-s must be finite seconds >= 0, got ','" in r.output
+    r = runner.invoke(app, [*base, "--min-blocks", "0"])
+    assert r.exit_code == 2 and "--min-blocks must be at least 1, got 0" in r.output
+
+
+def test_trace_synth_and_reuse_take_skip_bad(tmp_path: Path) -> None:
+    src = tmp_path / "src.jsonl"
+    good = '{"timestamp": %d, "input_length": 600, "output_length": 5, "hash_ids": [1, 2, %d]}\n'
+    src.write_text(good % (0, 3) + "[1, 2]\n" + good % (1000, 4))
+    out = tmp_path / "out.jsonl"
+    r = runner.invoke(app, ["trace", "synth", "--trace", str(src), "--scale", "2",
+                            "--out", str(out)])  # fmt: skip
+    assert r.exit_code == 2 and "src.jsonl:2: expected a JSON object" in r.output
+    r = runner.invoke(app, ["trace", "synth", "--trace", str(src), "--scale", "2",
+                            "--out", str(out), "--skip-bad"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "1 bad lines skipped" in r.output and len(load_trace(out)) == 4
+    r = runner.invoke(app, ["trace", "reuse", "--trace", str(src), "--skip-bad"])
+    assert r.exit_code == 0, r.output
+    assert "1 bad lines skipped" in r.output
+
+
+def test_trace_agent_refuses_a_window_without_requests(tmp_path: Path) -> None:
+    out = tmp_path / "agent.jsonl"
+    r = runner.invoke(app, ["trace", "agent", "--duration-s", "0.001", "--out", str(out)])
+    assert r.exit_code == 2 and "no request arrives within 0.001 s" in r.output
+    assert not out.exists()

@@ -123,3 +123,24 @@ def test_undecodable_row_is_a_bad_line_with_its_number(tmp_path: Path) -> None:
     path.write_bytes(f"{HEADER}\n2023-11-16 18:15:46,1,1\n".encode() + b"\xff\xfe,1,1\n")
     with pytest.raises(TraceError, match=r"azure\.csv:3: not UTF-8 text"):
         load_azure(path)
+
+
+def test_a_row_with_more_fields_than_the_header_is_refused(tmp_path: Path) -> None:
+    # "1,000" with a thousands separator would otherwise read as 1 context, 0 generated
+    path = write(tmp_path, "2023-11-16 18:15:46,1,000,10", "2023-11-16 18:15:47,5,6")
+    with pytest.raises(TraceError, match=r"azure.csv:2: expected 3 fields, got 4$"):
+        load_azure(path)
+    trace = load_azure(path, skip_bad=True)
+    assert trace.report.skipped_bad == 1 and trace.requests["input_tokens"].tolist() == [5]
+
+
+def test_a_timestamp_outside_int64_ns_is_a_line_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "2023-11-16 18:15:46,1,1", "9999-12-31 23:59:59.5,2,2")
+    with pytest.raises(TraceError, match=r"azure.csv:3: TIMESTAMP must be within 1677-09-21 and"):
+        load_azure(path)
+
+
+def test_timestamps_spanning_more_than_int64_ns_are_refused_not_wrapped(tmp_path: Path) -> None:
+    path = write(tmp_path, "1700-01-01 00:00:00,1,1", "2200-01-01 00:00:00,2,2")
+    with pytest.raises(TraceError, match=r"azure.csv: timestamps span more than 292 years"):
+        load_azure(path)

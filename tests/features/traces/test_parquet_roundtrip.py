@@ -138,3 +138,25 @@ def test_roundtrip_is_exact_for_any_table(
     trace = Trace(table, name="prop", block_size=32)
     path = tmp_path_factory.mktemp("prop") / "p.parquet"
     assert_same(trace, read_parquet(write_parquet(trace, path)))
+
+
+def test_negative_arrivals_are_refused_as_in_mooncake(tmp_path: Path) -> None:
+    path = write_parquet(full_trace(), tmp_path / "x.parquet")
+    table = pq.read_table(path)
+    arrival = pa.array([-1.0, 1.25, 1.25, 3000.5])
+    pq.write_table(table.set_column(0, "arrival_ms", arrival), path)
+    with pytest.raises(TraceError, match=r"x.parquet: column 'arrival_ms' has negative values"):
+        read_parquet(path)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [(BLOCK_SIZE_KEY, b"0"), (BLOCK_SIZE_KEY, b"-4"), (NAME_KEY, b"\xff")]
+)
+def test_bad_metadata_is_a_trace_error_naming_the_file(
+    tmp_path: Path, key: bytes, value: bytes
+) -> None:
+    path = write_parquet(full_trace(), tmp_path / "x.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, key: value}), path)
+    with pytest.raises(TraceError, match=rf"x.parquet: bad {key.decode()} "):
+        read_parquet(path)
