@@ -78,13 +78,42 @@ class ShadowResult:
 
 
 def read_decisions(path: str | Path) -> pd.DataFrame:
-    """The decision log as a DataFrame, its columns checked; DecisionLogError otherwise."""
+    """The decision log as a DataFrame, its columns checked; DecisionLogError otherwise.
+
+    ``path`` is one log file, or a directory whose ``*.parquet`` files are read together (a
+    sidecar restarted on the same path writes ``<stem>.1.parquet``, ``<stem>.2.parquet``,
+    ... beside the first run's log)."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir():
+        files = sorted((f for f in p.glob("*.parquet") if f.is_file()), key=_run_order)
+        if not files:
+            raise DecisionLogError(f"{p}: a directory without any *.parquet decision log")
+    elif p.is_file():
+        files = [p]
+    else:
         raise DecisionLogError(f"{p}: no such decision log")
+    frames = [_read_one(f) for f in files]
+    df = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    _check_unique_ids(df, [(f, len(x)) for f, x in zip(files, frames, strict=True)])
+    return df
+
+
+def _run_order(f: Path) -> tuple[str, int, str]:
+    """``decisions.parquet``, ``decisions.1.parquet``, ``decisions.2.parquet``, ...: the runs'
+    order (``free_path``'s names), not the names' (where ``.10`` sorts before ``.2``)."""
+    stem, _, n = f.stem.rpartition(".")
+    return (stem, int(n), f.name) if stem and n.isdigit() else (f.stem, 0, f.name)
+
+
+def _read_one(p: Path) -> pd.DataFrame:
     try:
         table = pq.read_table(p)
     except (pa.ArrowException, OSError) as exc:
+        if _truncated(p):
+            raise DecisionLogError(
+                f"{p}: truncated Parquet decision log (no footer: its writer was stopped "
+                "before closing it); its row groups cannot be read"
+            ) from None
         raise DecisionLogError(f"{p}: not a readable Parquet decision log ({exc})") from None
     schema = table.schema
     for col, kind in {**REQUIRED, **OPTIONAL}.items():
@@ -100,14 +129,61 @@ def read_decisions(path: str | Path) -> pd.DataFrame:
     return df
 
 
+def _truncated(p: Path) -> bool:
+    """A Parquet file that was started (leading magic) but never closed (no trailing one)."""
+    try:
+        with p.open("rb") as f:
+            head = f.read(4)
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(size - 4, 0))
+            tail = f.read(4)
+    except OSError:
+        return False
+    return head == b"PAR1" and (size < 12 or tail != b"PAR1")
+
+
+def _check_unique_ids(df: pd.DataFrame, files: list[tuple[Path, int]]) -> None:
+    """Decision ids are unique across runs: a repeated one means rows counted twice (a log
+    concatenated with itself, the same run's file given twice)."""
+    if "decision_id" not in df.columns:
+        return
+    ids = df["decision_id"]
+    dup = ids.notna() & ids.duplicated(keep="first")
+    if not dup.any():
+        return
+    j = int(np.flatnonzero(dup.to_numpy())[0])
+    i = int(np.flatnonzero((ids == ids.iloc[j]).to_numpy())[0])
+
+    def where(k: int) -> str:
+        for f, n in files:
+            if k < n:
+                return f"{f}: row {k}"
+            k -= n
+        return f"row {k}"  # pragma: no cover
+
+    raise DecisionLogError(
+        f"{where(j)}: column 'decision_id' = {ids.iloc[j]!r} repeats {where(i)} (each "
+        "decision is logged once: is a log given twice?)"
+    )
+
+
 def _check_values(df: pd.DataFrame, p: Path) -> None:
     judged = df["kind"].isin(JUDGED).to_numpy()
+    p_hit = df["p_hit"].to_numpy(float)
+    eta = df["eta_ms"].to_numpy(float) if "eta_ms" in df.columns else np.full(len(df), np.nan)
+    transfer = df["transfer_ms"].to_numpy(float)
     checks = [
         ("ts_ms", ~np.isfinite(df["ts_ms"].to_numpy(float)), "is not a finite time"),
         ("ttl_ms", judged & ~(df["ttl_ms"].to_numpy(float) > 0), "must be > 0"),
         ("blocks_moved", judged & (df["blocks_moved"].to_numpy() < 1), "must be >= 1"),
         ("bytes", df["bytes"].to_numpy() < 0, "must be >= 0"),
-    ]
+        ("p_hit", judged & ((p_hit < 0) | (p_hit > 1)), "is not a probability (NaN: unknown)"),
+        ("saved_ms", judged & ~np.isfinite(df["saved_ms"].to_numpy(float)),
+         "is not a finite number of ms"),
+        ("transfer_ms", judged & ~np.isfinite(eta) & ~np.isfinite(transfer),
+         "is not a finite number of ms (and the row has no eta_ms)"),
+    ]  # fmt: skip
     n_listed = df["block_hashes"].map(lambda x: 0 if x is None else len(x)).to_numpy()
     checks.append(
         ("blocks_moved", judged & (df["blocks_moved"].to_numpy() > n_listed),
@@ -202,6 +278,8 @@ def evaluate_shadow(
         if progress is not None and (i + 1) % step == 0:
             progress(i + 1, len(df))
     hit = arrival <= t + ttl
+    if len(df) and not hit.any():
+        _check_blocks_occur(df, index)
     lead = np.where(hit, arrival - t, math.nan)
     eta, eta_source = _eta_ms(df, cfg)
     out = pd.DataFrame({
@@ -214,6 +292,29 @@ def evaluate_shadow(
     })  # fmt: skip
     summary = _summary(out, decisions, cfg, eta_source)
     return ShadowResult(out, summary)
+
+
+def _first_blocks(df: pd.DataFrame) -> list[int]:
+    moved = df["blocks_moved"].to_numpy()
+    return [int(c[len(c) - int(m)]) for c, m in zip(df["block_hashes"], moved, strict=True)]
+
+
+def _check_blocks_occur(df: pd.DataFrame, index: ArrivalIndex) -> None:
+    """With no hit at all: refuse a log made against another trace or cluster, i.e. one whose
+    tenants are none of the trace's, or whose copied blocks occur in no request of the trace
+    (a decider only copies blocks that requests used)."""
+    tenants = sorted({str(x) for x in df["tenant"]} - {""})
+    if tenants and not set(tenants) & set(index.by_tenant):
+        raise DecisionLogError(
+            f"none of the log's tenants {tenants[:3]} is in the trace (its tenants: "
+            f"{sorted(index.by_tenant)[:3]}): the log was made against another trace"
+        )
+    firsts = _first_blocks(df)
+    if not any(math.isfinite(index.next_use("", b, -math.inf)) for b in firsts):
+        raise DecisionLogError(
+            f"none of the {len(firsts)} decisions' copied blocks occurs in the trace (e.g. "
+            f"block {firsts[0]}): the log was made against another trace or cluster"
+        )
 
 
 def _check_overlap(t: np.ndarray, ttl: np.ndarray, index: ArrivalIndex) -> None:
@@ -241,6 +342,8 @@ def _summary(
     bytes_total = int(out["bytes"].sum())
     wasted = int(out.loc[~out["hit"], "bytes"].sum())
     passed = k > 0 and covered >= cfg.min_covered
+    p_hit, saved = out["p_hit"].to_numpy(float), out["saved_ms"].to_numpy(float)
+    unknown_p = int((~np.isfinite(p_hit)).sum())  # the decider's expectation is then unknown
     return {
         "decisions": n,
         "by_kind": {kind: int((out["kind"] == kind).sum()) for kind in JUDGED},
@@ -257,7 +360,8 @@ def _summary(
         "bytes_wasted": wasted,
         "wasted_fraction": _f(wasted / bytes_total) if bytes_total else None,
         "ttft_saved_ms": float(hits["saved_ms"].sum()),
-        "ttft_saved_expected_ms": float(np.nansum(out["p_hit"] * out["saved_ms"])),
+        "ttft_saved_expected_ms": None if unknown_p else float((p_hit * saved).sum()),
+        "decisions_without_p_hit": unknown_p,
         "lead_covers_transfer_fraction": _f(covered),
         "go_live": {
             "rule": "lead time >= transfer time for at least min_covered of the hits",

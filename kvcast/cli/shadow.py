@@ -43,7 +43,7 @@ def shadow_table(s: dict[str, Any], title: str) -> Table:
         ("bytes decided", _num(s["bytes_decided"])),
         ("bytes wasted", f"{_num(s['bytes_wasted'])} ({_num(s['wasted_fraction'])})"),
         ("TTFT saved by hits", _num(s["ttft_saved_ms"], " ms")),
-        ("TTFT saved, decider's expectation", _num(s["ttft_saved_expected_ms"], " ms")),
+        ("TTFT saved, decider's expectation", _expected(s)),
         ("hits whose lead >= transfer", "-" if covered is None else f"{covered:.1%}"),
     ]  # fmt: skip
     for name, value in rows:
@@ -51,10 +51,21 @@ def shadow_table(s: dict[str, Any], title: str) -> Table:
     return t
 
 
+def _expected(s: dict[str, Any]) -> str:
+    unknown = s.get("decisions_without_p_hit", 0)
+    if not unknown:
+        return _num(s["ttft_saved_expected_ms"], " ms")
+    return f"- ({unknown:,} decisions logged without a P(hit))"
+
+
 @user_errors
 def shadow_eval_cmd(
     decisions: Annotated[
-        Path, typer.Option("--decisions", help="The decision log (Parquet) of a shadow run.")
+        Path,
+        typer.Option(
+            "--decisions",
+            help="The decision log (Parquet) of a shadow run, or a directory of its runs' logs.",
+        ),
     ],
     trace: TraceOpt,
     format: FormatOpt = "auto",
@@ -118,6 +129,8 @@ def shadow_eval_cmd(
 
     if not time_scale > 0:
         raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
+    if not math.isfinite(clock_offset_ms):
+        raise ValueError(f"--clock-offset-ms must be a finite number, got {clock_offset_ms}")
     if not 0 <= min_covered <= 1:
         raise ValueError(f"--min-covered must be within [0, 1], got {min_covered}")
     quantum = _spread(spread)

@@ -218,3 +218,32 @@ def test_help_lists_the_options() -> None:
         "--load-scaling",
     ):
         assert opt in r.output
+
+
+def test_a_non_finite_clock_offset_is_refused_naming_it(tmp_path: Path) -> None:
+    log = tmp_path / "d.parquet"
+    log.write_bytes(b"")  # never read: the option is checked first
+    r = run("--decisions", str(log), "--trace", "bundled:conversation", "--clock-offset-ms", "nan")
+    assert "--clock-offset-ms must be a finite number, got nan" in one_line_error(r)
+
+
+def test_a_log_without_p_hit_prints_no_nan_and_no_zero_expectation(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from kvcast.serving.sidecar.decision_log import SCHEMA
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        json.dumps({"timestamp": ts, "input_length": 32, "output_length": 1, "hash_ids": h}) + "\n"
+        for ts, h in ((1000, [1, 2]), (5000, [1, 3]))
+    ))  # fmt: skip
+    row = {name: None for name in SCHEMA.names}
+    row |= {"ts_ms": 2000.0, "decision_id": "x-0-1", "kind": "replicate", "tenant": "",
+            "block_hashes": [1, 3], "blocks_moved": 1, "bytes": 100, "p_hit": float("nan"),
+            "saved_ms": 5.0, "transfer_ms": 10.0, "ttl_ms": 10_000.0}  # fmt: skip
+    log = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist([row], schema=SCHEMA), log)
+    r = run("--decisions", str(log), "--trace", str(trace), "--spread", "off")
+    assert r.exit_code == 0, r.output
+    assert "nan" not in r.stdout.lower() and "1 (100.0%)" in r.stdout
+    assert "- (1 decisions logged without a P(hit))" in r.stdout

@@ -3,6 +3,7 @@ transfer and waste are known by construction."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from kvcast.predictor.shadow_eval import (
 from kvcast.serving.sidecar.decision_log import SCHEMA
 
 BLOCK = 100  # bytes per block in these logs
+_IDS = itertools.count()  # decision ids are unique
 
 
 def trace() -> Trace:
@@ -43,7 +45,7 @@ def decision(
 ) -> dict[str, Any]:  # fmt: skip
     nan = math.nan
     return {
-        "ts_ms": ts, "decision_id": f"d{ts}", "tick": 0, "mode": "shadow", "kind": kind,
+        "ts_ms": ts, "decision_id": f"d{next(_IDS)}", "tick": 0, "mode": "shadow", "kind": kind,
         "source": 0, "target": 1, "source_name": "n0", "target_name": "n1", "tenant": tenant,
         "block_hashes": chain, "blocks_moved": moved, "bytes": moved * BLOCK,
         "p_blocks": [p] * len(chain), "p_hit": p if kind != "evict" else nan,
@@ -231,3 +233,85 @@ def test_missing_or_unreadable_log_is_refused_with_its_path(tmp_path: Path) -> N
     junk.write_text("not parquet")
     with pytest.raises(DecisionLogError, match=f"{junk}: not a readable Parquet"):
         read_decisions(junk)
+
+
+def test_a_repeated_decision_id_is_refused_not_counted_twice(tmp_path: Path) -> None:
+    rows = list(LOG.values())
+    path = write_log(tmp_path / "twice.parquet", rows + rows[:1])
+    with pytest.raises(DecisionLogError) as err:
+        read_decisions(path)
+    msg = str(err.value)
+    assert f"row {len(rows)}: column 'decision_id' = {rows[0]['decision_id']!r}" in msg
+    assert "repeats" in msg and "row 0" in msg
+
+
+def test_a_directory_reads_every_run_log_in_it(tmp_path: Path) -> None:
+    # a restarted sidecar writes decisions.parquet, then decisions.1.parquet beside it
+    rows = list(LOG.values())
+    write_log(tmp_path / "decisions.parquet", rows[:4])
+    write_log(tmp_path / "decisions.1.parquet", rows[4:])
+    s = evaluate_shadow(read_decisions(tmp_path), trace()).summary
+    assert s["decisions"] == 8 and s["hits"] == 4 and s["evictions"] == 1
+    write_log(tmp_path / "decisions.2.parquet", rows[:1])  # the same decision twice
+    with pytest.raises(DecisionLogError, match=r"decisions\.2\.parquet: row 0: .* repeats .*"
+                       r"decisions\.parquet: row 0"):  # fmt: skip
+        read_decisions(tmp_path)
+    (tmp_path / "none").mkdir()
+    with pytest.raises(DecisionLogError, match="none: a directory without any"):
+        read_decisions(tmp_path / "none")
+
+
+def test_a_log_cut_short_by_a_killed_writer_is_named_truncated(tmp_path: Path) -> None:
+    data = write_log(tmp_path / "whole.parquet", list(LOG.values())).read_bytes()
+    cut = tmp_path / "logs" / "decisions.1.parquet"
+    cut.parent.mkdir()
+    write_log(cut.with_name("decisions.parquet"), list(LOG.values())[:2])
+    cut.write_bytes(data[: len(data) // 2])  # row groups written, the footer never
+    for path in (cut, cut.parent):
+        with pytest.raises(DecisionLogError, match=f"{cut}: truncated Parquet decision log"):
+            read_decisions(path)
+
+
+def test_an_unknown_p_hit_leaves_the_expectation_unknown_not_zero(tmp_path: Path) -> None:
+    rows = [{**LOG["A"], "p_hit": math.nan}, LOG["D"]]
+    s = evaluate_shadow(read_decisions(write_log(tmp_path / "p.parquet", rows)), trace()).summary
+    assert s["ttft_saved_expected_ms"] is None and s["decisions_without_p_hit"] == 1
+    assert s["hits"] == 2 and s["ttft_saved_ms"] == pytest.approx(80.0)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"p_hit": 1.5}, "column 'p_hit' = 1.5 is not a probability"),
+        ({"saved_ms": math.nan}, "column 'saved_ms' = nan is not a finite number"),
+        ({"transfer_ms": math.inf}, "column 'transfer_ms' = inf is not a finite number"),
+    ],
+)
+def test_a_judged_row_without_the_numbers_it_is_judged_on_is_refused(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    path = write_log(tmp_path / "bad.parquet", [LOG["F"], {**LOG["A"], **change}])
+    with pytest.raises(DecisionLogError, match=f"row 1: {message}"):
+        read_decisions(path)
+    read_decisions(write_log(tmp_path / "evict.parquet", [{**LOG["F"], **change}]))  # not judged
+
+
+def test_a_log_whose_blocks_never_occur_in_the_trace_is_refused(tmp_path: Path) -> None:
+    foreign = [decision(2000.0, [991, 992], 1), decision(3000.0, [993], 1)]
+    with pytest.raises(DecisionLogError, match="another trace or cluster"):
+        evaluate_shadow(read_decisions(write_log(tmp_path / "f.parquet", foreign)), trace())
+    other_tenant = [decision(2000.0, [1, 2, 4], 1, tenant="zz")]
+    with pytest.raises(DecisionLogError, match=r"none of the log's tenants \['zz'\] is in the"):
+        evaluate_shadow(read_decisions(write_log(tmp_path / "t.parquet", other_tenant)), trace())
+    # blocks that occur, all missed: a report (0 hits), not an error
+    missed = [decision(5000.0, [1, 2, 4], 1)]
+    s = evaluate_shadow(read_decisions(write_log(tmp_path / "m.parquet", missed)), trace()).summary
+    assert s["hits"] == 0 and s["bytes_wasted"] == BLOCK
+
+
+def test_an_empty_or_evictions_only_log_reports_zero_decisions(tmp_path: Path) -> None:
+    for rows in ([], [LOG["F"]]):
+        s = evaluate_shadow(read_decisions(write_log(tmp_path / "e.parquet", rows)), trace())
+        summary = s.summary
+        assert summary["decisions"] == 0 and summary["hit_rate"] is None
+        assert summary["ttft_saved_expected_ms"] == 0.0 and summary["go_live"]["pass"] is False
