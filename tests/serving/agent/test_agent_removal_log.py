@@ -12,14 +12,6 @@ SPEC, CACHED = BlockState.SPECULATIVE, BlockState.CACHED
 K = 1024
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_reader_that_keeps_up_sees_every_removal_once_in_order() -> None:
     log = RemovalLog(capacity=8)
     seen, since = [], 0
@@ -74,14 +66,14 @@ def _put(s: BlockStore, make_block, h: int, state: BlockState, tenant: str = "t"
 def test_the_store_logs_evictions_for_room_and_expiries_but_not_removals_on_command(
     make_block,
 ) -> None:
-    clock = Clock()
-    s = BlockStore(3 * K, 2 * K, 10.0, clock=clock)
+    now = [100.0]
+    s = BlockStore(3 * K, 2 * K, 10.0, clock=lambda: now[0])
     _put(s, make_block, 1, SPEC, "alice")
     _put(s, make_block, 2, SPEC, "bob")
     _put(s, make_block, 3, CACHED)
     _put(s, make_block, 4, CACHED)  # full: the oldest speculative replica goes first
     assert s.evict("t", 3)  # on command: the sidecar knows
-    clock.now += 11.0
+    now[0] += 11.0
     assert s.sweep() == 1  # bob's replica expired
     got, nxt, missed = s.removals.since(0, limit=100)
     assert [(r.tenant, r.block_hash, r.reason) for r in got] == [

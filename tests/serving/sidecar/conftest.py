@@ -1,9 +1,10 @@
-"""Fixtures for the sidecar tests: a bounded asyncio runner and a real ONNX model file."""
+"""Fixtures for the sidecar tests: a bounded asyncio runner, a real ONNX model file, and the
+agent processes a test starts (killed at its end)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +29,12 @@ def model_path(tmp_path: Path) -> Path:
     from onnx_models import write_recency_model
 
     return write_recency_model(tmp_path / "model.onnx", build_spec(FeatureConfig()))
+
+
+@pytest.fixture
+def agents() -> Iterator[list[Any]]:
+    """Agent processes (``serve_processes.start_agent``) the test appends; killed at its end."""
+    started: list[Any] = []
+    yield started
+    for agent in started:
+        agent.kill()

@@ -17,20 +17,11 @@ import secrets
 import signal
 
 import httpx
-import pytest
 from agent_blocks import BLOCK, TENANT, checksums, put_blocks
 from serve_processes import AGENT_READY, start_agent
 from sidecar_harness import CHAIN_BLOCKS, chain, open_sidecar, settle, sidecar_config, tick
 
 from kvcast.serving.cluster.summary import parse_metrics
-
-
-@pytest.fixture
-def agents():
-    started = []
-    yield started
-    for agent in started:
-        agent.kill()
 
 
 def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_reason(

@@ -14,7 +14,6 @@ import os
 import signal
 
 import httpx
-import pytest
 from agent_blocks import BLOCK, put_blocks
 from serve_processes import AGENT_READY, start_agent
 from sidecar_harness import (
@@ -29,14 +28,6 @@ from sidecar_harness import (
 )
 
 from kvcast.serving.cluster.summary import parse_metrics
-
-
-@pytest.fixture
-def agents():
-    started = []
-    yield started
-    for agent in started:
-        agent.kill()
 
 
 def test_a_replica_the_agent_evicted_for_room_leaves_the_view_and_the_ledger(
