@@ -73,29 +73,25 @@ class BudgetLedger:
                 out[key[0]].append(key[1])
         for node, blocks in out.items():
             for b in blocks:
-                del self.replicas[(node, b)]
-                left = self._copies[b] - 1
-                if left:
-                    self._copies[b] = left
-                else:
-                    del self._copies[b]
+                self._drop_replica(node, b)
         return dict(out)
 
     def forget(self, node: int, blocks: Iterable[int]) -> int:
         """Replicas of ``blocks`` on ``node`` are gone before their expiry (the copy failed,
         or the node evicted them): no longer counted as live, so that the chain may be copied
         again. Transfers in flight are left to land by their own time. How many were known."""
-        replicas, copies, known = self.replicas, self._copies, 0
-        for b in blocks:
-            if replicas.pop((node, b), None) is None:
-                continue
-            known += 1
-            left = copies[b] - 1
-            if left:
-                copies[b] = left
-            else:
-                del copies[b]
-        return known
+        return sum(self._drop_replica(node, b) for b in blocks)
+
+    def _drop_replica(self, node: int, block: int) -> bool:
+        """Forget the replica of ``block`` on ``node``; whether the ledger had it."""
+        if self.replicas.pop((node, block), None) is None:
+            return False
+        left = self._copies[block] - 1
+        if left:
+            self._copies[block] = left
+        else:
+            del self._copies[block]
+        return True
 
     def has_replica(self, block: int) -> bool:
         """Whether a replica of ``block`` placed by this ledger is still alive somewhere."""

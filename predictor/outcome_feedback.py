@@ -118,11 +118,8 @@ class OutcomeFeedback:
         gone = [(b, node) for b, copies in self._watch.items()
                 for node, w in copies.items() if w.expiry_ms <= now_ms]  # fmt: skip
         for b, node in gone:
-            copies = self._watch[b]
-            w = copies.pop(node)
-            if not copies:
-                del self._watch[b]
-            self._unwatched(w)
+            w = self._pop(b, node)
+            assert w is not None
             self._settle(w.p, "expired", now_ms)
 
     def forget(self, node: int, blocks: Iterable[int]) -> None:
@@ -130,14 +127,20 @@ class OutcomeFeedback:
         their request could come (the copy failed, or the node evicted it): stop watching
         them, unsettled, since their fate says nothing about the probability they were made
         with."""
-        watch = self._watch
         for b in blocks:
-            copies = watch.get(b)
-            if copies is None or node not in copies:
-                continue
-            self._unwatched(copies.pop(node))
-            if not copies:
-                del watch[b]
+            self._pop(b, node)
+
+    def _pop(self, block: int, node: int) -> Watch | None:
+        """Stop watching the copy of ``block``'s chain on ``node``; the watch, if there was
+        one."""
+        copies = self._watch.get(block)
+        if copies is None or node not in copies:
+            return None
+        w = copies.pop(node)
+        if not copies:
+            del self._watch[block]
+        self._unwatched(w)
+        return w
 
     def factor(self, now_ms: float) -> float:
         """What P(hit) is multiplied by: copies used per copy expected (1 with no outcome)."""

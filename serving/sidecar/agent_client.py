@@ -7,9 +7,10 @@ none and whether the agent itself is at fault (unreachable, 5xx) rather than the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel
 
 from kvcast.serving.agent.api_models import (
     BlockRefs,
@@ -19,6 +20,8 @@ from kvcast.serving.agent.api_models import (
     ReplicateResult,
 )
 from kvcast.serving.messages import BlockHash
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +42,10 @@ class AgentClient:
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
 
-    async def _send(
-        self, method: str, url: str, timeout: float, **kwargs: Any
-    ) -> httpx.Response | AgentCallError:
+    async def _call(
+        self, method: str, url: str, answer: type[M], timeout: float, **kwargs: Any
+    ) -> M | AgentCallError:
+        """One request to an agent; its typed answer, or why there is none."""
         try:
             resp = await self.client.request(
                 method, url, headers=self.headers, timeout=timeout, **kwargs
@@ -51,29 +55,19 @@ class AgentClient:
         if resp.status_code != 200:
             detail = f"agent answered {resp.status_code}: {resp.text[:200]}"
             return AgentCallError(detail, resp.status_code >= 500)
-        return resp
-
-    async def _post(self, url: str, body: str, timeout: float) -> httpx.Response | AgentCallError:
-        return await self._send("POST", url, timeout, content=body)
+        return answer.model_validate_json(resp.content)
 
     async def removals(self, base: str, since: int) -> Removals | AgentCallError:
         """The blocks the agent at ``base`` removed on its own, from number ``since`` on."""
         url = f"{base}/v1/removals"
-        resp = await self._send("GET", url, self.timeout_s, params={"since": since})
-        if isinstance(resp, AgentCallError):
-            return resp
-        return Removals.model_validate_json(resp.content)
+        return await self._call("GET", url, Removals, self.timeout_s, params={"since": since})
 
     async def replicate(self, base: str, req: ReplicateRequest) -> ReplicateResult | AgentCallError:
         """Ask the agent at ``base`` to pull; waits until the pull is over (or its deadline)."""
         timeout = req.deadline_s + self.timeout_s
-        resp = await self._post(f"{base}/v1/replicate", req.model_dump_json(), timeout)
-        if isinstance(resp, AgentCallError):
-            return resp
-        return ReplicateResult.model_validate_json(resp.content)
+        url, body = f"{base}/v1/replicate", req.model_dump_json()
+        return await self._call("POST", url, ReplicateResult, timeout, content=body)
 
     async def evict(self, base: str, req: BlockRefs) -> EvictResult | AgentCallError:
-        resp = await self._post(f"{base}/v1/evict", req.model_dump_json(), self.timeout_s)
-        if isinstance(resp, AgentCallError):
-            return resp
-        return EvictResult.model_validate_json(resp.content)
+        url, body = f"{base}/v1/evict", req.model_dump_json()
+        return await self._call("POST", url, EvictResult, self.timeout_s, content=body)

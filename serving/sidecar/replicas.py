@@ -79,9 +79,7 @@ class ReplicaTracker:
         """The replicas left their node (evicted on command or reported gone)."""
         with self._lock:
             for h in hashes:
-                r = self._live.pop((node, h), None)
-                if r is not None and not r.used:
-                    self.wasted += 1
+                self._drop((node, h))
 
     def left_agent(self, node: int, refs: Iterable[tuple[str, int]]) -> list[int]:
         """The agent of ``node`` removed these (tenant, hash) blocks on its own (evicted to
@@ -93,9 +91,7 @@ class ReplicaTracker:
                 r = self._live.get((node, h))
                 if r is None or r.tenant != tenant:
                     continue  # not a replica of ours, or another tenant's block of that hash
-                del self._live[(node, h)]
-                if not r.used:
-                    self.wasted += 1
+                self._drop((node, h))
                 if not r.adopted:
                     gone.append(h)
         return gone
@@ -108,12 +104,18 @@ class ReplicaTracker:
             gone = [k for k, r in self._live.items() if r.expires_at <= now]
             left = []
             for k in gone:
-                r = self._live.pop(k)
-                if not r.used:
-                    self.wasted += 1
-                if not r.adopted:
+                r = self._drop(k)
+                if r is not None and not r.adopted:
                     left.append(k)
         return left
+
+    def _drop(self, key: tuple[int, int]) -> Replica | None:
+        """Forget the replica at ``key`` (wasted if it went unused); the caller holds the
+        lock."""
+        r = self._live.pop(key, None)
+        if r is not None and not r.used:
+            self.wasted += 1
+        return r
 
     def tenant(self, node: int, block_hash: int) -> str | None:
         r = self._live.get((node, block_hash))
