@@ -25,7 +25,8 @@ from kvcast.features.traces.table import Trace
 from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.simulator.capacity import CapacityResult, find_capacity
 from kvcast.simulator.config import SimConfig, SLOConfig
-from kvcast.simulator.engine import LoadOutOfRange, check_load, load_scaled, simulate
+from kvcast.simulator.engine import simulate
+from kvcast.simulator.load import LoadOutOfRange, check_load, load_scaled
 from kvcast.simulator.replication_policies import is_replicating, make_policy
 
 Step = Callable[[str], None]

@@ -11,8 +11,9 @@ import kvcast.simulator.evaluation as evaluation
 from kvcast.config import with_overrides
 from kvcast.features.traces import Trace
 from kvcast.simulator.config import SimConfig, SLOConfig
-from kvcast.simulator.engine import LoadOutOfRange, simulate
+from kvcast.simulator.engine import simulate
 from kvcast.simulator.evaluation import evaluate
+from kvcast.simulator.load import LoadOutOfRange
 
 SESSIONS = with_overrides(SimConfig(), load_scaling="sessions")
 

@@ -1,0 +1,71 @@
+"""The trace as the simulator plays it at one load (``time_scale``): the arrival spread, then
+the load scaling (compressed arrivals, or sessions drawn), and the loads a trace cannot be
+played at (:class:`LoadOutOfRange`: a capacity search stops there)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvcast.features.traces.dequantize import spread_quantized
+from kvcast.features.traces.load_scaling import scale_load
+from kvcast.features.traces.sessions import session_ids
+from kvcast.features.traces.table import Trace
+from kvcast.simulator.config import SimConfig
+
+MAX_TELEMETRY_PERIODS = 1_000_000  # 11.6 simulated days at the default 1 s period
+MAX_SCALED_REQUESTS = 20_000_000  # a sessions load past this would not fit in memory
+
+
+class LoadOutOfRange(ValueError):
+    """A time-scale the trace cannot be played at (too low or too high for it): the message
+    names the time-scale and why. A capacity search stops at such a load."""
+
+
+def check_load(trace: Trace, time_scale: float, cfg: SimConfig) -> None:
+    """Refuse, before any scaling, a time-scale that is not a positive finite number or that
+    would make the run unsampleable (arrivals) or too large (sessions)."""
+    try:
+        good = bool(np.isfinite(time_scale) and time_scale > 0)
+    except TypeError:
+        good = False
+    if not good:
+        raise ValueError(f"time-scale must be a positive number, got {time_scale!r}")
+    if not len(trace):
+        return
+    if cfg.load_scaling == "sessions":
+        expected = len(trace) * time_scale
+        if expected > MAX_SCALED_REQUESTS:
+            raise LoadOutOfRange(
+                f"time-scale {time_scale:g} with load_scaling: sessions replays the trace's "
+                f"{len(trace):,} requests into about {expected:,.0f}: over "
+                f"{MAX_SCALED_REQUESTS:,}; use a smaller time-scale"
+            )
+        return
+    arrivals = trace.requests["arrival_ms"]
+    span = float(arrivals.max() - arrivals.min()) / time_scale
+    if span / cfg.telemetry_period_ms > MAX_TELEMETRY_PERIODS:
+        raise LoadOutOfRange(
+            f"time-scale {time_scale!r} stretches the trace to {span / 3.6e6:.3g} hours: "
+            f"over {MAX_TELEMETRY_PERIODS:,} telemetry periods of {cfg.telemetry_period_ms:g} "
+            "ms; use a larger time-scale"
+        )
+
+
+def load_scaled(trace: Trace, time_scale: float, cfg: SimConfig) -> Trace:
+    """``trace`` as ``cfg`` plays it at ``time_scale`` (arrival spread, then load scaling);
+    a LoadOutOfRange naming the time-scale where that leaves no request of a trace that had
+    some (a ``sessions`` load below 1 keeps each session with probability X, so on a short
+    trace it may draw none: refused rather than reported as NaN metrics)."""
+    check_load(trace, time_scale, cfg)
+    if cfg.arrival_spread != "off":
+        q = None if cfg.arrival_spread == "auto" else float(cfg.arrival_spread)
+        trace = spread_quantized(trace, q, seed=cfg.seed)
+    scaled = scale_load(trace, time_scale, cfg.load_scaling, cfg.seed)
+    if len(trace) and not len(scaled):
+        sessions = len(np.unique(session_ids(trace.requests)))
+        raise LoadOutOfRange(
+            f"time-scale {time_scale:g} with load_scaling: sessions drew none of the trace's "
+            f"{sessions} sessions (each is kept with probability {time_scale:g}); use a "
+            "larger time-scale or a longer trace"
+        )
+    return scaled
