@@ -5,11 +5,18 @@ The source runs in a separate process (as a peer agent does): once as a raw sock
 process) either ``recv_into``s a buffer, or pulls the blocks with a ``TransferClient``
 (checksums verified, blocks committed to a fresh store). Both receive into memory reserved and
 touched before timing (the agent through its ``HostBlockPool``), as a serving agent does.
+With ``--device cuda`` the agent rounds are run a second time with both agents' blocks in GPU
+memory (``kvcast serve agent --device cuda``): the source reads each block back from the
+device to send it, the receiver stages it in pinned memory, verifies it and copies it to the
+device; the same-run raw socket is the baseline for both. (``--device cpu`` runs the same code
+on torch's host tensors: a check of the path, not a figure, since each block is then a fresh
+allocation whose pages fault in, where CUDA's caching allocators reuse theirs.)
 Source and receiver are pinned to different cores when there are two. Rounds alternate; noise
 only ever slows a round down, so the ratio is taken from the best round of each (the median
 ratio is reported too). Prints JSON.
 
     python benchmarks/bench_agent_transfer.py [--total-mib 64] [--block-kib 4096] [--rounds 11]
+        [--device cuda]
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from kvcast.serving.agent import (
     TransferClient,
     checksum,
 )
+from kvcast.serving.agent.buffers import BlockBuffer
+from kvcast.serving.agent.device_memory import DeviceAllocator, DeviceUnavailable
 from kvcast.serving.agent.tcp_server import TransferServer
 
 
@@ -59,15 +68,27 @@ def _raw_source(total: int, port_out: mp.Queue, rounds: int) -> None:
                 conn.sendall(data)
 
 
-def _agent_source(total: int, block: int, port_out: mp.Queue, stop: mp.Event) -> None:
+def _buffer(data: np.ndarray, device: str | None) -> BlockBuffer:
+    if device is None:
+        return HostBuffer(data.copy())
+    from kvcast.serving.agent.device_memory import DeviceAllocator
+
+    buf = DeviceAllocator(device).allocate(len(data))
+    buf.view()[:] = data
+    return buf
+
+
+def _agent_source(
+    total: int, block: int, port_out: mp.Queue, stop: mp.Event, device: str | None
+) -> None:
     _pin(1)
 
     async def serve() -> None:
         data = _payload(total)
         store = BlockStore(total + block, 0)
         for i in range(total // block):
-            buf = HostBuffer(data[i * block : (i + 1) * block].copy())
-            store.put("bench", i, buf, checksum(buf.view()))
+            buf = _buffer(data[i * block : (i + 1) * block], device)
+            store.put("bench", i, buf, checksum(buf.view()))  # commits a device buffer
         server = TransferServer(store)
         port_out.put(int((await server.start("127.0.0.1", 0)).rpartition(":")[2]))
         while not stop.is_set():
@@ -90,9 +111,11 @@ def _raw_receive(port: int, buf: memoryview) -> float:
     return time.perf_counter() - start
 
 
-async def _agent_receive(port: int, total: int, block: int, pool: HostBlockPool) -> float:
+async def _agent_receive(
+    port: int, total: int, block: int, allocator: HostBlockPool | DeviceAllocator
+) -> float:
     store = BlockStore(total + block, total + block)
-    client = TransferClient(store, allocator=pool)
+    client = TransferClient(store, allocator=allocator)
     start = time.perf_counter()
     result = await client.pull(
         f"127.0.0.1:{port}", range(total // block), "bench", time.monotonic() + 60,
@@ -104,14 +127,37 @@ async def _agent_receive(port: int, total: int, block: int, pool: HostBlockPool)
     return elapsed
 
 
-def measure(total: int, block: int, rounds: int) -> tuple[list[float], list[float], int]:
+def device_copy_us(device: str, block: int, n: int = 50) -> tuple[float, float]:
+    """Median microseconds per block to allocate, stage and commit a block to ``device``, and
+    to read a committed block back into host memory for a send (the two copies a device agent
+    adds to the host path)."""
+    alloc = DeviceAllocator(device)
+    data = _payload(block)
+    commit, read = [], []
+    for _ in range(n):
+        start = time.perf_counter()
+        buf = alloc.allocate(block)
+        buf.view()[:] = data
+        buf.commit()
+        commit.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        view = buf.view()
+        read.append(time.perf_counter() - start)
+        del view, buf
+    med = statistics.median
+    return round(med(commit) * 1e6, 1), round(med(read) * 1e6, 1)
+
+
+def measure(
+    total: int, block: int, rounds: int, device: str | None = None
+) -> tuple[list[float], list[float], int]:
     """Seconds of each raw transfer and each agent pull of ``total`` bytes, and how many
-    agent blocks missed the pool."""
+    agent blocks missed the pool (host memory; ``device``: both agents' blocks on it)."""
     ctx = mp.get_context("spawn")
     ports: mp.Queue = ctx.Queue()
     stop = ctx.Event()
     raw = ctx.Process(target=_raw_source, args=(total, ports, rounds), daemon=True)
-    agent = ctx.Process(target=_agent_source, args=(total, block, ports, stop), daemon=True)
+    agent = ctx.Process(target=_agent_source, args=(total, block, ports, stop, device), daemon=True)
     raw.start()
     raw_port = ports.get(timeout=60)
     agent.start()
@@ -119,11 +165,12 @@ def measure(total: int, block: int, rounds: int) -> tuple[list[float], list[floa
     raw_buf = np.empty(total, dtype=np.uint8)
     raw_buf.fill(0)
     pool = HostBlockPool(block, 2 * (total // block))
+    allocator = pool if device is None else DeviceAllocator(device)
     raw_s, agent_s = [], []
     try:
         for _ in range(rounds):
             raw_s.append(_raw_receive(raw_port, memoryview(raw_buf)))
-            agent_s.append(asyncio.run(_agent_receive(agent_port, total, block, pool)))
+            agent_s.append(asyncio.run(_agent_receive(agent_port, total, block, allocator)))
             gc.collect()  # return the last round's slots to the pool
     finally:
         stop.set()
@@ -139,7 +186,15 @@ def main() -> None:
     parser.add_argument("--small-block-kib", type=int, default=64)
     parser.add_argument("--small-total-mib", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument(
+        "--device", default=None, help="also measure with both agents' blocks on it (cuda, cuda:N)"
+    )
     args = parser.parse_args()
+    if args.device is not None:
+        try:
+            DeviceAllocator(args.device)
+        except DeviceUnavailable as err:
+            parser.error(f"--device {args.device}: {err}")
     sizes = (("--total-mib", args.total_mib, args.block_kib),
              ("--small-total-mib", args.small_total_mib, args.small_block_kib))  # fmt: skip
     for what, t, b in sizes:
@@ -170,6 +225,18 @@ def main() -> None:
         "per_block_overhead_us": round((min(s_agent) - min(s_raw)) / n_small * 1e6, 1),
         "median_per_block_overhead_us": round((med(s_agent) - med(s_raw)) / n_small * 1e6, 1),
     }
+    if args.device is not None:
+        for prefix, t, b in (("", total, block), ("small_", s_total, s_block)):
+            d_raw, d_agent, _ = measure(t, b, args.rounds, args.device)
+            report |= {
+                f"{prefix}device_raw_socket_gbps": round(t / min(d_raw) / 1e9, 3),
+                f"{prefix}device_agent_gbps": round(t / min(d_agent) / 1e9, 3),
+                f"{prefix}device_ratio": round(min(d_raw) / min(d_agent), 3),
+            }
+            commit_us, read_us = device_copy_us(args.device, b)
+            report |= {f"{prefix}device_stage_commit_us": commit_us,
+                       f"{prefix}device_read_back_us": read_us}  # fmt: skip
+        report["device"] = args.device
     print(json.dumps(report, indent=2))
 
 

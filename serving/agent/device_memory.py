@@ -60,7 +60,8 @@ class DeviceBuffer:
 
     def view(self) -> memoryview:
         """Before :meth:`commit`: the staging area (written by a transport, then verified).
-        After: a host copy of the device bytes (for sending to a peer)."""
+        After: a host copy of the device bytes (for sending to a peer; on torch's ``cpu``
+        device, the tensor's own memory)."""
         if self._staging is not None:
             return memoryview(self._staging).cast("B")
         return memoryview(self.tensor.cpu().numpy()).cast("B")
@@ -70,10 +71,13 @@ class DeviceBuffer:
         staging = self._staging
         if staging is None:
             return
-        torch = _torch()
-        self.tensor.copy_(torch.from_numpy(staging))
-        if self.tensor.is_cuda:
-            torch.cuda.synchronize(self.tensor.device)
+        tensor = self.tensor
+        if tensor.is_cuda:
+            torch = _torch()
+            tensor.copy_(torch.from_numpy(staging))  # pinned source: a DMA
+            torch.cuda.synchronize(tensor.device)
+        else:  # numpy's copy: one thread (torch's would wake its intra-op pool for a memcpy)
+            np.copyto(tensor.numpy(), staging)
         self._staging = None
 
 

@@ -68,6 +68,7 @@ class TransferServer:
         self._token = token.encode() if token else None
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._stopping = False
         self.stats = ServerStats()
 
     @property
@@ -87,11 +88,12 @@ class TransferServer:
         if self._server is None:
             return
         self._server.close()
+        self._stopping = True
         for task in self._handlers:
             task.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._server.wait_closed()
-        self._server = None
+        self._server, self._stopping = None, False
 
     def authorized(self, request: PullRequest) -> bool:
         """Constant-time token check; always true when no token is configured."""
@@ -119,6 +121,12 @@ class TransferServer:
             with contextlib.suppress(ConnectionError):
                 await self._send_error(writer, ErrorCode.BAD_REQUEST, command_id, str(err))
         except ConnectionError:
+            self.stats.aborted += 1
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            # stop() aborting the pull: the handler ends normally (a task that ends cancelled
+            # makes asyncio's stream callback log a CancelledError traceback on Python 3.11)
             self.stats.aborted += 1
         except Exception as err:  # a bug or a broken buffer: count, log, tell the peer
             self.stats.internal_errors += 1

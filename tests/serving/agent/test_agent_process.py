@@ -83,3 +83,41 @@ def test_two_agent_processes_replicate_verified_blocks_and_stop_cleanly(agents) 
     for agent in (a, b):
         assert any("stopped" in line for line in agent.log), "".join(agent.log)
         assert not any("Traceback" in line for line in agent.log), "".join(agent.log)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device: runs on a GPU machine")
+def test_blocks_relayed_through_a_cuda_agent_process_arrive_byte_identical(agents) -> None:
+    """host agent A -> `--device cuda` agent B -> host agent C, all real processes. C verifies
+    every block's checksum against the one A recorded, over bytes that B read back from GPU
+    memory: a block the device path altered would fail C's pull."""
+    env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"}
+    seed = ["--seed-blocks", str(SEEDED), "--seed-tenant", "acme",
+            "--seed-block-bytes", str(BLOCK_BYTES)]  # fmt: skip
+    agents += [start_agent("node-a", env, *seed), start_agent("node-b", env, "--device", "cuda"),
+               start_agent("node-c", env)]  # fmt: skip
+    a, b, c = agents
+    transfer = [x.wait_ready(AGENT_READY, timeout_s=60.0).group(3) for x in agents]
+    with httpx.Client(timeout=30.0) as http:
+        source = {x["block_hash"]: x["checksum"]
+                  for x in http.get(f"{a.http}/v1/inventory").json()["blocks"]}  # fmt: skip
+        assert http.get(f"{b.http}/v1/telemetry").json()["device"] == "cuda"
+        for i, (dst, src) in enumerate(((b, transfer[0]), (c, transfer[1]))):
+            command = {"command_id": f"relay-{i}", "source": src, "tenant": "acme",
+                       "block_hashes": list(source), "deadline_s": 20.0,
+                       "ttl_s": 120.0}  # fmt: skip
+            result = http.post(f"{dst.http}/v1/replicate", json=command).json()
+            assert result["status"] == "ok", result
+            assert result["bytes_committed"] == SEEDED * BLOCK_BYTES
+        held = http.get(f"{c.http}/v1/inventory").json()["blocks"]
+        assert {x["block_hash"]: x["checksum"] for x in held} == source
+        assert metrics(http, c.http)["kvcast_agent_checksum_failures_total"] == 0
+    for agent in agents:
+        assert agent.stop(signal.SIGTERM) == 0, "".join(agent.log)

@@ -37,3 +37,28 @@ def test_bad_request_gets_a_bad_request_error_and_is_counted(run, payload: bytes
         assert server.stats.bad_requests == 1
 
     run(scenario())
+
+
+def test_stopping_with_a_pull_in_progress_reports_no_error(run) -> None:
+    """Stopping the server aborts the pulls it is serving; that is the stop working, not an
+    error: the event loop's exception handler (which asyncio's stream callback reaches with a
+    CancelledError traceback on Python 3.11 when a handler task ends cancelled) is not called,
+    and the aborted pull is counted."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        errors: list[dict] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        server = TransferServer(BlockStore(1 << 20, 0), request_timeout_s=30.0)
+        host, _, port = (await server.start()).rpartition(":")
+        _reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"KVCT")  # a request's first bytes: the handler waits for the rest
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        await server.stop()
+        await asyncio.sleep(0.05)  # let the stream callback run
+        writer.close()
+        assert errors == [], errors
+        assert server.stats.aborted == 1
+
+    run(scenario())
