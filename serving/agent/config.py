@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from kvcast.config import FiniteConfig
 from kvcast.serving.agent.sizes import ByteSize
-from kvcast.serving.agent.transport import parse_peer
+from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.http.auth import Token
 
 
@@ -56,9 +56,14 @@ class AgentConfig(FiniteConfig):
                              f"backoff_max_s ({self.backoff_max_s})")  # fmt: skip
         http = parse_peer(self.listen, allow_port_zero=True)
         transfer = parse_peer(self.transfer_listen, allow_port_zero=True)
-        if http[1] != 0 and (http[0].lower(), http[1]) == (transfer[0].lower(), transfer[1]):
-            raise ValueError(  # the second bind failed only at start
-                f"listen and transfer_listen are the same address ({self.listen!r})"
+        if http[1] != 0 and http[1] == transfer[1] and binds_overlap(http[0], transfer[0]):
+            # the second bind failed only at start ("Address already in use", naming neither)
+            if http[0].lower() == transfer[0].lower():
+                same = f"listen and transfer_listen are the same address ({self.listen!r})"
+                raise ValueError(same)
+            raise ValueError(
+                f"listen {self.listen!r} and transfer_listen {self.transfer_listen!r} overlap: "
+                "a wildcard address binds its port on every address"
             )
         return self
 

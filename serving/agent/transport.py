@@ -9,6 +9,7 @@ the block's buffer, so that verifying does not read the whole block a second tim
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from abc import ABC, abstractmethod
 from typing import Protocol
@@ -63,6 +64,22 @@ def parse_peer(peer: str, allow_port_zero: bool = False) -> tuple[str, int]:
     ):  # fmt: skip
         raise ValueError(f"address must be HOST:PORT, got {peer!r}")
     return name, int(port)
+
+
+def binds_overlap(a: str, b: str) -> bool:
+    """Whether listening on hosts ``a`` and ``b`` (as :func:`parse_peer` returns them) with the
+    same port collides: the same host, or a wildcard covering the other (``0.0.0.0`` every
+    IPv4 address and any name; ``::`` everything, IPv6 sockets being dual-stack on Linux)."""
+    a, b = a.lower(), b.lower()
+    if a == b or "::" in (a, b):
+        return True
+    for wild, other in ((a, b), (b, a)):
+        if wild == "0.0.0.0":
+            try:
+                return ipaddress.ip_address(other.partition("%")[0]).version == 4
+            except ValueError:
+                return True  # a name: it may resolve to an IPv4 address of this host
+    return False
 
 
 # a host name, an IPv4 address, or (bracketed in the address) an IPv6 one: no scheme, no path,

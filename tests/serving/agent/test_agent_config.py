@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvcast.config import ConfigError, parse_config
@@ -79,6 +81,32 @@ def test_the_same_address_for_both_servers_is_refused(listen: str, transfer: str
     [("127.0.0.1:0", "127.0.0.1:0"), ("127.0.0.1:8470", "127.0.0.1:8471"), ("a:9", "b:9")],
 )
 def test_distinct_or_ephemeral_addresses_are_accepted(listen: str, transfer: str) -> None:
+    data = {"capacity_bytes": 10, "speculative_quota_bytes": 1}
+    cfg = parse_config(AgentConfig, data | {"listen": listen, "transfer_listen": transfer})
+    assert (cfg.listen, cfg.transfer_listen) == (listen, transfer)
+
+
+@pytest.mark.parametrize(
+    ("listen", "transfer"),
+    [("0.0.0.0:8470", "127.0.0.1:8470"), ("10.0.0.5:8470", "0.0.0.0:8470"),
+     ("[::]:8470", "127.0.0.1:8470"), ("0.0.0.0:8470", "agent-0:8470"),
+     ("[::1]:8470", "[::]:8470")],
+)  # fmt: skip
+def test_a_wildcard_and_an_address_on_the_same_port_are_refused(listen: str, transfer: str) -> None:
+    """0.0.0.0 takes the port on every IPv4 address (:: on every address): the other server's
+    bind failed only at start, with an "Address already in use" naming neither."""
+    data = {"capacity_bytes": 10, "speculative_quota_bytes": 1}
+    with pytest.raises(ConfigError, match=rf"listen '{re.escape(listen)}' and transfer_listen "
+                       rf"'{re.escape(transfer)}' overlap: a wildcard"):  # fmt: skip
+        parse_config(AgentConfig, data | {"listen": listen, "transfer_listen": transfer})
+
+
+@pytest.mark.parametrize(
+    ("listen", "transfer"),
+    [("0.0.0.0:8470", "0.0.0.0:8471"), ("0.0.0.0:8470", "[::1]:8470"),
+     ("127.0.0.1:8470", "127.0.0.2:8470")],
+)  # fmt: skip
+def test_addresses_that_do_not_collide_are_accepted(listen: str, transfer: str) -> None:
     data = {"capacity_bytes": 10, "speculative_quota_bytes": 1}
     cfg = parse_config(AgentConfig, data | {"listen": listen, "transfer_listen": transfer})
     assert (cfg.listen, cfg.transfer_listen) == (listen, transfer)
