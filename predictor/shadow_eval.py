@@ -1,7 +1,9 @@
 """Shadow evaluation: replay a decision log against the requests that actually arrived.
 
 The log is the sidecar's Parquet decision log (:mod:`kvcast.serving.sidecar.decision_log`;
-any file with its columns will do). Only ``replicate`` and ``promote`` rows are judged;
+any file with its columns will do), read with all its parts; a part its killed writer left
+without a footer is skipped with a warning (its rows were lost), unless nothing else is left.
+Only ``replicate`` and ``promote`` rows are judged;
 ``evict`` rows are counted and set aside. Times are put on one clock: a decision at ``ts_ms``
 happened at trace time ``t = ts_ms - clock_offset_ms`` (the trace after the same arrival
 spreading and time-scaling as the run that made the log).
@@ -29,6 +31,8 @@ Definitions (per judged decision; the copy is the last ``blocks_moved`` of ``blo
 
 from __future__ import annotations
 
+import glob
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,32 +81,79 @@ class ShadowResult:
     summary: dict[str, Any]
 
 
-def read_decisions(path: str | Path) -> pd.DataFrame:
+log = logging.getLogger(__name__)
+
+
+class TruncatedLogError(DecisionLogError):
+    """A log file with no footer: its writer was killed before closing it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.cause = f"{path}: truncated Parquet decision log (no footer: its writer was stopped "
+        self.cause += "before closing it)"
+        super().__init__(f"{self.cause}; its row groups cannot be read")
+
+
+def read_decisions(path: str | Path, warn: Callable[[str], None] | None = None) -> pd.DataFrame:
     """The decision log as a DataFrame, its columns checked; DecisionLogError otherwise.
 
-    ``path`` is one log file, or a directory whose ``*.parquet`` files are read together (a
-    sidecar restarted on the same path writes ``<stem>.1.parquet``, ``<stem>.2.parquet``,
-    ... beside the first run's log)."""
+    ``path`` is a run's log (its first part; its other parts, ``<stem>.part-0002.parquet``,
+    ... beside it, are read after it), one part, or a directory whose ``*.parquet`` files are
+    read together, run by run (a sidecar restarted on the same path writes
+    ``<stem>.1.parquet``, ``<stem>.2.parquet``, ... beside the first run's log), each run's
+    parts in order. A file without its footer (the part being written when its sidecar was
+    killed) is skipped and ``warn`` (default: a logged warning) told; when nothing else is
+    left to read, its DecisionLogError is raised instead."""
     p = Path(path)
     if p.is_dir():
         files = sorted((f for f in p.glob("*.parquet") if f.is_file()), key=_run_order)
         if not files:
             raise DecisionLogError(f"{p}: a directory without any *.parquet decision log")
     elif p.is_file():
-        files = [p]
+        files = [p, *_later_parts(p)]
     else:
         raise DecisionLogError(f"{p}: no such decision log")
-    frames = [_read_one(f) for f in files]
+    read: list[tuple[Path, pd.DataFrame]] = []
+    cut: list[TruncatedLogError] = []
+    for f in files:
+        try:
+            read.append((f, _read_one(f)))
+        except TruncatedLogError as err:
+            cut.append(err)
+    if not read:
+        raise cut[0]
+    for err in cut:
+        (warn or log.warning)(f"{err.cause}: skipped, its rows were lost")
+    frames = [df for _, df in read]
     df = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    _check_unique_ids(df, [(f, len(x)) for f, x in zip(files, frames, strict=True)])
+    _check_unique_ids(df, [(f, len(x)) for f, x in read])
     return df
 
 
-def _run_order(f: Path) -> tuple[str, int, str]:
-    """``decisions.parquet``, ``decisions.1.parquet``, ``decisions.2.parquet``, ...: the runs'
-    order (``free_path``'s names), not the names' (where ``.10`` sorts before ``.2``)."""
-    stem, _, n = f.stem.rpartition(".")
-    return (stem, int(n), f.name) if stem and n.isdigit() else (f.stem, 0, f.name)
+def _later_parts(first: Path) -> list[Path]:
+    """The parts after ``first`` of the run it starts (none when ``first`` is itself a later
+    part), in order."""
+    if _split(first.stem, ".part-", 1)[0] != first.stem:
+        return []
+    parts = first.parent.glob(f"{glob.escape(first.stem)}.part-*{glob.escape(first.suffix)}")
+    later = [f for f in parts if f.is_file() and _split(f.stem, ".part-", 1)[0] == first.stem]
+    return sorted(later, key=_run_order)
+
+
+def _split(stem: str, sep: str, default: int) -> tuple[str, int]:
+    """``("decisions", 2)`` for ``decisions<sep>2``; ``(stem, default)`` when it has none."""
+    head, _, n = stem.rpartition(sep)
+    return (head, int(n)) if head and n.isdigit() else (stem, default)
+
+
+def _run_order(f: Path) -> tuple[str, int, int, str]:
+    """``decisions.parquet``, ``decisions.part-0002.parquet``, ..., ``decisions.1.parquet``,
+    ``decisions.1.part-0002.parquet``, ...: runs in the order they were started
+    (``free_path``'s names), each run's parts in theirs (``part_path``'s); not the names'
+    order (where ``.10`` sorts before ``.2``)."""
+    run, part = _split(f.stem, ".part-", 1)
+    base, n = _split(run, ".", 0)
+    return (base, n, part, f.name)
 
 
 def _read_one(p: Path) -> pd.DataFrame:
@@ -110,10 +161,7 @@ def _read_one(p: Path) -> pd.DataFrame:
         table = pq.read_table(p)
     except (pa.ArrowException, OSError) as exc:
         if _truncated(p):
-            raise DecisionLogError(
-                f"{p}: truncated Parquet decision log (no footer: its writer was stopped "
-                "before closing it); its row groups cannot be read"
-            ) from None
+            raise TruncatedLogError(p) from None
         raise DecisionLogError(f"{p}: not a readable Parquet decision log ({exc})") from None
     schema = table.schema
     for col, kind in {**REQUIRED, **OPTIONAL}.items():

@@ -10,9 +10,17 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from kvcast.cli.common import open_trace, png_path, progress_bar, user_errors, write_json
+from kvcast.cli.common import (
+    console,
+    open_trace,
+    png_path,
+    progress_bar,
+    user_errors,
+    write_json,
+)
 from kvcast.cli.simulate import FormatOpt, SkipBadOpt, TraceOpt
 
 out_console = Console(width=None if sys.stdout.isatty() else 120)
@@ -135,7 +143,9 @@ def shadow_eval_cmd(
         raise ValueError(f"--min-covered must be within [0, 1], got {min_covered}")
     quantum = _spread(spread)
     costs = load_decider_config(decider_config).costs
-    log = read_decisions(decisions)
+    log = read_decisions(  # a part cut short by a killed sidecar is skipped, and said so
+        decisions, warn=lambda msg: console.print(f"[yellow]warning:[/] {escape(msg)}")
+    )
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if quantum != 0.0:
         tr = spread_quantized(tr, quantum, seed=seed)

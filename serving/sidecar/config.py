@@ -82,6 +82,10 @@ class DecisionLogConfig(FiniteConfig):
     path: str | None = "kvcast-out/sidecar/decisions.parquet"  # None: no log
     rows_per_chunk: int = Field(1024, ge=1)  # a row group is written at this many rows
     flush_s: float = Field(5.0, gt=0)  # or when the oldest unwritten row is this old
+    # A part is closed (footer written: readable) at this many rows, or once this old; a
+    # killed sidecar loses its open part's rows at most. Defaults: decision_log.ROTATE_*.
+    rotate_rows: int = Field(100_000, ge=1)
+    rotate_s: float = Field(60.0, gt=0)
 
 
 class SidecarConfig(FiniteConfig):

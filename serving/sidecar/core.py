@@ -82,7 +82,8 @@ class Sidecar:
         lcfg = cfg.decision_log
         self.decision_log = (
             None if lcfg.path is None
-            else DecisionLog(lcfg.path, names, lcfg.rows_per_chunk, lcfg.flush_s)
+            else DecisionLog(lcfg.path, names, lcfg.rows_per_chunk, lcfg.flush_s,
+                             rotate_rows=lcfg.rotate_rows, rotate_s=lcfg.rotate_s)
         )  # fmt: skip
         verify = tls.client_context() if tls is not None else True  # mTLS to the agents
         self.client = httpx.AsyncClient(timeout=cfg.agents.timeout_s, verify=verify)

@@ -247,3 +247,22 @@ def test_a_log_without_p_hit_prints_no_nan_and_no_zero_expectation(tmp_path: Pat
     assert r.exit_code == 0, r.output
     assert "nan" not in r.stdout.lower() and "1 (100.0%)" in r.stdout
     assert "- (1 decisions logged without a P(hit))" in r.stdout
+
+
+def test_a_part_left_without_footer_by_a_killed_sidecar_is_skipped_with_a_warning(
+    shadow_log: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = run_dir / "decisions.parquet"
+    first.write_bytes(shadow_log.read_bytes())  # a closed part
+    cut = run_dir / "decisions.part-0002.parquet"
+    data = shadow_log.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])  # the part open when the sidecar was killed
+    r = run("--decisions", str(first), "--trace", "bundled:conversation",
+            "--time-scale", str(LOAD), "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    said = "".join(r.stderr.split())  # rich wraps long lines, even inside a path
+    assert f"warning:{cut}:truncated" in said and "itsrowswerelost" in said
+    judged = pq.read_table(shadow_log).to_pandas()["kind"].isin(["replicate", "promote"]).sum()
+    assert json.loads(r.stdout)["decisions"] == judged

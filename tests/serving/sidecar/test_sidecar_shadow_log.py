@@ -103,3 +103,14 @@ def test_a_log_path_whose_directory_cannot_exist_is_refused_at_start(tmp_path) -
     blocker.write_text("x")
     with pytest.raises(ValueError, match=r"decision_log.path .*cannot create its directory"):
         DecisionLog(blocker / "decisions.parquet", ("a",), 10, 1.0)
+
+
+def test_the_sidecar_rotates_its_log_as_configured(tmp_path) -> None:
+    """decision_log.rotate_rows / rotate_s in the sidecar's config reach its log."""
+    from kvcast.serving.sidecar.core import Sidecar
+
+    log = {"path": str(tmp_path / "d.parquet"), "rows_per_chunk": 2, "rotate_rows": 7,
+           "rotate_s": 12.5}  # fmt: skip
+    sc = Sidecar(sidecar_config(tmp_path, decision_log=log))
+    assert sc.decision_log is not None
+    assert (sc.decision_log.rotate_rows, sc.decision_log.rotate_s) == (7, 12.5)
