@@ -39,6 +39,17 @@ def test_jobs_must_be_positive(bundled_head: Trace) -> None:
         evaluate(bundled_head, SimConfig(), ["dynamo_kv"], jobs=0)
 
 
+WORKING_CPU_S = 2.0  # a worker's CPU time once it is past its imports and computing
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+    except psutil.Error:  # already gone
+        return float("inf")
+    return times.user + times.system
+
+
 def test_workers_exit_when_the_evaluation_is_killed(tmp_path: Path) -> None:
     """A scheduler's kill reaches only the evaluation process: its workers must not compute on."""
     cmd = [sys.executable, "-c", "from kvcast.cli.app import app; app()", "evaluate",
@@ -56,6 +67,11 @@ def test_workers_exit_when_the_evaluation_is_killed(tmp_path: Path) -> None:
                 break
             time.sleep(0.2)
         assert len(workers) == 2, "the evaluation never started its two workers"
+        # killed while a worker is still importing, it would exit only once its imports end
+        # (seconds on a loaded machine): wait until both compute (imports take ~1 s of CPU)
+        while time.monotonic() < deadline and min(_cpu_s(w) for w in workers) < WORKING_CPU_S:
+            time.sleep(0.1)
+        assert proc.poll() is None, "the evaluation ended before it could be killed"
         proc.kill()
         proc.wait(10)
         _, alive = psutil.wait_procs(workers, timeout=4 * PARENT_POLL_S + 2.0)
