@@ -15,7 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcast.features.traces.source import BadLines, gc_paused, open_binary, show, trace_name
+from kvcast.features.traces.source import (
+    STREAM_ERRORS,
+    BadLines,
+    gc_paused,
+    open_binary,
+    show,
+    trace_name,
+)
 from kvcast.features.traces.table import Trace, TraceError, make_table, sort_by_arrival
 
 DEFAULT_BLOCK_SIZE = 512
@@ -113,8 +120,8 @@ def load_azure(
                     bad.reject(lineno, str(exc))
                     continue
                 lines.append(lineno)
-        except (OSError, EOFError) as exc:
-            raise TraceError(f"{path}: cannot read after line {lineno} ({exc})") from None
+        except STREAM_ERRORS as exc:
+            bad.broken(lineno, exc)
     if not rows:
         skipped = f" ({bad.count} bad lines skipped; first: {bad.first[0]})" if bad.count else ""
         raise TraceError(f"{path}: contains no requests{skipped}")

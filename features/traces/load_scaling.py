@@ -27,11 +27,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from kvcast.features.traces.block_ids import fresh_ids
 from kvcast.features.traces.sessions import replay_span, session_ids, session_starts
 from kvcast.features.traces.table import Trace, sort_by_arrival
 
 LoadScaling = Literal["arrivals", "sessions"]
-_INT64_MAX, _INT64_MIN = 2**63 - 1, -(2**63)
 
 
 def _shared_blocks(chains: list[list[int]], sess: np.ndarray) -> set[int]:
@@ -47,27 +47,20 @@ def _shared_blocks(chains: list[list[int]], sess: np.ndarray) -> set[int]:
 
 class _FreshIds:
     """Per replay, a fresh id for each private block: counting up above the trace's ids, then
-    (ids reaching the int64 maximum) down below them."""
+    (ids reaching the int64 maximum, or the u64 one for a trace of u64 hashes) down below
+    them, then in the gaps between them (:func:`kvcast.features.traces.block_ids.fresh_ids`)."""
 
     def __init__(self, chains: list[list[int]]) -> None:
-        ids = [h for hs in chains for h in hs]
-        self.up = max(ids, default=-1) + 1
-        self.down = min(ids, default=0) - 1
+        self.free = fresh_ids([h for hs in chains for h in hs])
         self.ids: dict[tuple[int, int], int] = {}
 
     def __call__(self, block: int, replay: int) -> int:
         key = (replay, block)
         got = self.ids.get(key)
         if got is None:
-            if self.up <= _INT64_MAX:
-                got, self.up = self.up, self.up + 1
-            elif self.down >= _INT64_MIN:
-                got, self.down = self.down, self.down - 1
-            else:
-                raise ValueError(
-                    "load scaling by sessions ran out of int64 block ids above and below the "
-                    "trace's own"
-                )
+            got = next(self.free, None)
+            if got is None:
+                raise ValueError("load scaling by sessions ran out of 64-bit block ids")
             self.ids[key] = got
         return got
 

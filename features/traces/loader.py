@@ -8,7 +8,7 @@ from pathlib import Path
 from kvcast.features.traces.azure import load_azure
 from kvcast.features.traces.mooncake import load_mooncake
 from kvcast.features.traces.parquet_io import read_parquet
-from kvcast.features.traces.source import open_binary
+from kvcast.features.traces.source import STREAM_ERRORS, open_binary
 from kvcast.features.traces.table import Trace, TraceError
 
 TRACE_FORMATS: tuple[str, ...] = ("mooncake", "azure", "parquet")
@@ -52,8 +52,8 @@ def detect_format(path: str | Path) -> str:
     try:
         with open_binary(p) as stream:
             head = stream.read(_SNIFF_BYTES)
-    except (OSError, EOFError) as exc:
-        raise TraceError(f"{p}: cannot read ({exc})") from None
+    except STREAM_ERRORS as exc:  # a truncated or corrupt gzip file too
+        raise TraceError(f"{p}: cannot read ({exc or type(exc).__name__})") from None
     found = _sniff(head)
     if found is None:
         raise TraceError(f"{p}: cannot tell the trace format from its name or content ({_valid()})")

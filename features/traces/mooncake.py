@@ -5,10 +5,14 @@ One JSON object per line::
     {"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, 2353]}
 
 ``timestamp`` is ms since the trace start, lengths are tokens, ``hash_ids`` are the prompt's
-prefix block hashes (512 tokens a block). Optional keys kept when present: ``request_id``,
-``tenant``, ``session`` (or ``session_id``), ``chat_id`` and ``parent_chat_id`` (Alibaba-style,
-kept as written: a root's ``-1`` stays ``-1``). Other keys are ignored. Values are kept as they
-are: ``len(hash_ids)`` is not checked against ``input_length``.
+prefix block hashes (512 tokens a block; 64-bit: u64 as vLLM's, or negative int64, kept as
+written). Optional keys kept when present: ``request_id``, ``tenant``, ``session`` (or its
+alias ``session_id``: a null in one does not hide the other; two different values are an
+error), ``chat_id`` and ``parent_chat_id`` (Alibaba-style, kept as written: a root's ``-1``
+stays ``-1``). Other keys are ignored. Values are kept as they are: ``len(hash_ids)`` is not
+checked against ``input_length``. A truncated or corrupt gzip
+stream is an error naming the last line read (``skip_bad``: the lines before it are kept and
+the cut is counted and reported).
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ import numpy as np
 import pandas as pd
 
 from kvcast.features.traces.mooncake_record import BadRecord, Extra, Row, parse_line, read_record
-from kvcast.features.traces.source import BadLines, gc_paused, open_binary, trace_name
+from kvcast.features.traces.source import (
+    STREAM_ERRORS,
+    BadLines,
+    gc_paused,
+    open_binary,
+    trace_name,
+)
 from kvcast.features.traces.table import (
     DEFAULT_TENANT,
     Trace,
@@ -105,8 +115,8 @@ def load_mooncake(
                     columns.add(lineno, parse_line(raw))
                 except BadRecord as exc:
                     bad.reject(lineno, str(exc))
-        except (OSError, EOFError) as exc:
-            raise TraceError(f"{path}: cannot read after line {lineno} ({exc})") from None
+        except STREAM_ERRORS as exc:
+            bad.broken(lineno, exc)
     if not columns.rows:
         skipped = f" ({bad.count} bad lines skipped; first: {bad.first[0]})" if bad.count else ""
         raise TraceError(f"{path}: contains no requests{skipped}")

@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from kvcast.features.traces.block_ids import ID_RANGE, INT64_MIN, U64_MAX, is_block_id
 from kvcast.features.traces.source import show
 
 REQUIRED_KEYS: tuple[str, ...] = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -52,8 +53,9 @@ def _hash_ids(rec: dict[str, Any]) -> list[int]:
     if ids and set(map(type, ids)) != {int}:
         i, h = next((i, h) for i, h in enumerate(ids) if type(h) is not int)
         raise BadRecord(f"hash_ids[{i}] must be an integer, got {show(h)}")
-    if ids and (min(ids) < -_INT64 or max(ids) >= _INT64):
-        raise BadRecord(f"hash_ids must fit in int64, got {show(ids)}")
+    if ids and (min(ids) < INT64_MIN or max(ids) > U64_MAX):
+        i, h = next((i, h) for i, h in enumerate(ids) if not is_block_id(h))
+        raise BadRecord(f"hash_ids[{i}] must be a 64-bit block hash ({ID_RANGE}), got {show(h)}")
     return ids
 
 
@@ -65,13 +67,25 @@ def _optional_int(rec: dict[str, Any], key: str) -> int | None:
 
 
 def _optional_label(rec: dict[str, Any], *keys: str) -> str | None:
-    key = next((k for k in keys if k in rec), keys[0])
-    value = rec.get(key)
-    if value is None:
-        return None
-    if (type(value) is str and value) or type(value) is int:
-        return str(value)
-    raise BadRecord(f"{key} must be a non-empty string or an integer, got {show(value)}")
+    """The label under ``keys`` (aliases of one field): a null in one alias does not hide a
+    value in another; two aliases giving different labels are an error naming both."""
+    found: tuple[str, str] | None = None  # (key, label)
+    for key in keys:
+        value = rec.get(key)
+        if value is None:
+            continue
+        if not ((type(value) is str and value) or type(value) is int):
+            raise BadRecord(f"{key} must be a non-empty string or an integer, got {show(value)}")
+        label = str(value)
+        if found is None:
+            found = (key, label)
+        elif found[1] != label:
+            first = found[0]
+            raise BadRecord(
+                f"{first} {show(rec[first])} and {key} {show(value)} disagree (aliases of one "
+                "field: give one, or the same value in both)"
+            )
+    return found[1] if found is not None else None
 
 
 def parse_line(raw: bytes) -> dict[str, Any]:

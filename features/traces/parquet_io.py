@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvcast.features.traces.block_ids import ID_RANGE, is_block_id
 from kvcast.features.traces.source import trace_name
 from kvcast.features.traces.table import (
     COLUMNS,
@@ -41,28 +42,53 @@ SCHEMA = pa.schema(
 _NULLABLE = frozenset({"session", "chat_id", "parent_chat_id"})
 
 
+def _flat_hashes(lists: list[list[int]], total: int) -> pa.Array:
+    """Every hash in order: int64 when all fit (the common case), else uint64 (vLLM's u64
+    hashes); a column cannot hold a negative and a u64 above ``2**63 - 1`` exactly, so such a
+    table is refused, as is a hash beyond 64 bits."""
+    try:
+        flat = np.fromiter((h for hashes in lists for h in hashes), np.int64, total)
+        return pa.array(flat, pa.int64())
+    except OverflowError:
+        pass
+    values = [int(h) for hashes in lists for h in hashes]
+    bad = next((h for h in values if not is_block_id(h)), None)
+    if bad is not None:
+        raise ValueError(f"block hash {bad} is not a 64-bit block id ({ID_RANGE})")
+    low, high = min(values), max(values)
+    if low < 0:
+        raise ValueError(
+            f"block hashes {low} and {high} cannot share one Parquet column: it holds int64 "
+            "(negative ids) or uint64 (ids above 2**63 - 1), not both"
+        )
+    return pa.array(np.array(values, dtype=np.uint64), pa.uint64())
+
+
 def _block_hashes_array(lists: list[list[int]]) -> pa.ListArray:
     lengths = np.fromiter(map(len, lists), np.int64, len(lists))
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     if offsets[-1] >= 2**31:
         raise ValueError(f"too many block hashes for one Parquet column: {offsets[-1]}")
     offsets = offsets.astype(np.int32)
-    flat = np.fromiter((h for hashes in lists for h in hashes), np.int64, int(offsets[-1]))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int64()))
+    flat = _flat_hashes(lists, int(offsets[-1]))
+    return pa.ListArray.from_arrays(pa.array(offsets), flat)
 
 
 def write_parquet(trace: Trace, path: str | Path) -> Path:
-    """Write ``trace`` as kvcast Parquet; returns the path written."""
+    """Write ``trace`` as kvcast Parquet; returns the path written. Block hashes are stored as
+    ``list<int64>``, or as ``list<uint64>`` when some are u64 above ``2**63 - 1``."""
     df = trace.requests
-    arrays = [
-        _block_hashes_array(list(df[c]))
-        if c == "block_hashes"
-        else pa.array(df[c], SCHEMA.field(c).type)
-        for c in COLUMNS
-    ]
-    meta = {BLOCK_SIZE_KEY: str(trace.block_size).encode(), NAME_KEY: trace.name.encode()}
-    table = pa.Table.from_arrays(arrays, schema=SCHEMA.with_metadata(meta))
     out = Path(path)
+    try:
+        hashes = _block_hashes_array(list(df["block_hashes"]))
+    except ValueError as exc:
+        raise ValueError(f"{out}: {exc}") from None
+    arrays = [
+        hashes if c == "block_hashes" else pa.array(df[c], SCHEMA.field(c).type) for c in COLUMNS
+    ]
+    schema = SCHEMA.set(COLUMNS.index("block_hashes"), pa.field("block_hashes", hashes.type))
+    meta = {BLOCK_SIZE_KEY: str(trace.block_size).encode(), NAME_KEY: trace.name.encode()}
+    table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(meta))
     pq.write_table(table, out)
     return out
 
@@ -72,12 +98,24 @@ def _accepts(name: str, actual: pa.DataType) -> bool:
     types = pa.types
     if name == "block_hashes":
         is_list = types.is_list(actual) or types.is_large_list(actual)
-        return is_list and types.is_signed_integer(actual.value_type)
+        return is_list and types.is_integer(actual.value_type)  # int64 or (u64 hashes) uint64
     if name == "arrival_ms":
         return types.is_floating(actual) or types.is_signed_integer(actual)
     if types.is_string(SCHEMA.field(name).type):
         return types.is_string(actual) or types.is_large_string(actual)
     return types.is_signed_integer(actual)
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    """The canonical columns that are dictionary-encoded (pandas categoricals, say) as plain
+    arrays of their values."""
+    for name in COLUMNS:
+        if name in table.column_names:
+            i = table.schema.get_field_index(name)
+            kind = table.schema.field(i).type
+            if pa.types.is_dictionary(kind):
+                table = table.set_column(i, name, table.column(i).cast(kind.value_type))
+    return table
 
 
 def _check_column(path: Path, table: pa.Table, name: str) -> None:
@@ -125,6 +163,7 @@ def read_parquet(
         raise TraceError(f"{p}: no such file") from None
     except (OSError, pa.ArrowException) as exc:
         raise TraceError(f"{p}: not a readable Parquet file ({exc})") from None
+    table = _decoded(table)
     for column in COLUMNS:
         _check_column(p, table, column)
     if len(table) == 0:

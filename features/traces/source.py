@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ from kvcast.features.traces.table import LoadReport, TraceError
 
 TRACE_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
 GZIP_MAGIC = b"\x1f\x8b"
+STREAM_ERRORS = (OSError, EOFError, zlib.error)  # what reading a (gzip) stream can raise
 
 
 def trace_name(path: str | Path) -> str:
@@ -68,6 +70,7 @@ class BadLines:
         self.skip_bad = skip_bad
         self.count = 0
         self.first: list[str] = []
+        self.truncated_after: int | None = None
 
     def reject(self, line: int, reason: str) -> None:
         """Raise ``TraceError("FILE:LINE: reason")``, or record it when skipping bad lines."""
@@ -78,5 +81,25 @@ class BadLines:
         if len(self.first) < self.KEEP:
             self.first.append(message)
 
+    def broken(self, after: int, exc: BaseException) -> None:
+        """The stream broke off after physical line ``after`` (0: before the first line).
+
+        A truncated or corrupt compressed stream raises ``TraceError`` naming the file and the
+        last line read, or, when skipping bad lines, counts the rest of the file as one bad
+        line and keeps the lines before it (``truncated_after`` in the report). Any other read
+        error always raises."""
+        where = f"after line {after}" if after else "before its first line"
+        if isinstance(exc, EOFError):
+            reason = f"truncated {where}: the compressed stream ends early"
+        elif isinstance(exc, zlib.error | gzip.BadGzipFile):
+            reason = f"corrupt compressed stream {where} ({exc})"
+        else:
+            raise TraceError(f"{self.source}: cannot read {where} ({exc})") from None
+        if not self.skip_bad:
+            hint = "; the lines after it are lost (--skip-bad keeps the lines before it)"
+            raise TraceError(f"{self.source}: {reason}{hint if after else ''}") from None
+        self.truncated_after = after
+        self.reject(after + 1, f"{reason}; the rest of the file is lost")
+
     def report(self, *, lines: int, reordered: bool) -> LoadReport:
-        return LoadReport(lines, self.count, reordered, tuple(self.first))
+        return LoadReport(lines, self.count, reordered, tuple(self.first), self.truncated_after)

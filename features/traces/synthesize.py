@@ -7,9 +7,9 @@ session at the start time of a session of the source drawn without replacement (
 has the source's session arrivals, quantisation included), keeps the session's own turns at
 their offsets, and gives every non-global block a fresh id of its own (the source's private
 ids numbered densely, each copy's run of them above every id of the source, or below them
-when int64 has no room above): prefix sharing inside and between a copy's sessions is the
-source's, no block is shared between copies, and no id of the source survives except the
-global ones. Copy ``k`` starts
+when int64, or u64 for a source of u64 hashes, has no room above): prefix sharing inside and
+between a copy's sessions is the source's, no block is shared between copies, and no id of
+the source survives except the global ones. Copy ``k`` starts
 ``k x duration`` later, so the result is ``scale`` times as long at the source's rate; turns
 that would run past the end wrap around to the start (as the source's own first minutes hold
 turns of sessions begun before it).
@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kvcast.features.traces.block_ids import fresh_run
 from kvcast.features.traces.sessions import replay_span, session_ids, session_starts
 
 GLOBAL_SHARE = 0.5  # a block in at least this share of requests is global (kept as is)
@@ -51,14 +52,12 @@ def synthesize(requests: pd.DataFrame, scale: int, seed: int = 0) -> pd.DataFram
     start = session_starts(sess, t)
     duration = replay_span(t)
     # each copy's private blocks: fresh ids counting up from above every id of the source
-    # (numbered densely, so any id range works, negative or near int64's limit)
+    # (numbered densely, so any id range works, negative or near int64's (u64's) limit)
     own = sorted({h for hs in hashes for h in hs if h not in shared})
     rank = {h: i for i, h in enumerate(own)}
-    base = max((max(hs) for hs in hashes if hs), default=-1) + 1
-    if base + scale * len(own) > 2**63 - 1:
-        base = min((min(hs) for hs in hashes if hs), default=0) - scale * len(own)
-        if base < -(2**63):
-            raise ValueError("trace synth: no room in int64 for the copies' block ids")
+    base = fresh_run([h for hs in hashes for h in hs], scale * len(own))
+    if base is None:
+        raise ValueError("trace synth: no room in 64 bits for the copies' block ids")
     t0, total = float(t.min()), scale * duration
     rng = np.random.default_rng(seed)
     parts = []

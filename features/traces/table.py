@@ -11,7 +11,8 @@ column             dtype       meaning
 ``session``        string      session / conversation id, ``<NA>`` when unknown
 ``input_tokens``   int64       prompt tokens
 ``output_tokens``  int64       generated tokens
-``block_hashes``   object      list[int] of prefix block hashes (empty: cache-less source)
+``block_hashes``   object      list[int] of 64-bit prefix block hashes: u64 (vLLM's) or
+                               negative int64 (empty: cache-less source)
 ``chat_id``        Int64       Alibaba-style chat id when present, else ``<NA>``
 ``parent_chat_id`` Int64       parent chat id when present, else ``<NA>``
 =================  ==========  ============================================================
@@ -53,11 +54,14 @@ class LoadReport:
     skipped_bad: int = 0
     reordered: bool = False
     first_errors: tuple[str, ...] = ()
+    truncated_after: int | None = None  # skip_bad: the compressed stream broke off after it
 
     def summary(self) -> str:
         parts = [f"{self.lines} lines"]
         if self.skipped_bad:
             parts.append(f"{self.skipped_bad} bad lines skipped")
+        if self.truncated_after is not None:
+            parts.append(f"file truncated after line {self.truncated_after} (the rest is lost)")
         if self.reordered:
             parts.append("timestamps were unsorted and have been sorted")
         return ", ".join(parts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,27 @@ def test_timestamps_spanning_more_than_int64_ns_are_refused_not_wrapped(tmp_path
     path = write(tmp_path, "1700-01-01 00:00:00,1,1", "2200-01-01 00:00:00,2,2")
     with pytest.raises(TraceError, match=r"azure.csv: timestamps span more than 292 years"):
         load_azure(path)
+
+
+def truncated_csv_gz(tmp_path: Path, rows: int, keep: float) -> tuple[Path, int]:
+    lines = [HEADER] + [f"2023-11-16 18:15:46.{i:07d},{i},1" for i in range(rows)]
+    packed = gzip.compress(("\n".join(lines) + "\n").encode())
+    cut = packed[: int(len(packed) * keep)]
+    path = tmp_path / "azure.csv.gz"
+    path.write_bytes(cut)
+    return path, zlib.decompressobj(wbits=31).decompress(cut).count(b"\n")
+
+
+def test_a_truncated_gzip_csv_is_refused_naming_the_last_complete_line(tmp_path: Path) -> None:
+    path, complete = truncated_csv_gz(tmp_path, 3000, 0.5)
+    with pytest.raises(TraceError, match=rf"^{path}: truncated after line {complete}"):
+        load_azure(path)
+
+
+def test_skip_bad_keeps_the_rows_before_a_truncation_and_counts_it(tmp_path: Path) -> None:
+    path, complete = truncated_csv_gz(tmp_path, 3000, 0.5)
+    trace = load_azure(path, skip_bad=True)
+    assert len(trace) == complete - 1  # the header is line 1
+    report = trace.report
+    assert (report.skipped_bad, report.truncated_after) == (1, complete)
+    assert f"truncated after line {complete}" in report.summary()

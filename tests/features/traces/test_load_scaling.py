@@ -5,6 +5,7 @@ blocks shared between sessions kept."""
 from __future__ import annotations
 
 from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -145,3 +146,18 @@ def test_replay_names_never_take_an_existing_request_or_session_name() -> None:
     out = scale_load(tr, 2.0, "sessions", seed=0).requests
     assert len(out) == 6 and out["request_id"].is_unique
     assert out["session"].nunique() == 6  # "a~1" and the replay of "a" stay two sessions
+
+
+def test_fresh_block_ids_of_a_u64_trace_stay_u64_and_alias_no_block_of_the_trace(
+    tmp_path: Path,
+) -> None:
+    from kvcast.features.traces import write_parquet
+
+    top = 2**64 - 1  # a u64 hash; downstream, -1 would name this same block
+    trace = small([[0, top], [0, 1]], ["a", "b"])
+    out = scale_load(trace, 2.0, "sessions", seed=0).requests
+    replays = out[out["request_id"].str.contains("~")]
+    renamed = {h for hs in replays["block_hashes"] for h in hs[1:]}
+    assert len(renamed) == 2 and all(0 <= h <= top for h in renamed)
+    assert not {h % 2**64 for h in renamed} & {0, 1, top}
+    write_parquet(Trace(out, "t", 512), tmp_path / "t.parquet")

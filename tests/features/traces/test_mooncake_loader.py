@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -198,3 +199,111 @@ def test_a_made_up_id_never_takes_an_explicit_one(tmp_path: Path) -> None:
     for skip_bad in (False, True):
         t = load_mooncake(path, skip_bad=skip_bad)
         assert len(t) == 2 and t.requests["request_id"].is_unique
+
+
+U64_MAX = 2**64 - 1
+
+
+@pytest.mark.parametrize("hashes", [[U64_MAX, 2**63], [0, 2**63 - 1, 2**63], [-5, 2**62]])
+def test_u64_block_hashes_load_with_their_exact_values(tmp_path: Path, hashes: list[int]) -> None:
+    trace = load_mooncake(write(tmp_path, GOOD, rec(hash_ids=hashes)))
+    assert trace.requests["block_hashes"].tolist() == [[0, 1], hashes]
+
+
+@pytest.mark.parametrize(
+    ("hashes", "needles"),
+    [
+        ([1, 2**64], ["hash_ids[1]", str(2**64)]),
+        ([-(2**63) - 1, 3], ["hash_ids[0]", str(-(2**63) - 1)]),
+    ],
+)
+def test_hash_ids_outside_64_bits_are_refused_naming_the_value(
+    tmp_path: Path, hashes: list[int], needles: list[str]
+) -> None:
+    path = write(tmp_path, GOOD, rec(hash_ids=hashes))
+    with pytest.raises(TraceError) as info:
+        load_mooncake(path)
+    assert str(info.value).startswith(f"{path}:2: ")
+    for needle in needles:
+        assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"session": None, "session_id": "s1"},
+        {"session_id": None, "session": "s1"},
+        {"session": "s1", "session_id": "s1"},
+        {"session": None, "session_id": None, "other": "s1"},
+    ],
+)
+def test_a_null_session_alias_does_not_hide_the_other(
+    tmp_path: Path, fields: dict[str, object]
+) -> None:
+    session = load_mooncake(write(tmp_path, rec(**fields))).requests["session"]
+    if "other" in fields:  # null in every alias: unknown
+        assert session.isna().all()
+    else:
+        assert session.tolist() == ["s1"]
+
+
+def test_two_different_session_aliases_are_an_error_naming_both(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD, rec(session="a", session_id="b"))
+    with pytest.raises(TraceError) as info:
+        load_mooncake(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:2: ")
+    assert "session 'a'" in message and "session_id 'b'" in message
+
+
+def truncated_gzip(tmp_path: Path, lines: list[str], keep: float, name: str) -> tuple[Path, int]:
+    """``lines`` gzipped and cut to ``keep`` of the compressed bytes (negative: drop that many
+    bytes from the end); also how many complete lines the cut stream still holds."""
+    packed = gzip.compress("".join(f"{line}\n" for line in lines).encode())
+    cut = packed[: int(len(packed) * keep) if keep > 0 else len(packed) + int(keep)]
+    path = tmp_path / name
+    path.write_bytes(cut)
+    complete = zlib.decompressobj(wbits=31).decompress(cut).count(b"\n")
+    return path, complete
+
+
+MANY = [rec(timestamp=i, hash_ids=[i, i + 1]) for i in range(3000)]
+
+
+@pytest.mark.parametrize("keep", [0.5, -4])
+def test_a_truncated_gzip_trace_is_refused_naming_the_last_complete_line(
+    tmp_path: Path, keep: float
+) -> None:
+    path, complete = truncated_gzip(tmp_path, MANY, keep, "t.jsonl.gz")
+    assert 0 < complete <= len(MANY)
+    with pytest.raises(TraceError) as info:
+        load_mooncake(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: truncated after line {complete}")
+    assert "\n" not in message
+
+
+def test_a_gzip_trace_cut_in_its_header_says_no_line_was_read(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(gzip.compress(b"".join(f"{line}\n".encode() for line in MANY))[:12])
+    with pytest.raises(TraceError, match=rf"^{path}: truncated before its first line"):
+        load_mooncake(path)
+
+
+def test_a_corrupt_gzip_stream_is_a_trace_error_not_a_traceback(tmp_path: Path) -> None:
+    packed = bytearray(gzip.compress("".join(f"{line}\n" for line in MANY).encode()))
+    packed[30:50] = bytes(20)
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(bytes(packed))
+    with pytest.raises(TraceError, match=rf"^{path}: corrupt compressed stream before its first"):
+        load_mooncake(path)
+
+
+def test_skip_bad_keeps_the_lines_before_a_truncation_and_counts_it(tmp_path: Path) -> None:
+    path, complete = truncated_gzip(tmp_path, MANY, 0.5, "t.jsonl.gz")
+    trace = load_mooncake(path, skip_bad=True)
+    assert len(trace) == complete
+    report = trace.report
+    assert (report.lines, report.skipped_bad, report.truncated_after) == (complete, 1, complete)
+    assert report.first_errors[-1].startswith(f"{path}:{complete + 1}: truncated")
+    assert f"truncated after line {complete}" in report.summary()

@@ -160,3 +160,69 @@ def test_bad_metadata_is_a_trace_error_naming_the_file(
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata, key: value}), path)
     with pytest.raises(TraceError, match=rf"x.parquet: bad {key.decode()} "):
         read_parquet(path)
+
+
+U64_MAX = 2**64 - 1
+
+
+def test_u64_block_hashes_from_jsonl_roundtrip_exactly_as_uint64(tmp_path: Path) -> None:
+    src = tmp_path / "u.jsonl"
+    hashes = [[0, 2**63, U64_MAX], [2**63 - 1], []]
+    src.write_text(
+        "".join(
+            f'{{"timestamp": {i}, "input_length": 9, "output_length": 1, "hash_ids": {h}}}\n'
+            for i, h in enumerate(hashes)
+        )
+    )
+    trace = load_trace(src)
+    assert trace.requests["block_hashes"].tolist() == hashes
+    path = write_parquet(trace, tmp_path / "u.parquet")
+    assert pq.read_schema(path).field("block_hashes").type == pa.list_(pa.uint64())
+    assert_same(trace, read_parquet(path))
+
+
+def test_hashes_that_fit_int64_are_still_stored_as_int64(tmp_path: Path) -> None:
+    path = write_parquet(full_trace(), tmp_path / "x.parquet")
+    assert pq.read_schema(path).field("block_hashes").type == pa.list_(pa.int64())
+
+
+def test_a_table_mixing_negative_and_u64_hashes_is_refused_naming_both(tmp_path: Path) -> None:
+    table = make_table(
+        arrival_ms=[0.0, 1.0], input_tokens=[1, 1], output_tokens=[1, 1],
+        block_hashes=[[-5, 1], [U64_MAX]],
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=rf"-5 .*{U64_MAX}"):
+        write_parquet(Trace(table, "mixed", 16), tmp_path / "m.parquet")
+    assert not (tmp_path / "m.parquet").exists()
+
+
+def test_a_hash_beyond_64_bits_is_refused_naming_it(tmp_path: Path) -> None:
+    table = make_table(
+        arrival_ms=[0.0], input_tokens=[1], output_tokens=[1], block_hashes=[[1, 2**64]]
+    )
+    with pytest.raises(ValueError, match=rf"{2**64}"):
+        write_parquet(Trace(table, "big", 16), tmp_path / "b.parquet")
+
+
+def test_dictionary_encoded_string_columns_load_like_plain_strings(tmp_path: Path) -> None:
+    trace = full_trace()
+    path = write_parquet(trace, tmp_path / "x.parquet")
+    table = pq.read_table(path)
+    for name in ("request_id", "tenant", "session"):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, table.column(name).dictionary_encode())
+    pq.write_table(table, path)
+    assert pa.types.is_dictionary(pq.read_schema(path).field("session").type)
+    assert_same(trace, read_parquet(path))
+
+
+def test_a_pandas_categorical_trace_loads_like_plain_strings(tmp_path: Path) -> None:
+    trace = full_trace()
+    df = trace.requests.copy()
+    df["tenant"] = df["tenant"].astype("category")
+    df["session"] = df["session"].astype("category")
+    path = tmp_path / "cat.parquet"
+    df.to_parquet(path)
+    back = read_parquet(path)
+    pd.testing.assert_frame_equal(back.requests, trace.requests, check_exact=True)
+    assert back.requests["block_hashes"].tolist() == trace.requests["block_hashes"].tolist()

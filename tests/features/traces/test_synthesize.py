@@ -106,3 +106,24 @@ def test_copies_get_fresh_ids_whatever_the_source_id_range(tmp_path: Path) -> No
             copies.setdefault(sess.split("-")[0], set()).update(h for h in hs if h not in shared)
         assert not copies["c0"] & source and not copies["c0"] & copies["c1"]
         assert len(load_trace(write_mooncake(out, tmp_path / "s.jsonl"))) == len(out)
+
+
+def test_copies_of_a_u64_trace_get_fresh_u64_ids_that_alias_no_source_id(tmp_path: Path) -> None:
+    from kvcast.features.traces import Trace, write_parquet
+    from kvcast.features.traces.table import make_table
+
+    top = 2**64 - 1  # a u64 hash; downstream, -1 would name this same block
+    src = [[top, 1, 2], [top, 1, 3], [top, 4], [top, 4, 5]]
+    shared = global_blocks(src)
+    out = synthesize(_hash_table(src), 2)
+    fresh = {h for hs in out["block_hashes"] for h in hs if h not in shared}
+    source = {h for hs in src for h in hs}
+    assert all(0 <= h <= top for h in fresh)
+    assert not {h % 2**64 for h in fresh} & {h % 2**64 for h in source}
+    table = make_table(
+        arrival_ms=out["arrival_ms"],
+        input_tokens=out["input_tokens"],
+        output_tokens=out["output_tokens"],
+        block_hashes=list(out["block_hashes"]),
+    )
+    write_parquet(Trace(table, "s", 512), tmp_path / "s.parquet")

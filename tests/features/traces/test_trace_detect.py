@@ -110,3 +110,13 @@ def test_an_azure_csv_with_a_quoted_header_is_detected_by_content(tmp_path: Path
     header = '"TIMESTAMP","ContextTokens","GeneratedTokens"\n'
     path.write_text(header + "2023-11-16 18:15:46.6805900,10,2\n")
     assert detect_format(path) == "azure"
+
+
+def test_sniffing_a_corrupt_gzip_file_is_a_trace_error_naming_it(tmp_path: Path) -> None:
+    lines = "".join(JSONL.replace("[0]", f"[{i}]") for i in range(2000))
+    packed = bytearray(gzip.compress(lines.encode()))
+    packed[20:40] = bytes(20)  # zlib.error: invalid bit length repeat
+    path = tmp_path / "corrupt.data"
+    path.write_bytes(bytes(packed))
+    with pytest.raises(TraceError, match=rf"^{path}: cannot read \(Error -3 while decompressing"):
+        load_trace(path)
