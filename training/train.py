@@ -1,7 +1,8 @@
 """Train a burst predictor: ``python training/train.py --config configs/train/<kind>.yaml``.
 
-The same command as ``kvcast train`` (options: ``--trace``, ``--features``, ``--out``,
-``--no-track``); see :mod:`kvcast.training.pipeline` for what a run does.
+The same command as ``kvcast train`` (options: ``--kind`` instead of ``--config`` for a kind's
+embedded defaults, ``--trace``, ``--features``, ``--out``, ``--no-track``); see
+:mod:`kvcast.training.pipeline` for what a run does.
 """
 
 from __future__ import annotations

@@ -26,13 +26,34 @@ def metrics_table(title: str, columns: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
+KINDS = ("recency", "rule", "lgbm", "tcn")
+
+
 def train_config(
-    config: Path, trace: str | None, features: Path | None, out: Path | None, track: bool
+    config: Path | None,
+    trace: str | None,
+    features: Path | None,
+    out: Path | None,
+    track: bool,
+    kind: str | None = None,
 ) -> Any:
+    """The run's :class:`TrainConfig`: ``config``'s file, or with ``kind`` instead the
+    embedded defaults for that model kind (exactly one of the two), then the overrides."""
     from kvcast.config import parse_config, read_yaml
     from kvcast.training.config import TrainConfig
 
-    data = read_yaml(config)
+    if (config is None) == (kind is None):
+        raise ValueError(
+            "give --config FILE (configs/train/*.yaml) or --kind KIND (embedded defaults: "
+            f"{', '.join(KINDS)}), not {'both' if config else 'neither'}"
+        )
+    if kind is not None:
+        if kind not in KINDS:
+            raise ValueError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        data: Any = {"model": {"kind": kind}}
+    else:
+        assert config is not None
+        data = read_yaml(config)
     if not isinstance(data, dict):
         raise ValueError(f"{config}: a train config is a mapping, got {type(data).__name__}")
     for key in ("data", "tracking"):
@@ -48,12 +69,21 @@ def train_config(
         data["out_dir"] = str(out)
     if not track:
         data["tracking"] = {**(data.get("tracking") or {}), "enabled": False}
-    return parse_config(TrainConfig, data, source=str(config))
+    return parse_config(TrainConfig, data, source=str(config) if config else f"--kind {kind}")
 
 
 @user_errors
 def train_cmd(
-    config: Annotated[Path, typer.Option("--config", help="Train YAML (configs/train/*.yaml).")],
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Train YAML (configs/train/*.yaml).")
+    ] = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(
+            "--kind",
+            help=f"Instead of --config: this kind's embedded defaults ({', '.join(KINDS)}).",
+        ),
+    ] = None,
     trace: Annotated[
         str | None, typer.Option("--trace", help="Override data.trace (path or bundled:NAME).")
     ] = None,
@@ -66,7 +96,7 @@ def train_cmd(
     """Train one model kind, export it to ONNX, evaluate on the test window, track in MLflow."""
     from kvcast.training.pipeline import run_training
 
-    cfg = train_config(config, trace, features, out, track)
+    cfg = train_config(config, trace, features, out, track, kind)
     with console.status(f"train {cfg.kind}") as status:
         result = run_training(cfg, stage=lambda s: status.update(f"train {cfg.kind}: {s}"))
     m = result.metrics

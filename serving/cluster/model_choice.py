@@ -1,13 +1,14 @@
 """The model a local cluster scores with when ``--model`` is not given.
 
-The default is the recency model that ``python training/train.py --config
-configs/train/recency.yaml`` writes (``model.onnx`` in that config's ``out_dir``, relative to
-the working directory); without one, starting is refused with a one-line reason saying how to
-make it. An explicit ``--model`` is an ONNX file, a folder holding ``model.onnx``, or an
-MLflow ``models:/name@alias``. A local model is checked before any process starts
-(:func:`check_model`: a kvcast model whose feature spec is the sidecar's), so that a bad one
-is one line, not a sidecar that dies while the agents come up; a registry URI is left to the
-sidecar, which refuses it the same way.
+The default is the recency model that ``kvcast train --kind recency`` writes
+(``kvcast-out/train/recency/model.onnx``, relative to the working directory; where the working
+directory holds ``configs/train/recency.yaml``, that config's ``out_dir``, which ``kvcast train
+--config configs/train/recency.yaml`` writes to); without one, starting is refused with a
+one-line reason giving the command that makes it. An explicit ``--model`` is an ONNX file, a
+folder holding ``model.onnx``, or an MLflow ``models:/name@alias``. A local model is checked
+before any process starts (:func:`check_model`: a kvcast model whose feature spec is the
+sidecar's), so that a bad one is one line, not a sidecar that dies while the agents come up; a
+registry URI is left to the sidecar, which refuses it the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 TRAIN_CONFIG = Path("configs/train/recency.yaml")
-TRAIN_COMMAND = f"python training/train.py --config {TRAIN_CONFIG}"
+TRAIN_COMMAND = "kvcast train --kind recency"  # embedded defaults: works in any directory
+TRAIN_WITH_CONFIG = f"kvcast train --config {TRAIN_CONFIG}"
 DEFAULT_OUT_DIR = Path("kvcast-out/train/recency")  # the recency config's out_dir
 MODEL_FILE = "model.onnx"
 
@@ -43,11 +45,13 @@ def choose_model(model: str | None, cwd: Path | None = None) -> str:
         if not model.startswith(("models:/", "runs:/")) and not Path(model).exists():
             raise ValueError(f"--model {model}: no such file")
         return model
-    path = recency_model_path(cwd)
+    base = Path.cwd() if cwd is None else cwd
+    path = recency_model_path(base)
     if not path.is_file():
+        command = TRAIN_WITH_CONFIG if (base / TRAIN_CONFIG).is_file() else TRAIN_COMMAND
         raise ValueError(
             f"no --model given and no trained model at {path}: train one with "
-            f"`{TRAIN_COMMAND}`, or pass --model PATH|models:/NAME@ALIAS"
+            f"`{command}`, or pass --model PATH|models:/NAME@ALIAS"
         )
     return str(path)
 

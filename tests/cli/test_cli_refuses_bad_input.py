@@ -97,3 +97,24 @@ def test_a_bad_cluster_file_is_named(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "cluster.json").write_bytes(content)
     with pytest.raises(ValueError, match=r"cluster\.json"):
         read_layout(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ([], "give --config FILE (configs/train/*.yaml) or --kind KIND"),
+        (["--kind", "rule", "--config", "x.yaml"], "not both"),
+        (["--kind", "xgboost"], "--kind must be one of recency, rule, lgbm, tcn, got 'xgboost'"),
+    ],
+)
+def test_train_takes_a_config_or_a_kind(args: list[str], needle: str) -> None:
+    refused(["train", *args, "--no-track"], needle)
+
+
+def test_train_with_a_kind_runs_on_embedded_defaults(tmp_path: Path, monkeypatch) -> None:
+    """`kvcast train --kind recency` needs no config file: it works outside the repository
+    and writes where `kvcast cluster up` looks for its model."""
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["train", "--kind", "recency", "--no-track"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "kvcast-out/train/recency/model.onnx").is_file()

@@ -41,8 +41,7 @@ def test_cluster_is_a_command_with_up_and_replay() -> None:
 
 def test_up_without_a_model_says_how_to_train_one(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    _refused(["cluster", "up"], "no --model given",
-             "python training/train.py --config configs/train/recency.yaml")  # fmt: skip
+    _refused(["cluster", "up"], "no --model given", "kvcast train --kind recency")
 
 
 def test_up_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None:

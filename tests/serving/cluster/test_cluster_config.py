@@ -5,6 +5,7 @@ refusal that says how to train one, and the bytes a replayed block is stored wit
 from __future__ import annotations
 
 import random
+import re
 import socket
 from pathlib import Path
 
@@ -24,7 +25,12 @@ from kvcast.serving.cluster.config_gen import (
     write_configs,
 )
 from kvcast.serving.cluster.layout import ClusterLayout, NodeAddresses, read_layout
-from kvcast.serving.cluster.model_choice import TRAIN_COMMAND, check_model, choose_model
+from kvcast.serving.cluster.model_choice import (
+    TRAIN_COMMAND,
+    check_model,
+    choose_model,
+    recency_model_path,
+)
 from kvcast.serving.cluster.ports import (
     ephemeral_range,
     free_ports,
@@ -112,8 +118,8 @@ def test_reserved_ports_lie_outside_the_ephemeral_range(tmp_path: Path) -> None:
 def test_without_a_model_the_start_is_refused_with_how_to_train_one(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no --model given") as refused:
         choose_model(None, cwd=tmp_path)
-    assert TRAIN_COMMAND in str(refused.value) and "\n" not in str(refused.value)
-    assert TRAIN_COMMAND == "python training/train.py --config configs/train/recency.yaml"
+    assert "`kvcast train --kind recency`" in str(refused.value)
+    assert "\n" not in str(refused.value)
     trained = tmp_path / "kvcast-out/train/recency/model.onnx"
     trained.parent.mkdir(parents=True)
     trained.write_bytes(b"x")
@@ -166,3 +172,21 @@ def test_metrics_are_keyed_by_name_and_sorted_labels() -> None:
     m = parse_metrics(text)
     assert m["kvcast_agent_bytes_pulled_total"] == 4096.0
     assert by_label(m, "kvcast_sidecar_decisions_total") == {"replicate": 3.0, "evict": 1.0}
+
+
+def test_the_command_suggested_writes_the_model_where_it_is_looked_for(tmp_path: Path) -> None:
+    """`kvcast train --kind recency` (or, beside a recency config, `--config` with it) is the
+    command the refusal names, and its model is the one found next time."""
+    from kvcast.cli.train import train_config
+
+    with pytest.raises(ValueError, match=re.escape(f"`{TRAIN_COMMAND}`")):
+        choose_model(None, cwd=tmp_path)
+    cfg = train_config(None, None, None, None, False, kind="recency")
+    assert tmp_path / cfg.output_dir / "model.onnx" == recency_model_path(tmp_path)
+    config = tmp_path / "configs/train/recency.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("model: {kind: recency}\nout_dir: elsewhere/{kind}\n")
+    with_config = re.escape("`kvcast train --config configs/train/recency.yaml`")
+    with pytest.raises(ValueError, match=with_config):
+        choose_model(None, cwd=tmp_path)
+    assert recency_model_path(tmp_path) == tmp_path / "elsewhere/recency/model.onnx"
