@@ -7,10 +7,10 @@ twice), more than the agent spends storing the block. This client writes each re
 sends), speaks TLS to an ``https://`` agent (``ssl_context``: the client certificate and CA of
 a cluster with mutual TLS), keeps up to ``connections`` connections open, and retries a request
 once on a fresh connection when a reused one turns out closed (the server drops idle keep-alive
-connections after a few seconds; every call here is idempotent). On Linux it asks for an
-immediate ACK (``TCP_QUICKACK``) before each read: a server that writes a response's head and
-body separately with Nagle on would otherwise wait for the client's delayed ACK, 40 ms per
-request.
+connections after a few seconds, all at once; every call here is idempotent), skipping idle
+connections whose close has already arrived. On Linux it asks for an immediate ACK
+(``TCP_QUICKACK``) before each read: a server that writes a response's head and body separately
+with Nagle on would otherwise wait for the client's delayed ACK, 40 ms per request.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class EngineHttp:
         message = head.encode("latin-1") + b"\r\n\r\n" + body
         async with self._slots:
             for attempt in (0, 1):
-                conn, reused = (self._idle.pop(), True) if self._idle else (None, False)
+                conn = self._take_idle() if attempt == 0 else None  # the retry: a fresh one
+                reused = conn is not None
                 try:
                     async with asyncio.timeout(self.timeout_s):
                         if conn is None:
@@ -79,6 +80,16 @@ class EngineHttp:
                     conn[1].close()
                 return status, data
         raise AssertionError("unreachable")
+
+    def _take_idle(self) -> Connection | None:
+        """An idle connection, skipping those the server is already known to have closed
+        (their FIN read: a keep-alive timeout closes every idle one at once)."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn[0].at_eof():
+                return conn
+            conn[1].close()
+        return None
 
     async def post_json(self, path: str, obj: Any) -> tuple[int, Any]:
         status, data = await self.request(

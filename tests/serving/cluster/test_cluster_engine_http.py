@@ -70,6 +70,28 @@ def test_a_connection_the_server_dropped_is_retried_on_a_fresh_one(run_async) ->
     run_async(main())
 
 
+def test_when_the_server_dropped_every_idle_connection_the_retry_opens_a_new_one(
+    run_async,
+) -> None:
+    """A keep-alive timeout closes all the idle connections at once: the retry must not take
+    the next idle one (as dead as the first), it opens a fresh connection."""
+
+    async def main() -> None:
+        server, heads = await _server(OK, close_after=True)
+        port = server.sockets[0].getsockname()[1]
+        client = EngineHttp(f"http://127.0.0.1:{port}", connections=4)
+        # four requests at once: four connections, each then idle and closed by the server
+        got = await asyncio.gather(*(client.request("GET", "/healthz") for _ in range(4)))
+        assert [status for status, _ in got] == [200] * 4
+        await asyncio.sleep(0.05)  # the server's closes reach the idle connections
+        assert (await client.request("PUT", "/v1/blocks", b"x"))[0] == 200
+        await client.aclose()
+        server.close()
+        assert len(heads) == 5
+
+    run_async(main())
+
+
 def test_no_server_or_no_http_is_one_error(run_async) -> None:
     async def main() -> None:
         (port,) = free_ports(1)
