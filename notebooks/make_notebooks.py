@@ -112,7 +112,8 @@ gap far beyond H is a block that a replica would have to survive in HBM for a lo
 def block_uses(t):
     df = t.requests
     n = df["block_hashes"].map(len).to_numpy()
-    blocks = np.fromiter((int(b) for chain in df["block_hashes"] for b in chain), np.int64, n.sum())
+    u64 = (int(b) & 0xFFFF_FFFF_FFFF_FFFF for chain in df["block_hashes"] for b in chain)
+    blocks = np.fromiter(u64, np.uint64, n.sum())  # vLLM's u64 hashes, or negative int64 ones
     arr = np.repeat(df["arrival_ms"].to_numpy(), n)
     order = np.lexsort((arr, blocks))
     return blocks[order], arr[order]
