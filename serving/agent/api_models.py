@@ -22,7 +22,8 @@ Hashes = Annotated[list[JsonBlockHash], Field(min_length=1, max_length=MAX_HASHE
 
 
 class Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # strict: a JSON type is never converted (``true`` is not 1, ``"5"`` not 5)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class ReplicateRequest(Request):

@@ -69,6 +69,19 @@ def _field(adapter: TypeAdapter[Any], value: Any, field: str, where: str) -> Any
 _TENANT, _CHECKSUM, _STATE = TypeAdapter(Tenant), TypeAdapter(Checksum), TypeAdapter(State)
 
 
+def _header_checksum(text: str) -> int:
+    """``X-Kvcast-Checksum``: the xxh3-64 as decimal ASCII digits, below 2**64; 422 otherwise
+    (checked before ``int()``, which refuses more than 4300 digits with a ValueError)."""
+    field = HEADER + "checksum"
+    if not (text.isascii() and text.isdigit()):
+        raise _invalid(field, f"must be decimal digits, got {text[:40]!r}", "header")
+    digits = text.lstrip("0") or "0"
+    if len(digits) > 20:
+        raise _invalid(field, f"must be below 2**64, got {len(text)} digits", "header")
+    checksum: int = _field(_CHECKSUM, int(digits), field, "header")
+    return checksum
+
+
 async def parse_upload(request: Request) -> tuple[BlockUpload, bytes]:
     """The upload and its bytes, from either body form; 422 naming the bad field."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -81,13 +94,10 @@ async def parse_upload(request: Request) -> tuple[BlockUpload, bytes]:
             block_hash = hash_from_header(h[HEADER + "block-hash"])
         except ValueError as err:
             raise _invalid(HEADER + "block-hash", str(err), "header") from None
-        checksum = h[HEADER + "checksum"]
-        decimal = checksum.isascii() and checksum.isdigit()
         meta = BlockUpload.model_construct(
             tenant=_field(_TENANT, h[HEADER + "tenant"], HEADER + "tenant", "header"),
             block_hash=block_hash, data="",
-            checksum=_field(_CHECKSUM, int(checksum) if decimal else checksum,
-                            HEADER + "checksum", "header"),
+            checksum=_header_checksum(h[HEADER + "checksum"]),
             state=_field(_STATE, h.get(HEADER + "state", "cached"), HEADER + "state", "header"),
         )  # fmt: skip
         return meta, await request.body()

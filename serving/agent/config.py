@@ -40,7 +40,10 @@ class AgentConfig(FiniteConfig):
     @model_validator(mode="after")
     def _consistent(self) -> AgentConfig:
         if self.speculative_quota_bytes > self.capacity_bytes:
-            raise ValueError("speculative_quota_bytes must not exceed capacity_bytes")
+            raise ValueError(
+                f"speculative_quota_bytes ({self.speculative_quota_bytes}) must not exceed "
+                f"capacity_bytes ({self.capacity_bytes})"
+            )
         slot = self.pool_slot_bytes
         if slot is not None and slot > min(self.capacity_bytes, self.max_block_bytes):
             raise ValueError(  # one slot is reserved at least: more memory than the capacity

@@ -87,8 +87,15 @@ class ClusterSpec:
             raise ValueError(f"--agents must be between 1 and 64, got {self.agents}")
         if self.mode not in ("shadow", "active"):
             raise ValueError(f"--mode must be shadow or active, got {self.mode!r}")
+        if self.capacity_bytes <= 0:
+            raise ValueError(f"--capacity must be > 0, got {self.capacity_bytes}")
         if not 0 < self.speculative_quota_bytes <= self.capacity_bytes:
-            raise ValueError("the speculative quota must be > 0 and at most the capacity")
+            raise ValueError(
+                f"the speculative quota (--speculative-quota {self.speculative_quota_bytes}) "
+                f"must be > 0 and at most the capacity (--capacity {self.capacity_bytes})"
+            )
+        if self.block_bytes <= 0:
+            raise ValueError(f"--block-bytes must be > 0, got {self.block_bytes}")
 
 
 LOCK_FILE = ".cluster.lock"  # held by the supervisor of the workdir's cluster

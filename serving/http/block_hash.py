@@ -40,7 +40,10 @@ def hash_from_header(text: str) -> BlockHash:
     ``0x`` then hex a bytes hash (the unambiguous form: ``1234`` is the integer), and other
     hex, for short, a bytes hash too; ValueError otherwise."""
     if text.isascii() and text.isdigit():
-        return hash_from_json(int(text))
+        digits = text.lstrip("0") or "0"
+        if len(digits) > 20:  # past 2**64; and int() refuses over 4300 digits
+            raise ValueError(f"an integer block hash must be in [0, 2**64), got {len(text)} digits")
+        return hash_from_json(int(digits))
     return hash_from_json(text.removeprefix("0x"))
 
 

@@ -32,9 +32,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-    except OSError:
+    except OSError as err:
         sock.close()
-        raise
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = (err.strerror or str(err)).lower()
+        raise OSError(err.errno, f"cannot listen on {where}: {reason}") from None
     return sock
 
 

@@ -1,5 +1,6 @@
 """Bodies of the sidecar's HTTP API: every message between the router, the engines, the
-operators and the sidecar (requests validated strictly, unknown keys refused, NaN refused).
+operators and the sidecar (requests validated strictly: no JSON type converted, unknown keys
+refused, NaN refused).
 
 Block hashes are JSON integers (u64) or hex strings (bytes hashes, mapped to u64 ids the way
 vLLM maps them: big-endian, low 64 bits). Nodes are named by id (0..n-1) or by name. KV events
@@ -23,7 +24,8 @@ MAX_HASHES = 1 << 16
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # strict: a JSON type is never converted (``"node": true`` is not node 1, ``"32"`` not 32)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class Arrival(Body):
@@ -61,7 +63,7 @@ class EngineEvent(BaseModel):
     """An event as vLLM writes it (its map encoding): fields kvcast does not read, such as
     ``token_ids``, ``lora_id`` or ``lora_name``, are accepted and ignored, as on ZMQ."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 
 
 class StoredEvent(EngineEvent):

@@ -42,6 +42,8 @@ def stamp(ts_ms: float | None, now_ms: float, loc: Sequence[str | int]) -> float
     if ts_ms > now_ms + MAX_AHEAD_MS:
         ahead = (ts_ms - now_ms) / 1e3
         msg = f"ts_ms {ts_ms:.0f} is {ahead:,.0f} s ahead of the sidecar's clock"
+        if ts_ms >= 1e21:  # past nanoseconds (1.8e18): no unit, no skew; say it short
+            msg = f"ts_ms {ts_ms:.6g} is {ahead:.3g} s ahead of the sidecar's clock"
         raise invalid(loc, msg + ": unix milliseconds expected; check the sender's clock")
     return ts_ms
 

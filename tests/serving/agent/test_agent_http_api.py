@@ -175,3 +175,23 @@ def test_telemetry_counts_removals_and_the_removals_route_lists_them(run, contro
             assert (await api.get("/v1/removals", params={"since": -1})).status_code == 422
 
     run(scenario())
+
+
+def test_a_wrong_json_type_is_a_422_never_converted(run, control_api) -> None:
+    """``"queue_depth": true`` was read as 1 and ``"deadline_s": "5"`` as 5.0."""
+
+    async def scenario() -> None:
+        async with control_api() as (api, control):
+            r = await api.post("/v1/engine-stats", json={"queue_depth": True})
+            assert r.status_code == 422 and "body.queue_depth" in r.json()["error"], r.text
+            r = await api.post("/v1/engine-stats", json={"queue_depth": "3"})
+            assert r.status_code == 422 and "body.queue_depth" in r.json()["error"], r.text
+            assert control.telemetry().queue_depth is None
+            pull = {"command_id": "c", "source": "127.0.0.1:1", "tenant": "t",
+                    "block_hashes": [1], "deadline_s": "5"}  # fmt: skip
+            r = await api.post("/v1/replicate", json=pull)
+            assert r.status_code == 422 and "body.deadline_s" in r.json()["error"], r.text
+            r = await api.post("/v1/engine-stats", json={"queue_depth": 3, "kv_usage": 1})
+            assert r.status_code == 204, r.text  # an integer serves for a float
+
+    run(scenario())

@@ -53,10 +53,20 @@ def test_address_in_use_is_one_line_and_exit_2() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        args = [*SIZES, "--listen", f"127.0.0.1:{port}"]
-        r = runner.invoke(app, [*BASE, *args], env={"KVCAST_TOKEN": None})
-    assert r.exit_code == 2 and "Traceback" not in r.output
-    assert "in use" in r.output.lower()
+        for flag in ("--listen", "--transfer-listen"):
+            args = [*SIZES, flag, f"127.0.0.1:{port}"]
+            r = runner.invoke(app, [*BASE, *args], env={"KVCAST_TOKEN": None})
+            assert r.exit_code == 2 and "Traceback" not in r.output
+            assert "in use" in r.output.lower()
+            # the address is named (the HTTP port once said only "[Errno 98] Address ...")
+            text = " ".join(r.output.split())
+            assert f"'127.0.0.1', {port}" in text or f"127.0.0.1:{port}" in text, r.output
+
+
+def test_quota_over_capacity_names_both_sizes() -> None:
+    args = [*BASE, "--capacity", "1MiB", "--speculative-quota", "2MiB"]
+    r = runner.invoke(app, args, env={"KVCAST_TOKEN": None})
+    assert r.exit_code == 2 and "2097152" in r.output and "1048576" in r.output, r.output
 
 
 def test_serve_agent_help_lists_the_flags() -> None:

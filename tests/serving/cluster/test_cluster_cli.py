@@ -48,7 +48,13 @@ def test_up_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None
     model = str(write_recency_model(tmp_path / "m.onnx", build_spec(FeatureConfig())))
     _refused(["cluster", "up", "--model", model, "--mode", "loud"], "--mode must be")
     _refused(["cluster", "up", "--model", model, "--capacity", "1MiB", "--speculative-quota",
-              "2MiB"], "speculative quota")  # fmt: skip
+              "2MiB"], "speculative quota", "2097152", "1048576")  # fmt: skip
+    # refused with the flag, not with a key of the sidecar.yaml written after an agent started
+    workdir = tmp_path / "cl"
+    _refused(["cluster", "up", "--model", model, "--workdir", str(workdir), "--block-bytes", "0"],
+             "--block-bytes must be > 0, got 0")  # fmt: skip
+    assert not (workdir / "logs").exists()
+    _refused(["cluster", "up", "--model", model, "--capacity", "0"], "--capacity must be > 0")
     _refused(["cluster", "up", "--model", model, "--capacity", "lots"], "--capacity")
     _refused(["cluster", "up", "--model", str(tmp_path / "none.onnx")], "no such file")
     assert runner.invoke(app, ["cluster", "up", "--agents", "0"], env=ENV).exit_code == 2

@@ -122,3 +122,27 @@ def test_header_hash_round_trip() -> None:
 
     for h in (0, 1234, 2**64 - 1, b"\x12\x34", b"\x00\xab", bytes(range(32))):
         assert hash_from_header(hash_to_header(h)) == h
+
+
+def test_overlong_or_non_decimal_header_numbers_are_a_422_naming_the_header(run) -> None:
+    """Past Python's 4300-digit int limit a decimal header once raised a 500 (checksum) or
+    leaked ``sys.set_int_max_str_digits`` advice (hash); ``1_000`` was read as 1000."""
+
+    async def main() -> None:
+        async with agent_api() as (client, agent):
+            data = _block(6)
+            base = {**AUTH, "Content-Type": "application/octet-stream", "X-Kvcast-Tenant": "acme",
+                    "X-Kvcast-Block-Hash": "7",
+                    "X-Kvcast-Checksum": str(checksum(data))}  # fmt: skip
+            cases = [("X-Kvcast-Checksum", "9" * 5000), ("X-Kvcast-Block-Hash", "7" * 5000),
+                     ("X-Kvcast-Checksum", "1_000"),
+                     ("X-Kvcast-Checksum", "18446744073709551616")]  # fmt: skip
+            for header, value in cases:
+                r = await client.put("/v1/blocks", content=data, headers=base | {header: value})
+                assert r.status_code == 422, (header, value[:20], r.status_code)
+                (err,) = r.json()["detail"]
+                assert err["field"] == "header." + header.lower(), r.text
+                assert "set_int_max_str_digits" not in err["msg"], err["msg"]
+            assert len(agent.store) == 0
+
+    run(main())

@@ -85,6 +85,45 @@ def test_a_public_prefix_longer_than_any_chain_is_a_422(tmp_path, run) -> None:
     run(main())
 
 
+def test_a_wrong_json_type_is_a_422_never_converted(tmp_path, run) -> None:
+    """``"node": true`` was read as node 1 (and ``"input_tokens": true`` as 1 token): a JSON
+    boolean, a string or a fractional number where an integer belongs is refused."""
+
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path)) as (sc, client):
+            good = {"request_id": "r", "node": 0, "tenant": "zed", "block_hashes": chain(2),
+                    "input_tokens": 32}  # fmt: skip
+            for key, value in [("node", True), ("node", False), ("node", 1.0),
+                               ("input_tokens", True), ("input_tokens", "32"),
+                               ("queue_depth", 1.5)]:  # fmt: skip
+                r = await client.post("/v1/requests", json={"requests": [good | {key: value}]})
+                assert r.status_code == 422, (key, value, r.text)
+                assert f"body.requests.0.{key}" in r.json()["error"], r.text
+            kv = {"node": True, "events": [{"type": "AllBlocksCleared"}]}
+            r = await client.post("/v1/kv-events", json=kv)
+            assert r.status_code == 422 and "body.node" in r.json()["error"], r.text
+            stored = {"type": "BlockStored", "block_hashes": [1], "block_size": True}
+            r = await client.post("/v1/kv-events", json={"node": 0, "events": [stored]})
+            assert r.status_code == 422 and "block_size" in r.json()["error"], r.text
+            assert len(sc.queue) == 0 and sc.queue.accepted["http"] == 0
+            r = await client.post("/v1/requests", json={"requests": [good | {"ts_ms": 12.0}]})
+            assert r.status_code == 202, r.text  # an integer or a float is a float
+
+    run(main())
+
+
+def test_a_timestamp_absurdly_far_ahead_is_refused_in_one_short_line(tmp_path, run) -> None:
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path)) as (_, client):
+            bad = {"request_id": "r", "node": 0, "tenant": "zed", "block_hashes": chain(1),
+                   "input_tokens": 16, "ts_ms": 1e300}  # fmt: skip
+            r = await client.post("/v1/requests", json={"requests": [bad]})
+            assert r.status_code == 422 and "ahead of the sidecar's clock" in r.text
+            assert "1e+300" in r.json()["error"] and len(r.json()["error"]) < 200, r.text
+
+    run(main())
+
+
 def test_vllm_map_events_over_http_are_accepted_with_their_own_fields(tmp_path, run) -> None:
     async def main() -> None:
         async with open_sidecar(sidecar_config(tmp_path)) as (sc, client):
