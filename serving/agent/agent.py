@@ -4,6 +4,7 @@ client that pulls from peers into it, all on one asyncio event loop."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from types import TracebackType
 
@@ -34,6 +35,7 @@ class Agent:
         tls: TlsFiles | None = None,
     ) -> None:
         self.config, self.tls = config, tls
+        self.incarnation = uuid.uuid4().hex  # this life of the agent (telemetry tells it)
         token = config.token_value
         self.store = BlockStore(
             config.capacity_bytes,

@@ -159,6 +159,10 @@ class Telemetry(BaseModel):
         default=0, description="the number the next removal on the agent's own will get "
         "(``GET /v1/removals``): more than last time means blocks left"
     )  # fmt: skip
+    incarnation: str = Field(
+        default="", description="a random id drawn each time the agent starts: another than "
+        "last time means it restarted, its store (and its removal numbers) new"
+    )  # fmt: skip
 
 
 class Health(BaseModel):

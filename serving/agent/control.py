@@ -173,7 +173,7 @@ class AgentControl:
             replications_in_flight=self.replications_in_flight,
             queue_depth=sum(e.queue_depth for e in engines) if engines else None,
             engines=engines, removals_next=store.removals.next_seq,
-            device=self.agent.config.device,
+            device=self.agent.config.device, incarnation=self.agent.incarnation,
         )  # fmt: skip
 
     def removals(self, since: int, limit: int = MAX_REMOVALS_PER_ANSWER) -> Removals:

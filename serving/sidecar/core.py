@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import httpx
+from pydantic import ValidationError
 
 from kvcast.features.events import BlockRemoved
 from kvcast.features.online.state import FeatureState
@@ -34,9 +35,10 @@ from kvcast.serving.sidecar.metrics import sidecar_registry, timers
 from kvcast.serving.sidecar.model_slot import ModelSlot
 from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains
-from kvcast.serving.sidecar.recovery import RecoveryReport, recover_locations
+from kvcast.serving.sidecar.recovery import RecoveryReport, read_inventory, recover_locations
 from kvcast.serving.sidecar.replicas import ReplicaTracker
 from kvcast.serving.sidecar.telemetry_poller import TelemetryPoller
+from kvcast.serving.sidecar.translate import u64
 from kvcast.serving.sidecar.zmq_ingest import EngineFeed
 from kvcast.serving.tls import TlsFiles
 
@@ -98,7 +100,7 @@ class Sidecar:
             bytes_per_token=self.block_bytes / fcfg.block_tokens,
             removals=lambda node: int(self.keeper.gpu_removals[node]),
             pending=self.executor.pairs, clock_ms=clock_ms, agent_client=self.executor.client,
-            on_removed=self.replicas_left_agent,
+            on_removed=self.replicas_left_agent, on_restarted=self.agent_restarted,
         )  # fmt: skip
         self.registry = sidecar_registry(self)
         self.loop = DecisionLoop(
@@ -150,6 +152,25 @@ class Sidecar:
             self.queue.put([BlockRemoved(self.clock_ms(), node, tuple(gone))], REPLICA_SOURCE)
             self.loop.note_lost(node, tuple(gone))
         return gone
+
+    async def agent_restarted(self, node: int, url: str) -> list[int]:
+        """The agent of ``node`` started anew: the replicas placed there before are gone with
+        its old store, all but those its inventory holds (copied since it came back). They
+        leave the view and the ledger now, not at their TTL. An inventory that cannot be read
+        counts as empty (a copy wrongly forgotten may be sent again; one wrongly kept would
+        be routed to). Returns the hashes that left."""
+        placed = self.replicas.on_node(node)
+        if not placed:
+            return []
+        try:
+            inv = await read_inventory(self.client, url, self.cfg.token_value,
+                                       self.cfg.agents.timeout_s)  # fmt: skip
+            held = {(b.tenant, u64(b.block_hash)) for b in inv.blocks}
+        except (httpx.HTTPError, ValidationError) as err:
+            log.warning("node %d's inventory unread after its agent restarted (%s): its "
+                        "replicas are taken as gone", node, err)  # fmt: skip
+            held = set()
+        return self.replicas_left_agent(node, [r for r in placed if r not in held])
 
     async def start(self, *, decisions: bool = True) -> None:
         """Load the configured model, then start every part (``decisions=False``: no tick

@@ -145,6 +145,8 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
                   {n: float(up) for n, up in zip(names, sc.loads.agent_up, strict=True)}),
         _labelled("counter", "telemetry_failures_total", "Agent polls that failed", "node",
                   {names[i]: float(c) for i, c in sc.poller.failures.items()}),
+        _labelled("counter", "agent_restarts_total", "Agent restarts seen (a new incarnation)",
+                  "node", {names[i]: float(c) for i, c in sc.poller.restarts.items()}),
         _one("counter", "auth_failures_total", "Requests refused for a bad token",
              sc.auth_failures),
         _one("gauge", "recovered_block_locations", "Block locations read from the agents at "

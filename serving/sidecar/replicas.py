@@ -117,6 +117,11 @@ class ReplicaTracker:
             self.wasted += 1
         return r
 
+    def on_node(self, node: int) -> list[tuple[str, int]]:
+        """(tenant, hash) of the live replicas on ``node`` (a scan: for rare events)."""
+        with self._lock:
+            return [(r.tenant, h) for (n, h), r in self._live.items() if n == node]
+
     def tenant(self, node: int, block_hash: int) -> str | None:
         r = self._live.get((node, block_hash))
         return None if r is None else r.tenant

@@ -11,8 +11,14 @@ Each answer also says how many blocks the agent has removed on its own (``remova
 evicted to make room, or expired); when that number grew, the new removals are read
 (``GET /v1/removals``) and handed to ``on_removed``, so that a replica the agent dropped leaves
 the sidecar's view now rather than at its TTL. The first answer from an agent sets where to
-start (what it removed before is covered by the recovery's inventory); a number that went
-down means the agent restarted, and its new life is read from the start.
+start (what it removed before is covered by the recovery's inventory).
+
+An agent that restarted says so by another ``incarnation`` (a random id drawn at each start):
+its store is new, so ``on_restarted`` is told (the sidecar forgets the replicas it had placed
+there, but for those the new store holds) and its removals are read from the start of its new
+life. An agent without that field (an older one) is taken to have restarted when its removal
+number went down; one that removed as many blocks in its new life as in the old before the
+first poll goes unnoticed then.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import httpx
 from pydantic import ValidationError
@@ -45,11 +51,15 @@ class TelemetryPoller:
         clock_ms: Callable[[], float] = lambda: time.time() * 1000.0,
         agent_client: AgentClient | None = None,
         on_removed: Callable[[int, list[tuple[str, int]]], None] | None = None,
+        on_restarted: Callable[[int, str], Awaitable[object]] | None = None,
     ) -> None:  # fmt: skip
         self.agents, self.loads, self.queue, self.client = agents, loads, queue, client
         self.period_s, self.timeout_s, self.bytes_per_token = period_s, timeout_s, bytes_per_token
         self.removals, self.pending, self.clock_ms = removals, pending, clock_ms
         self.agent_client, self.on_removed = agent_client, on_removed
+        self.on_restarted = on_restarted
+        self.incarnation: dict[int, str] = {}  # node -> the agent's life last seen
+        self.restarts: Counter[int] = Counter()  # by node
         self.polls = 0
         self.failures: Counter[int] = Counter()  # by node
         self.cursor: dict[int, int] = {}  # node -> the next agent removal to read
@@ -98,7 +108,23 @@ class TelemetryPoller:
         if not readiness.ready:
             self.loads.note_agent_down(node)
         self.queue.put([self.sample(node, telemetry)], SOURCE)
+        if await self.note_incarnation(node, url, telemetry.incarnation):
+            self.cursor[node] = 0  # its removal numbers start again
         await self.follow_removals(node, url, telemetry.removals_next)
+
+    async def note_incarnation(self, node: int, url: str, incarnation: str) -> bool:
+        """Whether the agent of ``node`` restarted since the last answer (another
+        incarnation); if so ``on_restarted`` has been told."""
+        before = self.incarnation.get(node)
+        if incarnation:
+            self.incarnation[node] = incarnation
+        if not incarnation or before is None or before == incarnation:
+            return False
+        self.restarts[node] += 1
+        log.warning("agent of node %d (%s) restarted: its store is new", node, url)
+        if self.on_restarted is not None:
+            await self.on_restarted(node, url)
+        return True
 
     async def follow_removals(self, node: int, url: str, upto: int) -> None:
         """Read what the agent of ``node`` removed on its own since the last poll (up to its

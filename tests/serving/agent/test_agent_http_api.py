@@ -177,6 +177,18 @@ def test_telemetry_counts_removals_and_the_removals_route_lists_them(run, contro
     run(scenario())
 
 
+def test_telemetry_names_the_agents_incarnation_new_at_each_start(run, control_api) -> None:
+    """The same id for every answer of one life; another for the next life (a restart)."""
+
+    async def scenario() -> set[str]:
+        async with control_api() as (api, _control):
+            ids = {(await api.get("/v1/telemetry")).json()["incarnation"] for _ in range(3)}
+        assert len(ids) == 1 and len(next(iter(ids))) == 32
+        return ids
+
+    assert run(scenario()) != run(scenario())
+
+
 def test_a_wrong_json_type_is_a_422_never_converted(run, control_api) -> None:
     """``"queue_depth": true`` was read as 1 and ``"deadline_s": "5"`` as 5.0."""
 

@@ -104,3 +104,43 @@ def test_removals_unread_for_a_bad_token_are_read_at_the_next_poll(run) -> None:
                 assert got == [("acme", 0), ("acme", 1)]
 
     run(scenario(), timeout=30.0)
+
+
+def test_a_restart_is_seen_by_its_new_incarnation_even_with_as_many_removals(run) -> None:
+    """The new life removed as many blocks as the old one before the first poll: the removal
+    number alone cannot tell, the agent's incarnation does. The sidecar is told once, and the
+    new life's removals are read from its start."""
+
+    async def scenario() -> None:
+        switch, got, restarted = Switch(), [], []
+
+        async def on_restarted(node: int, url: str) -> None:
+            restarted.append((node, url))
+
+        transport = httpx.ASGITransport(app=switch)
+        async with agent() as a, httpx.AsyncClient(transport=transport) as http:
+            switch.app = build_app(AgentControl(a), TOKEN)
+            poller = TelemetryPoller(
+                [URL], NodeLoads(1, FeatureConfig().prefill, 60.0), EventQueue(1 << 16), http,
+                period_s=1.0, timeout_s=5.0, bytes_per_token=1.0, removals=lambda node: 0,
+                pending=dict, agent_client=AgentClient(http, TOKEN, 5.0),
+                on_removed=lambda node, refs: got.extend(refs), on_restarted=on_restarted,
+            )  # fmt: skip
+            await poller.poll_once()
+            expire(a, "acme", range(2))
+            await poller.poll_once()
+            assert got == [("acme", 0), ("acme", 1)] and poller.cursor == {0: 2}
+            await poller.poll_once()
+            assert restarted == []
+            async with agent() as b:
+                assert b.incarnation != a.incarnation
+                switch.app = build_app(AgentControl(b), TOKEN)
+                expire(b, "acme", range(50, 52))  # as many as before: removals_next is 2 again
+                got.clear()
+                await poller.poll_once()
+                assert restarted == [(0, URL)] and poller.restarts[0] == 1
+                assert got == [("acme", 50), ("acme", 51)] and poller.cursor == {0: 2}
+                await poller.poll_once()
+                assert restarted == [(0, URL)] and len(got) == 2
+
+    run(scenario(), timeout=30.0)
