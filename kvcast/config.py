@@ -60,14 +60,19 @@ C = TypeVar("C", bound=FrozenConfig)
 def _format_errors(source: str, err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        key = ".".join(str(p) for p in e["loc"])
         got = e.get("input")
+        msg = e["msg"]
+        if e["type"] == "value_error":  # our own validators' messages name what they refuse
+            msg = msg.removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: key '{key}': unknown key")
+        elif not key:  # a rule across keys (a model validator): its message says it all
+            lines.append(f"{source}: {msg}")
         elif isinstance(got, dict | list) or "token" in e["loc"]:  # a whole section (it may
-            lines.append(f"{source}: key '{key}': {e['msg']}")  # hold a secret), or a secret
+            lines.append(f"{source}: key '{key}': {msg}")  # hold a secret), or a secret
         else:
-            lines.append(f"{source}: key '{key}': {e['msg']} (got {got!r})")
+            lines.append(f"{source}: key '{key}': {msg} (got {got!r})")
     return "; ".join(lines)
 
 

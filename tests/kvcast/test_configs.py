@@ -145,3 +145,17 @@ def test_model_too_big_for_node_memory_is_reported() -> None:
     cfg = SimConfig.model_validate({"node": {"gpus": 1}})
     with pytest.raises(ValueError, match="does not fit"):
         cfg.kv_capacity_bytes()
+
+
+def test_a_rule_across_keys_is_reported_as_its_own_message(tmp_path: Path) -> None:
+    """A model validator's refusal reads as the file and its message: no '<root>' key and no
+    pydantic 'Value error,' prefix in front of it."""
+    from kvcast.serving.agent.config import AgentConfig
+
+    p = tmp_path / "agent.yaml"
+    p.write_text("capacity_bytes: 1024\nspeculative_quota_bytes: 2048\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(AgentConfig, p)
+    assert str(refused.value) == (
+        f"{p}: speculative_quota_bytes (2048) must not exceed capacity_bytes (1024)"
+    )
