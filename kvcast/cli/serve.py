@@ -35,13 +35,18 @@ def agent_settings(
 ) -> Any:
     """The :class:`AgentConfig` from ``config`` (YAML), overridden by ``flags`` and ``sizes``
     (``--capacity 64GiB``) when given, the token from the environment variable ``token_env``."""
-    from kvcast.config import parse_config, read_yaml
+    from kvcast.config import ConfigError, parse_config, read_yaml
     from kvcast.serving.agent.config import AgentConfig
     from kvcast.serving.http.auth import token_from_env
 
     data = read_yaml(config) if config is not None else {}
     if not isinstance(data, dict):
         raise ValueError(f"{config}: expected a mapping at the top level")
+    if unknown := [k for k in data if k not in AgentConfig.model_fields]:  # before "required":
+        more = f" (and {len(unknown) - 3} more unknown keys)" if len(unknown) > 3 else ""
+        raise ConfigError(  # another service's file is wrong by its keys, not by what it lacks
+            "; ".join(f"{config}: key '{k}': unknown key" for k in unknown[:3]) + more
+        )
     data |= {k: v for k, v in flags.items() if v is not None}
     for key, (flag, text) in sizes.items():
         if text is not None:

@@ -41,6 +41,17 @@ def test_unknown_config_key_is_named_with_the_file(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "agent.yaml: key 'capacty': unknown key" in r.output
 
 
+def test_another_services_config_is_named_by_its_unknown_keys(tmp_path: Path) -> None:
+    """The sidecar's YAML given to the agent: its keys are what is wrong, not the agent's
+    missing sizes."""
+    cfg = tmp_path / "sidecar.yaml"
+    cfg.write_text("listen: 127.0.0.1:8480\nnodes:\n  - name: a\ntick_ms: 250\n")
+    r = runner.invoke(app, ["serve", "agent", "--config", str(cfg)], env={"KVCAST_TOKEN": None})
+    assert r.exit_code == 2, r.output
+    assert "sidecar.yaml: key 'nodes': unknown key" in r.output, r.output
+    assert "is required" not in r.output
+
+
 def test_empty_token_variable_is_refused() -> None:
     r = runner.invoke(app, [*BASE, *SIZES, "--token-env", "MY_TOKEN"], env={"MY_TOKEN": ""})
     assert r.exit_code == 2 and "MY_TOKEN is set but empty" in r.output
