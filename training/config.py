@@ -148,6 +148,27 @@ class TrainConfig(FrozenConfig):
             raise ValueError(f"distributed.strategy: ddp trains tcn only, not {self.kind}")
         return self
 
+    @model_validator(mode="after")
+    def _tcn_keeps_every_row(self) -> TrainConfig:
+        """A sequence model's history windows need every candidate row: for the tcn kind an
+        unset ``data.negative_keep`` is 1.0, not the feature config's sampling rate (which
+        the TCN refuses, after the replay), and a lower one is refused here. (An "after"
+        rule: a "before" one would make pydantic validate the parsed JSON in Python mode,
+        where strict refuses a list for a tuple.)"""
+        keep = self.data.negative_keep
+        if self.kind != "tcn" or self.data.features is not None:
+            return self
+        if keep is None:
+            return self.model_copy(
+                update={"data": self.data.model_copy(update={"negative_keep": 1.0})}
+            )
+        if keep < 1:
+            raise ValueError(
+                f"data.negative_keep={keep:g}: the tcn's history windows need every candidate "
+                "row (1.0); sampling negatives would leak their labels"
+            )
+        return self
+
     @property
     def kind(self) -> str:
         return self.model.kind

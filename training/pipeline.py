@@ -60,6 +60,7 @@ def run_training(
     say("data")
     data = data if data is not None else load_data(cfg)
     model_kind(cfg.kind)  # an unknown kind fails before any work
+    require_both_classes(data, cfg.data.label)
     out = cfg.output_dir
     out.mkdir(parents=True, exist_ok=True)
     tracker = (
@@ -144,6 +145,22 @@ def run_training(
     return TrainResult(
         cfg.kind, out, path, summary, tracker.run_id if tracker else None, registered, champion
     )
+
+
+def require_both_classes(data: TrainingData, label: str) -> None:
+    """Refuse a table on which no meaningful model can be fitted or judged: a window without
+    positives (a constant model, calibration without a target, NaN validation and test
+    metrics that the champion rule cannot compare), or a training window without negatives."""
+    for part in ("train", "validation", "test"):
+        idx = data.rows(part)
+        positives = int(np.count_nonzero(data.y[idx]))
+        lo, hi = data.split.bounds[part]
+        if positives == 0 or (part == "train" and positives == len(idx)):
+            which = "positive" if positives == 0 else "negative"
+            raise ValueError(
+                f"the {part} window [{lo:.0f}, {hi:.0f}) ms has no {which} rows of {label} "
+                f"({positives} positives in {len(idx)} rows): use a longer trace or another label"
+            )
 
 
 def _provenance(cfg: TrainConfig, data: TrainingData) -> dict[str, str]:

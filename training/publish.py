@@ -74,7 +74,7 @@ def card(
     }
     metrics = {
         f"{cfg.kind} (test)": s["test"],
-        "recency (test)": s["test_recency"],
+        f"{'recency baseline' if cfg.kind == 'recency' else 'recency'} (test)": s["test_recency"],
         f"{cfg.kind} (validation)": s["validation"],
     }
     prov = {k: v for k, v in data.info.items() if k != "feature_config"}

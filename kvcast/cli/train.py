@@ -29,6 +29,12 @@ def metrics_table(title: str, columns: dict[str, dict[str, Any]]) -> Table:
 KINDS = ("recency", "rule", "lgbm", "tcn")
 
 
+def baseline_name(kind: str) -> str:
+    """The recency baseline's column beside a model of ``kind`` (the recency kind is a
+    model too: one name for both would show the baseline only)."""
+    return "recency baseline" if kind == "recency" else "recency"
+
+
 def train_config(
     config: Path | None,
     trace: str | None,
@@ -102,7 +108,8 @@ def train_cmd(
     m = result.metrics
     out_console.print(
         metrics_table(
-            f"{cfg.kind}: test window", {cfg.kind: m["test"], "recency": m["test_recency"]}
+            f"{cfg.kind}: test window",
+            {cfg.kind: m["test"], baseline_name(cfg.kind): m["test_recency"]},
         )
     )
     out_console.print(
@@ -159,7 +166,7 @@ def score_cmd(
     result["model_uri"] = model
     path = write_json(out / "metrics.json", result)
     cols = {scorer.kind: result["model"]} | (
-        {"recency": result["recency"]} if "recency" in result else {}
+        {baseline_name(scorer.kind): result["recency"]} if "recency" in result else {}
     )
     out_console.print(metrics_table(f"{trace}", cols))
     out_console.print(f"wrote {path}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kvcast.config import FrozenConfig
 
@@ -36,7 +36,7 @@ class LgbmParams(FrozenConfig):
     num_boost_round: int = Field(16, ge=1)  # tree cap (latency budget)
     early_stopping_rounds: int = Field(20, ge=1)  # on the validation window
     early_stopping_metric: Literal["binary_logloss", "auc", "average_precision"] = "binary_logloss"
-    num_leaves: int = Field(15, ge=2)
+    num_leaves: int = Field(15, ge=2, le=131_072)  # LightGBM's own limit
     learning_rate: float = Field(0.1, gt=0)
     min_data_in_leaf: int = Field(200, ge=1)
     feature_fraction: float = Field(0.5, gt=0, le=1)
@@ -67,3 +67,20 @@ class TcnParams(FrozenConfig):
     train_negative_keep: float = Field(0.25, gt=0, le=1)  # training targets: negatives kept
     max_train_windows: int = Field(200_000, ge=100)
     num_threads: int = Field(1, ge=1)  # torch intra-op threads (1: no OpenMP spin on busy CPUs)
+
+    @model_validator(mode="after")
+    def _reach_within_window(self) -> TcnParams:
+        """Every layer's taps must reach into the window: past it they read only padding,
+        whose length grows as ``(kernel_size - 1) * 2**layers`` (so does the memory)."""
+        if self.kernel_size > self.window:
+            raise ValueError(
+                f"kernel_size={self.kernel_size} is wider than window={self.window}: its "
+                "taps past the window read only padding"
+            )
+        if self.kernel_size > 1 and 2 ** (self.layers - 1) >= self.window:
+            raise ValueError(
+                f"layers={self.layers} with window={self.window}: the last layer's dilation "
+                f"{2 ** (self.layers - 1)} reaches past the window (dilations 1, 2, 4, ... "
+                "must stay below it)"
+            )
+        return self

@@ -1,0 +1,127 @@
+"""Runs that cannot give a meaningful model stop up front, in one line, leaving no model file;
+the defaults of each kind train as they are; the recency kind is reported beside its baseline
+under two names."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from tiny_training import SPLIT, TINY_MODELS, tiny_config
+from typer.testing import CliRunner
+
+from kvcast.cli.app import app
+from kvcast.cli.train import train_config
+from kvcast.config import ConfigError, parse_config
+from kvcast.training.config import TrainConfig
+from kvcast.training.data import TrainingData
+from kvcast.training.pipeline import run_training
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("part", ["train", "validation", "test"])
+def test_a_window_without_positives_is_refused_before_a_model_is_written(
+    part: str, tiny_data: dict[str, TrainingData], tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """A label with no positives in a window trains a constant (and, tracked, registered it
+    as champion with a NaN validation metric): refused naming the window and the label."""
+    data = tiny_data["sampled"]
+    y = data.y.copy()
+    y[data.rows(part)] = 0
+    empty = dataclasses.replace(data, y=y)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=rf"the {part} window .* no positive rows of label_burst"):
+        run_training(tiny_config("lgbm", tiny_tables, out), data=empty)
+    assert not (out / "model.onnx").exists()
+
+
+def test_a_label_without_positives_ends_the_cli_in_one_line(tmp_path: Path) -> None:
+    """End to end through ``kvcast train``: exit 2, one line naming the label, no model."""
+    trace = tmp_path / "t.jsonl"
+    from kvcast.data import bundled_trace_path
+
+    trace.write_text("".join(bundled_trace_path("conversation").read_text().splitlines(True)[:500]))
+    fk = tmp_path / "features.yaml"
+    fk.write_text("labels:\n  extra_k: [2, 10000]\n")
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(
+        f"data:\n  trace: {trace}\n  features_config: {fk}\n  label: label_burst_k10000\n"
+        f"split:\n  purge_ms: 10000\nmodel:\n  kind: rule\n  grid_points: 4\n"
+        f"out_dir: {tmp_path / 'out'}\n"
+    )
+    r = runner.invoke(app, ["train", "--config", str(cfg), "--no-track"])
+    assert r.exit_code == 2, r.output
+    assert "label_burst_k10000" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "out" / "model.onnx").exists()
+
+
+def test_the_tcn_kind_defaults_to_an_unsampled_table() -> None:
+    """``kvcast train --kind tcn`` (embedded defaults) replays every candidate row, as
+    configs/train/tcn.yaml shows: a sampled table is what the TCN refuses."""
+    cfg = train_config(None, None, None, None, False, "tcn")
+    assert cfg.data.negative_keep == 1.0
+    assert TrainConfig.model_validate({"model": {"kind": "tcn"}}).data.negative_keep == 1.0
+    assert TrainConfig.model_validate({"model": {"kind": "lgbm"}}).data.negative_keep is None
+
+
+def test_a_tcn_asked_to_sample_negatives_is_refused_before_the_replay() -> None:
+    with pytest.raises(ConfigError, match=re.escape("data.negative_keep=0.25")):
+        parse_config(TrainConfig, {"data": {"negative_keep": 0.25}, "model": {"kind": "tcn"}})
+
+
+@pytest.mark.parametrize(
+    ("model", "needle"),
+    [
+        ({"kind": "lgbm", "num_leaves": 200_000}, "num_leaves"),
+        ({"kind": "tcn", "layers": 12}, "layers=12"),
+        ({"kind": "tcn", "window": 4, "kernel_size": 50}, "kernel_size=50"),
+    ],
+)
+def test_model_params_the_fit_cannot_use_are_refused_up_front(model: dict, needle: str) -> None:
+    """LightGBM aborts past 131,072 leaves (a traceback after the replay); a TCN layer whose
+    dilation or kernel reaches past the window sees only padding there, and its padding
+    grows as 2**layers (layers: 12 ran the machine out of memory)."""
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        parse_config(TrainConfig, {"model": model})
+
+
+def test_the_recency_kind_is_reported_beside_its_baseline_not_over_it(
+    tiny_tables: dict[str, Path], tiny_trace: Path, tmp_path: Path
+) -> None:
+    """Kind and baseline are both "recency": the table and the model card showed the
+    baseline's metrics only, under the model's name."""
+    out = tmp_path / "out"
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"features": str(tiny_tables["sampled"])},
+                "split": SPLIT,
+                "model": TINY_MODELS["recency"],
+                "out_dir": str(out),
+            }
+        )
+    )
+    r = runner.invoke(app, ["train", "--config", str(cfg), "--no-track"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "recency baseline" in r.output
+    card = (out / "model_card.md").read_text()
+    rows = [line for line in card.splitlines() if line.startswith("| recency")]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| recency (test)",
+        "| recency baseline (test)",
+        "| recency (validation)",
+    ]
+    m = json.loads((out / "metrics.json").read_text())
+    assert f"{m['test']['brier']:.4g}" in rows[0] and f"{m['test_recency']['brier']:.4g}" in rows[1]
+    r = runner.invoke(
+        app,
+        ["score", "--trace", str(tiny_trace), "--model", str(out), "--out", str(tmp_path / "s")],
+        terminal_width=200,
+    )
+    assert r.exit_code == 0 and "recency baseline" in r.output, r.output
