@@ -3,7 +3,8 @@
 The graph comes from the model kind (``to_onnx``); the metadata (feature spec, calibration
 table, missing-value rule, recency baseline, provenance) from :class:`ModelMeta`. Loading the
 written file back through :class:`OnnxScorer` and comparing raw scores with the native model
-on the test window is part of every export (``onnx_parity_max_abs``).
+on the test window is part of every export (``onnx_parity_max_abs``, in the metrics and the
+model card; reported, not enforced: every metric is computed through the ONNX file itself).
 
 The file is written atomically (a temporary file beside it, fsynced, then renamed over it): a
 sidecar reloading it meanwhile reads the old model or the new one, never half of one.
@@ -23,8 +24,6 @@ from kvcast.predictor.model_meta import ModelMeta
 from kvcast.predictor.scorer import OnnxScorer
 from kvcast.training.evaluate import predict_rows
 from kvcast.training.registry import FittedModel
-
-PARITY_TOLERANCE = 1e-4  # raw-score difference that fails an export
 
 
 def with_metadata(model: onnx.ModelProto, meta: ModelMeta) -> onnx.ModelProto:
