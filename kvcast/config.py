@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,14 +58,56 @@ class FiniteConfig(FrozenConfig):
 C = TypeVar("C", bound=FrozenConfig)
 
 
-def _format_errors(source: str, err: ValidationError) -> str:
+def _alternatives(model: Any, name: str) -> dict[str, type[BaseModel]]:
+    """The members of ``model``'s field ``name`` when it is a union told apart by a
+    discriminator (``kind: lgbm``), by their tag; else empty."""
+    field = getattr(model, "model_fields", {}).get(name)
+    if field is None or not isinstance(field.discriminator, str):
+        return {}
+    out = {}
+    for member in typing.get_args(field.annotation):
+        tag = getattr(member, "model_fields", {}).get(field.discriminator)
+        if tag is not None and isinstance(tag.default, str):
+            out[tag.default] = member
+    return out
+
+
+def _config_key(cls: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """The dotted key of an error's location as the file spells it: pydantic puts the tag of
+    a discriminated union in the path (``model.lgbm.num_leaves``), the file does not."""
+    parts: list[str] = []
+    model: Any = cls
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        parts.append(str(part))
+        alternatives = _alternatives(model, part) if isinstance(part, str) else {}
+        if i + 1 < len(loc) and loc[i + 1] in alternatives:
+            model, i = alternatives[loc[i + 1]], i + 2
+            continue
+        field = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
+        ann = field.annotation if field is not None else None
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        i += 1
+    return ".".join(parts)
+
+
+def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
+        key = _config_key(cls, e["loc"])
         got = e.get("input")
         msg = e["msg"]
         if e["type"] == "value_error":  # our own validators' messages name what they refuse
             msg = msg.removeprefix("Value error, ")
+        elif e["type"] == "union_tag_not_found":  # a section of alternatives without its tag
+            disc = str(e.get("ctx", {}).get("discriminator", "")).strip("'")
+            model: Any = cls
+            for part in e["loc"][:-1]:
+                field = getattr(model, "model_fields", {}).get(part)
+                model = field.annotation if field is not None else None
+            tags = ", ".join(_alternatives(model, e["loc"][-1]) if e["loc"] else ())
+            msg = f"'{disc}' is required" + (f" (one of {tags})" if tags else "")
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: key '{key}': unknown key")
         elif not key:  # a rule across keys (a model validator): its message says it all
@@ -91,7 +134,7 @@ def parse_config(cls: type[C], data: dict[str, Any] | None, source: str = "<conf
     try:
         return cls.model_validate_json(text, strict=True)
     except ValidationError as err:
-        raise ConfigError(_format_errors(source, err)) from None
+        raise ConfigError(_format_errors(source, err, cls)) from None
 
 
 def _plain(value: Any) -> Any:
