@@ -93,7 +93,7 @@ def plot_shadow(outcomes: pd.DataFrame, path: Path, min_covered: float, title: s
     ax_cal.plot([0, top], [0, top], color="black", lw=1, ls="--", label="calibrated")
     ax_cal.set_xlim(0, top * 1.04)  # a margin: points at P or share 1 stay whole
     ax_cal.set_ylim(0, top * 1.04)
-    ax_cal.legend(fontsize=8, loc="upper left")
+    ax_cal.legend(fontsize=8, loc="best")  # clear of the points (a corner may hold them)
     ax_cal.set_xlabel("P(hit) the decider acted on (bin mean)")
     ax_cal.set_ylabel("share of decisions hit")
     ax_cal.set_title("calibration of the decisions (size: count)", fontsize=10)

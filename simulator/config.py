@@ -8,12 +8,13 @@ length-aware SLO ``floor + factor x isolated prefill``. Derived values are prope
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from kvcast.config import FrozenConfig, load_config
+from kvcast.config import FiniteConfig, load_config
 from kvcast.features.traces.load_scaling import LoadScaling
 from kvcast.llm import LLMSpec, get_llm
 from kvcast.prefill import PrefillModel
@@ -22,7 +23,7 @@ from kvcast.simulator.policies.config import RoutingConfig
 GIB = 1 << 30
 
 
-class ModelConfig(FrozenConfig):
+class ModelConfig(FiniteConfig):
     preset: str = "llama-3-70b"  # a name from kvcast.llm.LLM_PRESETS
     kv_dtype: Literal["fp16", "bf16", "fp8"] = "fp16"
     weight_dtype: Literal["fp16", "bf16", "fp8"] = "bf16"
@@ -37,21 +38,21 @@ class ModelConfig(FrozenConfig):
         return get_llm(self.preset)
 
 
-class DecodeModel(FrozenConfig):
+class DecodeModel(FiniteConfig):
     """Per-token decode time: ``step_ms + per_seq_ms x running decodes`` at admission."""
 
     step_ms: float = Field(30.0, ge=0)  # TP8 70B decode step
     per_seq_ms: float = Field(0.05, ge=0)  # marginal step cost per concurrent sequence
 
 
-class TierConfig(FrozenConfig):
+class TierConfig(FiniteConfig):
     """A lower storage tier of a node (host DRAM, local NVMe, shared NVMe-oF)."""
 
     capacity_gib: float = Field(0.0, ge=0)  # 0 disables the tier
     bandwidth_gbps: float = Field(25.0, gt=0)  # GB/s into HBM on a hit
 
 
-class NodeConfig(FrozenConfig):
+class NodeConfig(FiniteConfig):
     gpus: int = Field(8, gt=0)
     hbm_gib_per_gpu: float = Field(80.0, gt=0)
     memory_utilization: float = Field(0.9, gt=0, le=1)  # vLLM gpu_memory_utilization
@@ -62,8 +63,16 @@ class NodeConfig(FrozenConfig):
     prefill: PrefillModel = PrefillModel()
     decode: DecodeModel = DecodeModel()
 
+    @field_validator("prefill")
+    @classmethod
+    def _finite_prefill(cls, v: PrefillModel) -> PrefillModel:
+        for key, x in v.model_dump().items():  # an infinite prefill never ends its iteration
+            if not math.isfinite(x):
+                raise ValueError(f"{key} must be a finite number, got {x!r}")
+        return v
 
-class LinkTier(FrozenConfig):
+
+class LinkTier(FiniteConfig):
     bandwidth_gbps: float = Field(gt=0)  # gigabits per second
     latency_us: float = Field(ge=0)
     efficiency: float = Field(0.87, gt=0, le=1)  # achieved fraction (Mooncake TE: ~87%)
@@ -73,7 +82,7 @@ class LinkTier(FrozenConfig):
         return self.bandwidth_gbps * 1e9 / 8 * self.efficiency / 1e3
 
 
-class NetworkConfig(FrozenConfig):
+class NetworkConfig(FiniteConfig):
     """Topology: nodes are grouped into hosts, racks and zones by consecutive ids."""
 
     nodes_per_host: int = Field(1, gt=0)
@@ -85,7 +94,7 @@ class NetworkConfig(FrozenConfig):
     cross_zone: LinkTier = LinkTier(bandwidth_gbps=25.0, latency_us=1000.0)
 
 
-class SLOConfig(FrozenConfig):
+class SLOConfig(FiniteConfig):
     """Length-aware: ``floor_ms + factor x isolated_prefill_ms(input)``; or absolute."""
 
     mode: Literal["length_aware", "absolute"] = "length_aware"
@@ -100,10 +109,13 @@ class SLOConfig(FrozenConfig):
         return {"floor_ms": self.floor_ms, "factor": self.factor}
 
 
-class SimConfig(FrozenConfig):
+class SimConfig(FiniteConfig):
+    """Every number finite (FiniteConfig): an infinite capacity, step or latency is no cluster
+    a run can end on."""
+
     nodes: int = Field(8, gt=0, le=1024)
     block_tokens: int | None = Field(None, gt=0)  # None: the trace's own block size
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     telemetry_period_ms: float = Field(1000.0, gt=0)
     # Spread requests sharing a quantised timestamp over the quantum: "auto" detects a
     # quantised trace (Mooncake's conversation trace: 3 s grid), "off" replays as recorded,
@@ -121,6 +133,13 @@ class SimConfig(FrozenConfig):
     # local tier lands here; a hit loads at bandwidth_gbps (GB/s per reading node).
     shared_pool: TierConfig = TierConfig(capacity_gib=0.0, bandwidth_gbps=5.0)
     routing: RoutingConfig = RoutingConfig()
+
+    @field_validator("arrival_spread")
+    @classmethod
+    def _spread_quantum(cls, v: str | float) -> str | float:
+        if not isinstance(v, str) and not v >= 0:  # finite already (FiniteConfig); not NaN
+            raise ValueError("a quantum must be a number of ms >= 0")
+        return v
 
     def kv_capacity_bytes(self) -> int:
         n = self.node

@@ -190,7 +190,8 @@ def check_inputs(
             seen.add(v)
     for x in time_scales:
         check_load(trace, x, cfg)
-        if cfg.load_scaling == "sessions" and x < 1:
+        forced_spread = cfg.arrival_spread not in ("auto", "off")  # may stretch the trace
+        if forced_spread or (cfg.load_scaling == "sessions" and x < 1):
             load_scaled(trace, x, cfg)  # thinned: refused if it draws no session
 
 

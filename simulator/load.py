@@ -41,14 +41,25 @@ def check_load(trace: Trace, time_scale: float, cfg: SimConfig) -> None:
                 f"{MAX_SCALED_REQUESTS:,}; use a smaller time-scale"
             )
         return
+    _check_span(trace, time_scale, cfg, time_scale)
+
+
+def _check_span(trace: Trace, time_scale: float, cfg: SimConfig, divide_by: float) -> None:
+    """A LoadOutOfRange when ``trace``'s arrivals, divided by ``divide_by``, span more
+    telemetry periods than a run can step through."""
     arrivals = trace.requests["arrival_ms"]
-    span = float(arrivals.max() - arrivals.min()) / time_scale
+    span = float(arrivals.max() - arrivals.min()) / divide_by
     if span / cfg.telemetry_period_ms > MAX_TELEMETRY_PERIODS:
+        spread = cfg.arrival_spread
+        numeric = not isinstance(spread, str)
         raise LoadOutOfRange(
-            f"time-scale {time_scale!r} stretches the trace to {span / 3.6e6:.3g} hours: "
-            f"over {MAX_TELEMETRY_PERIODS:,} telemetry periods of {cfg.telemetry_period_ms:g} "
-            "ms; use a larger time-scale"
-        )
+            f"time-scale {time_scale!r}"
+            + (f" with arrival_spread {spread:g} ms" if numeric else "")
+            + f" stretches the trace to {span / 3.6e6:.3g} hours: over "
+            f"{MAX_TELEMETRY_PERIODS:,} telemetry periods of {cfg.telemetry_period_ms:g} ms; "
+            + ("use a smaller arrival_spread or a larger time-scale" if numeric
+               else "use a larger time-scale")
+        )  # fmt: skip
 
 
 def load_scaled(trace: Trace, time_scale: float, cfg: SimConfig) -> Trace:
@@ -61,6 +72,8 @@ def load_scaled(trace: Trace, time_scale: float, cfg: SimConfig) -> Trace:
         q = None if cfg.arrival_spread == "auto" else float(cfg.arrival_spread)
         trace = spread_quantized(trace, q, seed=cfg.seed)
     scaled = scale_load(trace, time_scale, cfg.load_scaling, cfg.seed)
+    if len(scaled) and cfg.arrival_spread not in ("auto", "off"):
+        _check_span(scaled, time_scale, cfg, 1.0)  # a forced quantum may stretch it past
     if len(trace) and not len(scaled):
         sessions = len(np.unique(session_ids(trace.requests)))
         raise LoadOutOfRange(

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import LogFormatter
 
 from kvcast.simulator.evaluation import Evaluation
 
@@ -33,6 +34,22 @@ def _by_label(ev: Evaluation) -> dict[str, list[dict[str, Any]]]:
     return {k: sorted(v, key=lambda s: s["time_scale"]) for k, v in by.items()}
 
 
+class _PlainLog(LogFormatter):
+    """matplotlib's choice of which log ticks to label, each written as ``%g`` ("0.1", "12")."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def _log_seconds(ax: Any, which: str) -> None:
+    """A log scale on ``ax``'s ``which`` ("x" or "y") axis, labelled in plain numbers ("12",
+    "0.5"), not "1.2 x 10^1"."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_formatter(_PlainLog())
+    axis.set_minor_formatter(_PlainLog(labelOnlyBase=False))  # labelled within a decade
+
+
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -52,7 +69,7 @@ def plot_ttft_cdf(ev: Evaluation, path: Path, time_scale: float | None = None) -
             continue
         v = np.sort(ttft.to_numpy() / 1e3)
         ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name)
-    ax.set_xscale("log")
+    _log_seconds(ax, "x")
     ax.set_xlabel("TTFT (s, log)")
     ax.set_ylabel("fraction of requests")
     ax.set_title(f"TTFT CDF at time-scale {x_sel:g}")
@@ -73,7 +90,7 @@ def plot_p99_vs_load(ev: Evaluation, path: Path) -> Path:
         ax2.plot(xs, [s["slo_attainment"] for s in rows], marker="o", label=name)
     ax1.set_xlabel("time-scale (load multiplier)")
     ax1.set_ylabel("P99 TTFT (s)")
-    ax1.set_yscale("log")
+    _log_seconds(ax1, "y")
     ax2.set_xlabel("time-scale (load multiplier)")
     ax2.set_ylabel("SLO attainment")
     ax2.axhline(0.9, color="grey", linestyle="--", linewidth=1)
@@ -95,7 +112,7 @@ def plot_goodput_vs_load(ev: Evaluation, path: Path) -> Path:
         ax2.plot(xs, [s["ttft_ms"]["p50"] / 1e3 for s in rows], marker="o", label=name)
     ax1.set_ylabel("goodput (requests/s within SLO)")
     ax2.set_ylabel("P50 TTFT (s)")
-    ax2.set_yscale("log")
+    _log_seconds(ax2, "y")
     for ax in (ax1, ax2):
         ax.set_xlabel("time-scale (load multiplier)")
         ax.grid(True, alpha=0.3)

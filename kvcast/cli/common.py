@@ -21,7 +21,7 @@ from kvcast.data import BUNDLED_TRACES, bundled_trace_path
 if TYPE_CHECKING:
     from kvcast.features.traces import Trace
 
-console = Console(stderr=True)
+console = Console(stderr=True, emoji=False)  # ":-1:" in a value stays as typed
 P = ParamSpec("P")
 R = TypeVar("R")
 

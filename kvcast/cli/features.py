@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from kvcast.cli.common import open_trace, progress_bar, user_errors, write_json
+from kvcast.cli.common import open_trace, output_dir, progress_bar, user_errors, write_json
 from kvcast.cli.simulate import (
     ConfigOpt,
     FormatOpt,
@@ -106,6 +107,7 @@ def features_cmd(
     if engine == "dask" and not (workers >= 1 and window_ms > 0):
         raise ValueError(f"--workers must be >= 1 and --window-ms > 0, got {workers}, {window_ms}")
     sim = sim_config(config, nodes)
+    output_dir(out)
     tr = open_trace(trace, format, skip_bad=skip_bad)
     fcfg = feature_config_for(sim, tr, load_feature_config(features_config))
     with progress_bar(len(tr), f"replay {policy}") as update:
@@ -122,9 +124,9 @@ def features_cmd(
         summary = summarise(df, spec)
     write_json(out / "summary.json", summary)
     out_console.print(
-        f"{path}: {summary['rows']:,} rows, {summary['positives']:,} positives "
-        f"({summary['positives_rate']:.1%}), {len(spec)} features, spec {spec.digest}"
-    )
+        escape(f"{path}: {summary['rows']:,} rows, {summary['positives']:,} positives "
+               f"({summary['positives_rate']:.1%}), {len(spec)} features, spec {spec.digest}")
+    )  # fmt: skip
     table = Table("feature", "unit", "null rate", title="features", title_justify="left")
     for f in spec.features:
         table.add_row(f.name, f.unit, f"{summary['null_rate'][f.name]:.1%}")

@@ -33,7 +33,7 @@ from kvcast.simulator.policies import policy_names
 from kvcast.simulator.replication_policies import make_policy
 
 # wide enough for the comparison table when stdout is a file or a pipe
-out_console = Console(width=None if sys.stdout.isatty() else 160)
+out_console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 
 TraceOpt = Annotated[str, typer.Option("--trace", help="Trace file, or bundled:NAME.")]
 FormatOpt = Annotated[
@@ -100,6 +100,10 @@ def simulate_cmd(
     cfg = sim_config(config, nodes)
     decider = load_decider_config(decider_config)
     output_dir(out)
+    if shadow_log is not None:  # a file path: checked before any long work
+        if shadow_log.is_dir():
+            raise ValueError(f"--shadow-log: {shadow_log} is a directory; give a Parquet file")
+        output_dir(shadow_log.parent, "--shadow-log")
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
@@ -113,13 +117,13 @@ def simulate_cmd(
         )
     if log is not None:
         log.close()
-        out_console.print(f"shadow mode: {replicator.decisions} decisions in {log.path}")
+        out_console.print(escape(f"shadow mode: {replicator.decisions} decisions in {log.path}"))
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "summary.json", res.summary)
     res.requests.to_parquet(out / "requests.parquet", index=False)
     res.timeline.to_parquet(out / "timeline.parquet", index=False)
     out_console.print(summary_table([res.summary], f"{tr.name}: {len(tr)} requests"))
-    out_console.print(f"wrote {out}/summary.json, requests.parquet, timeline.parquet")
+    out_console.print(escape(f"wrote {out}/summary.json, requests.parquet, timeline.parquet"))
 
 
 def shadow_logger(pol: object, path: Path, cfg: SimConfig, trace: Trace) -> tuple[Any, Any]:
@@ -197,7 +201,7 @@ def run_evaluation(
     )
     for line in capacity_notes(ev):
         out_console.print(escape(line), highlight=False)
-    out_console.print(f"wrote {out}/summary.json, " + ", ".join(p.name for p in written))
+    out_console.print(escape(f"wrote {out}/summary.json, " + ", ".join(p.name for p in written)))
     return ev
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 
 def _ms(x: float | None) -> str:
@@ -36,7 +37,7 @@ def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
     cap = any("capacity_time_scale" in s for s in summaries)
     slo = any("slo_label" in s for s in summaries)
     quota = any("speculative_quota_gib" in s for s in summaries)
-    t = Table(title=title, title_justify="left")
+    t = Table(title=Text(title), title_justify="left")  # a trace name is not markup
     cols = [
         "policy",
         *(["SLO"] if slo else []),

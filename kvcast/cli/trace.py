@@ -8,8 +8,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from kvcast.cli.common import console, open_trace, png_path, progress_bar, user_errors
+from kvcast.cli.common import (
+    console,
+    open_trace,
+    png_path,
+    progress_bar,
+    user_errors,
+    write_json,
+)
 
 trace_app = typer.Typer(
     help="Trace tools: synthesise a longer trace from a real one or an agent workload; "
@@ -42,8 +50,9 @@ def synth_cmd(
     ] = "auto",
     skip_bad: SkipBadOpt = False,
 ) -> None:
-    """Replay a trace's sessions SCALE times with fresh block ids (same arrivals, prefix
-    sharing and session structure per copy) into a Mooncake JSONL trace."""
+    """Replay a trace's sessions SCALE times with fresh block ids into a Mooncake JSONL trace.
+
+    Each copy keeps the source's arrivals, prefix sharing and session structure."""
     from kvcast.features.traces.synthesize import synthesize, write_mooncake
 
     if scale < 1:
@@ -54,10 +63,10 @@ def synth_cmd(
         path = write_mooncake(df, out, sessions=sessions)
     span_s = (df["arrival_ms"].max() - df["arrival_ms"].min()) / 1000.0
     console.print(
-        f"{path}: {len(df):,} requests over {span_s:,.0f} s "
-        f"({scale} x {len(src.requests):,} from {src.name})",
+        escape(f"{path}: {len(df):,} requests over {span_s:,.0f} s "
+               f"({scale} x {len(src.requests):,} from {src.name})"),
         highlight=False,
-    )
+    )  # fmt: skip
 
 
 @trace_app.command("agent")
@@ -87,9 +96,10 @@ def agent_cmd(
         typer.Option("--sessions/--no-sessions", help="Write each request's task id too."),
     ] = False,
 ) -> None:
-    """Write a synthetic agent workload: tasks that call the model step after step around an
-    app's shared prompt, each next call after the tool's run time (see
-    kvcast.features.traces.agent_trace)."""
+    """Write a synthetic agent workload (Mooncake JSONL).
+
+    Tasks call the model step after step around an app's shared prompt, each next call after
+    the tool's run time (see kvcast.features.traces.agent_trace)."""
     from kvcast.config import with_overrides
     from kvcast.features.traces.agent_config import load_agent_config
     from kvcast.features.traces.agent_trace import agent_trace
@@ -110,10 +120,10 @@ def agent_cmd(
             )
         path = write_mooncake(df, out, sessions=sessions)
     console.print(
-        f"{path}: {len(df):,} requests from {df['session'].nunique():,} tasks over "
-        f"{cfg.duration_s:,.0f} s (seed {cfg.seed})",
+        escape(f"{path}: {len(df):,} requests from {df['session'].nunique():,} tasks over "
+               f"{cfg.duration_s:,.0f} s (seed {cfg.seed})"),
         highlight=False,
-    )
+    )  # fmt: skip
 
 
 @trace_app.command("reuse")
@@ -138,11 +148,11 @@ def reuse_cmd(
     ] = "auto",
     skip_bad: SkipBadOpt = False,
 ) -> None:
-    """How predictable the trace's prefix reuse is: among requests whose chain has been idle
-    for X s, the share used again within the window (the precision of the best rule that
-    knows only idle time). Compare it with the P the decider needs to act."""
-    import json
+    """How predictable the trace's prefix reuse is: P(used again within the window | idle X s).
 
+    Among requests whose chain has been idle for X s, the share used again within the window
+    (the precision of the best rule that knows only idle time). Compare it with the P the
+    decider needs to act."""
     from rich.table import Table
 
     from kvcast.features.traces.reuse import plot_hazard, reuse_hazard
@@ -162,22 +172,24 @@ def reuse_cmd(
     with progress_bar(None, "next uses"):
         h = reuse_hazard(src.requests, window_ms=window_s * 1e3, idle_ms=ages,
                          min_blocks=min_blocks)  # fmt: skip
-    console.print(f"{src.name}: P(next use within {window_s:g} s | idle X s)", highlight=False)
+    console.print(escape(f"{src.name}: P(next use within {window_s:g} s | idle X s)"),
+                  highlight=False)  # fmt: skip
     table = Table()
     for col in ("idle s", "waiting", "used in window", "P"):
         table.add_column(col, justify="right")
     for r in h.rows:
-        table.add_row(f"{r.idle_ms / 1e3:g}", f"{r.waiting:,}", f"{r.followed:,}", f"{r.p:.3f}")
+        p = f"{r.p:.3f}" if math.isfinite(r.p) else "-"  # no request waited that long
+        table.add_row(f"{r.idle_ms / 1e3:g}", f"{r.waiting:,}", f"{r.followed:,}", p)
     console.print(table)
+    ever = f"{h.ever_followed:.1%}" if math.isfinite(h.ever_followed) else "-"
+    gap = h.gap_quantiles_ms.get("p50", math.nan) / 1e3
     console.print(
-        f"{h.requests:,} requests; {h.ever_followed:.1%} used again within "
-        f"{h.horizon_ms / 1e3:g} s; median gap to the next use "
-        f"{h.gap_quantiles_ms.get('p50', float('nan')) / 1e3:.1f} s",
+        escape(f"{h.requests:,} requests; {ever} used again within {h.horizon_ms / 1e3:g} s; "
+               f"median gap to the next use " + (f"{gap:.1f} s" if math.isfinite(gap) else "-")),
         highlight=False,
-    )
+    )  # fmt: skip
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps({"trace": src.name, **h.to_dict()}, indent=2) + "\n")
+        write_json(json_out, {"trace": src.name, **h.to_dict()})  # strict: NaN as null
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
-        console.print(f"plot: {plot_hazard({src.name: h}, str(plot))}", highlight=False)
+        console.print(escape(f"plot: {plot_hazard({src.name: h}, str(plot))}"), highlight=False)

@@ -118,3 +118,39 @@ def test_train_with_a_kind_runs_on_embedded_defaults(tmp_path: Path, monkeypatch
     r = runner.invoke(app, ["train", "--kind", "recency", "--no-track"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "kvcast-out/train/recency/model.onnx").is_file()
+
+
+def test_an_error_line_shows_the_value_as_typed_never_an_emoji(small: Path, tmp_path: Path) -> None:
+    # rich reads ':-1:' as the thumbs-down emoji code: the reason must show what was typed
+    refused(["evaluate", "--trace", str(small), "--policies", "round_robin", "--slo",
+             "length_aware:-1:2", "--out", str(tmp_path / "e")], "length_aware:-1:2")  # fmt: skip
+
+
+def test_features_checks_its_out_before_the_replay(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kvcast.cli.features as features_cli
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    ran: list[int] = []
+    monkeypatch.setattr(features_cli, "record_events", lambda *a, **k: ran.append(1))
+    refused(["features", "--trace", str(small), "--out", str(afile)],
+            f"--out: {afile} exists and is not a directory")  # fmt: skip
+    assert ran == []
+
+
+def test_a_shadow_log_path_that_cannot_be_a_file_is_refused_naming_the_option(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[int] = []
+    monkeypatch.setattr(simulate_cli, "run_simulation", lambda *a, **k: ran.append(1))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    adir = tmp_path / "adir"
+    adir.mkdir()
+    args = ["simulate", "--trace", str(small), "--policy", "oracle", "--out", str(tmp_path / "o")]
+    refused([*args, "--shadow-log", str(adir)], f"--shadow-log: {adir} is a directory")
+    refused([*args, "--shadow-log", str(afile / "d.parquet")],
+            f"--shadow-log: {afile} exists and is not a directory")  # fmt: skip
+    assert ran == [] and not any(p.name.startswith("adir.") for p in tmp_path.iterdir())

@@ -197,3 +197,14 @@ def test_evaluate_refuses_unknown_policy_before_running_anything(tmp_path: Path)
         ],
     )
     assert r.exit_code == 2 and "bogus" in r.output and not (out / "summary.json").exists()
+
+
+def test_a_trace_name_is_printed_as_it_is_not_read_as_markup(tmp_path: Path) -> None:
+    trace = tmp_path / "run[red]:-1:.jsonl"
+    trace.write_text(small_trace(tmp_path).read_text().splitlines(keepends=True)[0])
+    out = tmp_path / "o[bold]"
+    for cmd in (["simulate", "--policy", "round_robin"], ["evaluate", "--policies", "round_robin"]):
+        r = runner.invoke(app, [*cmd, "--trace", str(trace), "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        assert "run[red]:-1:: 1 requests" in r.output
+        assert f"wrote {out}/summary.json" in r.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kvcast.cli.app import app
@@ -127,3 +128,27 @@ def test_trace_agent_refuses_a_window_without_requests(tmp_path: Path) -> None:
     r = runner.invoke(app, ["trace", "agent", "--duration-s", "0.001", "--out", str(out)])
     assert r.exit_code == 2 and "no request arrives within 0.001 s" in r.output
     assert not out.exists()
+
+
+def test_trace_reuse_json_is_strict_when_no_request_waits(tmp_path: Path) -> None:
+    import json
+
+    one = tmp_path / "one.jsonl"
+    one.write_text(bundled_trace_path("conversation").read_text().splitlines(keepends=True)[0])
+    out = tmp_path / "reuse.json"
+    r = runner.invoke(app, ["trace", "reuse", "--trace", str(one), "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    got = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {out}"))
+    assert got["ever_followed"] is None and all(row["p"] is None for row in got["rows"])
+    assert "nan" not in r.output
+
+
+def test_trace_group_help_lists_each_command_without_a_broken_line() -> None:
+    # typer's rich listing keeps the line breaks of a docstring's first paragraph
+    import typer
+
+    group = typer.main.get_command(app).commands["trace"]
+    for name, cmd in group.commands.items():
+        first = (cmd.help or "").strip().split("\n\n")[0]
+        assert "\n" not in first, f"trace {name}: {first!r}"

@@ -45,3 +45,20 @@ def test_calibration_of_nothing_is_empty() -> None:
 def test_plot_is_a_png_with_or_without_hits(tmp_path: Path, hits: bool) -> None:
     path = plot_shadow(outcomes([0.2, 0.7], [hits, hits]), tmp_path / "s.png", 0.9, "t")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_calibration_legend_leaves_the_points_clear(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an under-confident decider (every bin hit): its points lie along the top edge, where a
+    # legend fixed in the upper left corner covered them
+    import kvcast.predictor.shadow_plots as shadow_plots
+
+    figs: list = []
+    monkeypatch.setattr(shadow_plots.plt, "close", figs.append)
+    p = np.linspace(0.05, 0.8, 50).tolist()
+    plot_shadow(outcomes(p, [True] * 50), tmp_path / "s.png", 0.9)
+    ax = figs[0].axes[2]
+    box = ax.get_legend().get_window_extent()
+    centres = ax.transData.transform(ax.collections[0].get_offsets())
+    assert not [c for c in centres if box.contains(*c)]

@@ -4,11 +4,12 @@ any simulation; a capacity search that stops at an edge of its range says so."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 import kvcast.simulator.evaluation as evaluation
-from kvcast.config import with_overrides
+from kvcast.config import ConfigError, parse_config, with_overrides
 from kvcast.features.traces import Trace
 from kvcast.simulator.config import SimConfig, SLOConfig
 from kvcast.simulator.engine import simulate
@@ -46,6 +47,7 @@ def test_a_sessions_load_too_large_to_hold_is_refused_before_scaling(bundled_hea
         ({"policies": ["round_robn"]}, "unknown routing policy 'round_robn'"),
         ({"slos": [SLOConfig(mode="absolute", ttft_ms=500)] * 2}, "SLOs: 'absolute 500 ms'"),
         ({"cfg": SESSIONS, "time_scales": [1.0, 0.01]}, "time-scale 0.01 with load_scaling"),
+        ({"cfg": with_overrides(SimConfig(), arrival_spread=1e30)}, r"arrival_spread 1e\+30"),
     ],
 )
 def test_evaluate_refuses_unusable_input_before_any_simulation(
@@ -85,3 +87,34 @@ def test_a_sessions_capacity_search_stops_where_no_session_is_drawn(bundled_head
     (cap,) = ev.capacity.values()
     assert cap.note is not None and "drew none of the trace's 5 sessions" in cap.note
     assert s["slo_attainment"] == s["slo_attainment"]  # no NaN
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ({"node": {"kv_capacity_gib": float("inf")}}, "node.kv_capacity_gib"),
+        ({"node": {"hbm_gib_per_gpu": float("inf")}}, "node.hbm_gib_per_gpu"),
+        ({"node": {"dram": {"capacity_gib": float("inf")}}}, "node.dram.capacity_gib"),
+        ({"node": {"decode": {"step_ms": float("inf")}}}, "node.decode.step_ms"),
+        ({"node": {"prefill": {"a_ms": float("inf")}}}, "node.prefill"),
+        ({"arrival_spread": float("inf")}, "arrival_spread"),
+        ({"arrival_spread": float("nan")}, "arrival_spread"),
+        ({"arrival_spread": -5.0}, "arrival_spread"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_a_simulator_config_refuses_numbers_no_run_can_use_naming_the_key(
+    override: dict, key: str
+) -> None:
+    # each of these ended in a traceback (int(inf)), a run that never ends (an infinite
+    # prefill or decode step) or numpy's unnamed "expected non-negative integer"
+    with pytest.raises(ConfigError, match=rf"key '{re.escape(key)}[.']"):
+        parse_config(SimConfig, override, source="sim.yaml")
+
+
+def test_an_arrival_spread_that_stretches_the_trace_past_the_limit_is_refused(
+    bundled_head: Trace,
+) -> None:
+    cfg = with_overrides(SimConfig(), arrival_spread=1e30)
+    with pytest.raises(LoadOutOfRange, match=r"time-scale 1.0 .*arrival_spread 1e\+30 ms"):
+        simulate(first(bundled_head, 20), cfg, "round_robin")

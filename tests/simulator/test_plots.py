@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kvcast.simulator.evaluation import Evaluation
 from kvcast.simulator.plots import plot_copy_fates
 
@@ -30,3 +32,27 @@ def test_no_copy_fates_plot_without_copies(tmp_path: Path) -> None:
     ev = Evaluation(summaries=[summary("dynamo_kv", 1.0), summary("oracle", 1.0, copy_fates=none)])
     assert plot_copy_fates(ev, tmp_path / "copy_fates.png") is None
     assert not (tmp_path / "copy_fates.png").exists()
+
+
+def test_seconds_on_a_log_axis_read_as_plain_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # P99 from 11.5 s to 18 s: within one decade, so only minor ticks are labelled, and
+    # matplotlib's default wrote them as "1.2 x 10^1" rather than "12"
+    import kvcast.simulator.plots as plots
+
+    figs: list = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)
+    ttft = [{"p50": 90.0, "p99": 11_500.0}, {"p50": 3_000.0, "p99": 18_000.0}]  # P50 from 0.09 s
+    ev = Evaluation(summaries=[
+        summary("dynamo_kv", x, ttft_ms=t, slo_attainment=0.8, goodput_rps=2.0)
+        for x, t in zip((1.0, 2.0), ttft, strict=True)
+    ])  # fmt: skip
+    plots.plot_p99_vs_load(ev, tmp_path / "p99.png")
+    plots.plot_goodput_vs_load(ev, tmp_path / "goodput.png")
+    for fig, panel in ((figs[0], 0), (figs[1], 1)):
+        fig.canvas.draw()
+        ax = fig.axes[panel]
+        labels = [t.get_text() for t in (*ax.get_yticklabels(), *ax.get_yticklabels(minor=True))]
+        shown = [s for s in labels if s]
+        assert shown and not [s for s in shown if "times" in s or "^" in s or "e" in s], shown
