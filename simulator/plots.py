@@ -50,6 +50,21 @@ def _log_seconds(ax: Any, which: str) -> None:
     axis.set_minor_formatter(_PlainLog(labelOnlyBase=False))  # labelled within a decade
 
 
+LINE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))  # one per 10 colours
+
+
+def line_styles(names: list[str]) -> dict[str, dict[str, str]]:
+    """A colour, line style and marker for each of ``names`` (in their order), no two alike:
+    matplotlib's 10 colours repeat from the 11th line, and an evaluation of every router
+    draws 12 or more (round_robin looked like aibrix_prefix)."""
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    out = {}
+    for i, name in enumerate(names):
+        linestyle, marker = LINE_STYLES[(i // len(colours)) % len(LINE_STYLES)]
+        out[name] = {"color": colours[i % len(colours)], "linestyle": linestyle, "marker": marker}
+    return out
+
+
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -64,11 +79,14 @@ def plot_ttft_cdf(ev: Evaluation, path: Path, time_scale: float | None = None) -
         time_scale = 1.0 if 1.0 in scales else scales[0]
     x_sel = time_scale
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    style = line_styles(list(_by_label(ev)))
     for (name, x), ttft in ev.ttft.items():
         if x != x_sel or ttft.empty:
             continue
         v = np.sort(ttft.to_numpy() / 1e3)
-        ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name)
+        look = style.get(name, {})
+        ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name, color=look.get("color"),
+                linestyle=look.get("linestyle", "-"))  # fmt: skip
     _log_seconds(ax, "x")
     ax.set_xlabel("TTFT (s, log)")
     ax.set_ylabel("fraction of requests")
@@ -84,10 +102,12 @@ def plot_ttft_cdf(ev: Evaluation, path: Path, time_scale: float | None = None) -
 def plot_p99_vs_load(ev: Evaluation, path: Path) -> Path:
     """P99 TTFT and SLO attainment against time-scale, one line per policy."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for name, rows in _by_label(ev).items():
+    groups = _by_label(ev)
+    style = line_styles(list(groups))
+    for name, rows in groups.items():
         xs = [s["time_scale"] for s in rows]
-        ax1.plot(xs, [s["ttft_ms"]["p99"] / 1e3 for s in rows], marker="o", label=name)
-        ax2.plot(xs, [s["slo_attainment"] for s in rows], marker="o", label=name)
+        ax1.plot(xs, [s["ttft_ms"]["p99"] / 1e3 for s in rows], label=name, **style[name])
+        ax2.plot(xs, [s["slo_attainment"] for s in rows], label=name, **style[name])
     ax1.set_xlabel("time-scale (load multiplier)")
     ax1.set_ylabel("P99 TTFT (s)")
     _log_seconds(ax1, "y")
@@ -106,10 +126,12 @@ def plot_p99_vs_load(ev: Evaluation, path: Path) -> Path:
 def plot_goodput_vs_load(ev: Evaluation, path: Path) -> Path:
     """Goodput (requests/s within SLO) and P50 TTFT against time-scale, one line per policy."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for name, rows in _by_label(ev).items():
+    groups = _by_label(ev)
+    style = line_styles(list(groups))
+    for name, rows in groups.items():
         xs = [s["time_scale"] for s in rows]
-        ax1.plot(xs, [s["goodput_rps"] for s in rows], marker="o", label=name)
-        ax2.plot(xs, [s["ttft_ms"]["p50"] / 1e3 for s in rows], marker="o", label=name)
+        ax1.plot(xs, [s["goodput_rps"] for s in rows], label=name, **style[name])
+        ax2.plot(xs, [s["ttft_ms"]["p50"] / 1e3 for s in rows], label=name, **style[name])
     ax1.set_ylabel("goodput (requests/s within SLO)")
     ax2.set_ylabel("P50 TTFT (s)")
     _log_seconds(ax2, "y")
@@ -131,13 +153,15 @@ def plot_replication(ev: Evaluation, path: Path) -> Path | None:
     if not groups:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    style = line_styles(list(_by_label(ev)))  # each policy as in the other plots
     for name, rows in groups.items():
         xs = [s["time_scale"] for s in rows]
         waste = [s["bytes_wasted"] / s["bytes_replicated"] if s["bytes_replicated"] else 0.0
                  for s in rows]  # fmt: skip
-        axes[0].plot(xs, [s["replication_hit_rate"] for s in rows], marker="o", label=name)
-        axes[1].plot(xs, [s["mean_lead_time_ms"] / 1e3 for s in rows], marker="o", label=name)
-        axes[2].plot(xs, waste, marker="o", label=name)
+        look = style[name]
+        axes[0].plot(xs, [s["replication_hit_rate"] for s in rows], label=name, **look)
+        axes[1].plot(xs, [s["mean_lead_time_ms"] / 1e3 for s in rows], label=name, **look)
+        axes[2].plot(xs, waste, label=name, **look)
     axes[0].set_ylabel("replication hit rate (blocks used / placed)")
     axes[1].set_ylabel("mean lead time of used replicas (s)")
     axes[2].set_ylabel("wasted share of replicated bytes")

@@ -56,3 +56,16 @@ def test_seconds_on_a_log_axis_read_as_plain_numbers(
         labels = [t.get_text() for t in (*ax.get_yticklabels(), *ax.get_yticklabels(minor=True))]
         shown = [s for s in labels if s]
         assert shown and not [s for s in shown if "times" in s or "^" in s or "e" in s], shown
+
+
+def test_every_policy_line_looks_different_past_ten_policies() -> None:
+    """matplotlib's 10 colours repeat from the 11th line: an evaluation of every router (12
+    or more) drew two policies alike. Each name gets its own colour, line style and marker,
+    the same in every plot of one evaluation."""
+    from kvcast.simulator.plots import line_styles
+
+    names = [f"policy_{i}" for i in range(25)]
+    styles = line_styles(names)
+    looks = {(s["color"], s["linestyle"], s["marker"]) for s in styles.values()}
+    assert len(looks) == len(names)
+    assert line_styles(names) == styles
