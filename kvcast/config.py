@@ -155,6 +155,8 @@ def _plain(value: Any) -> Any:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping; a missing file or a syntax error raises :class:`ConfigError`."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p}: a directory, not a config file")
     if not p.is_file():
         raise ConfigError(f"{p}: no such config file")
     try:

@@ -21,7 +21,7 @@ cluster_app = typer.Typer(
     help="A local cluster on loopback: sidecar + agents, and trace replay against it.",
     no_args_is_help=True, add_completion=False,
 )  # fmt: skip
-out = Console(highlight=False, width=140)
+out = Console(highlight=False, width=140, emoji=False)
 MODEL_HELP = "ONNX path or models:/name@alias (default: the trained recency model)."
 ENGINES_HELP = "Engine PUB endpoints to bind, node order (default: KV events over HTTP)."
 TLS_HELP = (

@@ -23,7 +23,7 @@ from kvcast.cli.common import (
 )
 from kvcast.cli.simulate import FormatOpt, SkipBadOpt, TraceOpt
 
-out_console = Console(width=None if sys.stdout.isatty() else 120)
+out_console = Console(width=None if sys.stdout.isatty() else 120, emoji=False)
 
 
 def _num(x: Any, unit: str = "") -> str:
@@ -128,8 +128,10 @@ def shadow_eval_cmd(
         bool, typer.Option("--check", help="Exit with status 1 when the go-live rule fails.")
     ] = False,
 ) -> None:
-    """Replay a decision log against the trace: hit rate, lead time, hidden transfer, waste,
-    TTFT saved, and the go-live rule (lead time covers the transfer time)."""
+    """Replay a decision log against the trace: hit rate, lead time, waste, the go-live rule.
+
+    Also the transfer time the decisions would have hidden and the TTFT they would have saved;
+    the go-live rule: the lead time covers the transfer time."""
     from kvcast.features.traces.dequantize import spread_quantized
     from kvcast.features.traces.load_scaling import scale_load
     from kvcast.predictor.decider_config import load_decider_config

@@ -12,7 +12,7 @@ from rich.table import Table
 from kvcast.cli.common import console, progress_bar, user_errors, write_json
 from kvcast.predictor.metrics import METRIC_NAMES
 
-out_console = Console()
+out_console = Console(emoji=False)
 
 
 def metrics_table(title: str, columns: dict[str, dict[str, Any]]) -> Table:

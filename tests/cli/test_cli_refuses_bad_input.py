@@ -154,3 +154,13 @@ def test_a_shadow_log_path_that_cannot_be_a_file_is_refused_naming_the_option(
     refused([*args, "--shadow-log", str(afile / "d.parquet")],
             f"--shadow-log: {afile} exists and is not a directory")  # fmt: skip
     assert ran == [] and not any(p.name.startswith("adir.") for p in tmp_path.iterdir())
+
+
+def test_shadow_eval_and_train_print_values_as_typed() -> None:
+    """Their consoles, like the others', never turn ':-1:' into an emoji."""
+    from kvcast.cli import cluster, shadow, train
+
+    for console in (shadow.out_console, train.out_console, cluster.out):
+        with console.capture() as got:
+            console.print("length_aware:-1:2")
+        assert got.get().strip() == "length_aware:-1:2"

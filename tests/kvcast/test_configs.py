@@ -184,3 +184,8 @@ def test_a_section_of_alternatives_without_its_tag_lists_the_choices(tmp_path: P
     assert str(refused.value) == (
         f"{p}: key 'model': 'kind' is required (one of recency, rule, lgbm, tcn)"
     )
+
+
+def test_a_directory_given_as_a_config_is_named_as_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"a directory, not a config file"):
+        load_config(SimConfig, tmp_path)
