@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kvcast.cli.common import (
+    console,
     no_repeats,
     open_trace,
     output_dir,
@@ -22,7 +23,7 @@ from kvcast.cli.common import (
     user_errors,
     write_json,
 )
-from kvcast.cli.summary_table import summary_table
+from kvcast.cli.summary_table import rejection_notes, summary_table
 from kvcast.config import parse_config, with_overrides
 from kvcast.features.traces import TRACE_FORMATS, Trace
 from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
@@ -123,6 +124,8 @@ def simulate_cmd(
     res.requests.to_parquet(out / "requests.parquet", index=False)
     res.timeline.to_parquet(out / "timeline.parquet", index=False)
     out_console.print(summary_table([res.summary], f"{tr.name}: {len(tr)} requests"))
+    for line in rejection_notes([res.summary]):
+        console.print(escape(f"warning: {line}"), style="yellow", highlight=False, soft_wrap=True)
     out_console.print(escape(f"wrote {out}/summary.json, requests.parquet, timeline.parquet"))
 
 
@@ -201,6 +204,8 @@ def run_evaluation(
     )
     for line in capacity_notes(ev):
         out_console.print(escape(line), highlight=False)
+    for line in rejection_notes(ev.summaries):
+        console.print(escape(f"warning: {line}"), style="yellow", highlight=False, soft_wrap=True)
     out_console.print(escape(f"wrote {out}/summary.json, " + ", ".join(p.name for p in written)))
     return ev
 

@@ -74,3 +74,18 @@ def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
             row.append(capacity_cell(s))
         t.add_row(*row)
     return t
+
+
+def rejection_notes(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per run that rejected requests: they count against its SLO attainment and
+    have no TTFT, which the table alone does not say."""
+    out = []
+    for s in summaries:
+        rejected = int(s.get("rejected") or 0)
+        if rejected:
+            out.append(
+                f"{s['policy']} x{s['time_scale']:g}: {rejected} of {s['requests']} requests "
+                "rejected (the router placed them nowhere, or prompt and output need more KV "
+                "blocks than a node holds): they count as missing the SLO"
+            )
+    return out

@@ -208,3 +208,28 @@ def test_a_trace_name_is_printed_as_it_is_not_read_as_markup(tmp_path: Path) -> 
         assert r.exit_code == 0, r.output
         assert "run[red]:-1:: 1 requests" in r.output
         assert f"wrote {out}/summary.json" in r.output
+
+
+def test_rejected_requests_are_reported_beside_the_table(tmp_path: Path) -> None:
+    """Requests no node can hold have no TTFT and miss the SLO: the table shows '-' and a low
+    SLO share, so a warning line says how many were rejected and why."""
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("node:\n  kv_capacity_gib: 0.5\n")
+    out = tmp_path / "out"
+    args = ["simulate", "--trace", str(small_trace(tmp_path)), "--policy", "round_robin",
+            "--config", str(cfg), "--out", str(out)]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rejected"] > 0
+    warning = f"round_robin x1: {summary['rejected']} of {summary['requests']} requests rejected"
+    assert warning in r.output
+
+
+def test_no_rejection_warning_when_every_request_is_served(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["simulate", "--trace", str(small_trace(tmp_path)), "--policy", "round_robin",
+            "--out", str(out)]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and json.loads((out / "summary.json").read_text())["rejected"] == 0
+    assert "rejected" not in r.output
