@@ -113,11 +113,13 @@ def features_cmd(
     with progress_bar(len(tr), f"replay {policy}") as update:
         events = record_events(tr, sim, policy, time_scale=time_scale, progress=update)
     spec = build_spec(fcfg)
+    parts: list[str] = []
     if engine == "dask":
         with progress_bar(None, f"features on dask ({scheduler})"):
             parts, summary = _dask_features(events, fcfg, out, scheduler, workers, window_ms)
-        path = _join(parts, out, spec, _trace_hash(trace), fcfg.digest(), summary)
-    else:
+        if parts:
+            path = _join(parts, out, spec, _trace_hash(trace), fcfg.digest(), summary)
+    if not parts:  # pandas, or a trace without ticks: the empty table is the same either way
         with progress_bar(None, "features"):
             df = build_feature_dataset(events, fcfg.ticks, fcfg)
         path = write_feature_dataset(df, out, spec, _trace_hash(trace), fcfg.digest())

@@ -40,3 +40,23 @@ def test_features_refuses_unknown_policy_and_bad_features_config(tmp_path: Path)
     bad.write_text("labels:\n  horizon: 3\n")
     r = runner.invoke(app, ["features", "--trace", str(trace), "--features-config", str(bad)])
     assert r.exit_code == 2 and "labels.horizon" in r.output
+
+
+def test_a_trace_without_ticks_gives_the_same_empty_table_on_either_engine(
+    tmp_path: Path,
+) -> None:
+    """One request: no decision tick, no rows. The Dask engine wrote no part and refused
+    ("no feature parts to join") where the pandas engine writes the empty table."""
+    trace = head(tmp_path, n=1)
+    tables = {}
+    for engine in ("pandas", "dask"):
+        out = tmp_path / engine
+        args = ["features", "--trace", str(trace), "--out", str(out), "--engine", engine,
+                "--workers", "1"]  # fmt: skip
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, r.output
+        df, spec, _ = read_feature_dataset(out)
+        tables[engine] = (df, spec.digest)
+    (pdf, pspec), (ddf, dspec) = tables["pandas"], tables["dask"]
+    assert len(pdf) == len(ddf) == 0 and pspec == dspec
+    assert list(pdf.columns) == list(ddf.columns)
