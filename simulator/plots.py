@@ -142,6 +142,12 @@ def plot_goodput_vs_load(ev: Evaluation, path: Path) -> Path:
     return _save(fig, path)
 
 
+def lead_time_s(s: dict[str, Any]) -> float:
+    """A run's mean lead time of used copies in seconds, NaN (not drawn) when no copy was
+    used: the summary's 0.0 then means "none", not a lead of 0 s."""
+    return s["mean_lead_time_ms"] / 1e3 if s["replication_hit_rate"] > 0 else float("nan")
+
+
 def _replicating(ev: Evaluation) -> dict[str, list[dict[str, Any]]]:
     return {k: v for k, v in _by_label(ev).items() if any(s["bytes_replicated"] for s in v)}
 
@@ -160,7 +166,7 @@ def plot_replication(ev: Evaluation, path: Path) -> Path | None:
                  for s in rows]  # fmt: skip
         look = style[name]
         axes[0].plot(xs, [s["replication_hit_rate"] for s in rows], label=name, **look)
-        axes[1].plot(xs, [s["mean_lead_time_ms"] / 1e3 for s in rows], label=name, **look)
+        axes[1].plot(xs, [lead_time_s(s) for s in rows], label=name, **look)
         axes[2].plot(xs, waste, label=name, **look)
     axes[0].set_ylabel("replication hit rate (blocks used / placed)")
     axes[1].set_ylabel("mean lead time of used replicas (s)")

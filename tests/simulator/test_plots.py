@@ -69,3 +69,14 @@ def test_every_policy_line_looks_different_past_ten_policies() -> None:
     looks = {(s["color"], s["linestyle"], s["marker"]) for s in styles.values()}
     assert len(looks) == len(names)
     assert line_styles(names) == styles
+
+
+def test_a_run_whose_copies_went_unused_draws_no_lead_time() -> None:
+    """Its summary says 0.0 ms (none); the plot must not draw a lead time of 0 s."""
+    import math
+
+    from kvcast.simulator.plots import lead_time_s
+
+    unused = {"mean_lead_time_ms": 0.0, "replication_hit_rate": 0.0}
+    assert math.isnan(lead_time_s(unused))
+    assert lead_time_s({"mean_lead_time_ms": 2500.0, "replication_hit_rate": 0.3}) == 2.5
