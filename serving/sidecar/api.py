@@ -78,11 +78,14 @@ def _writes(sc: Sidecar) -> APIRouter:
 
     @router.post("/requests", status_code=202, responses=refusals)
     async def requests(body: ArrivalBatch) -> Accepted:
-        """Requests the router routed (one or more), queued for the feature state."""
+        """Requests the router routed (one or more), queued for the feature state. A request
+        id posted before (a retried batch) is not counted again (``duplicates``)."""
         events, queues = arrival_events(body, names, sc.clock_ms())
         for node, depth, ts_ms in queues:
             sc.loads.note_router_queue(node, depth, ts_ms)
-        return accepted(len(events), sc.queue.put(events, "http"))
+        fresh = [e for e in events if sc.seen_requests.first_time(e.request_id)]
+        out = accepted(len(fresh), sc.queue.put(fresh, "http"))
+        return out.model_copy(update={"duplicates": len(events) - len(fresh)})
 
     @router.post("/kv-events", status_code=202, responses=refusals)
     async def kv(body: KvEventBatch) -> Accepted:

@@ -99,6 +99,9 @@ class Accepted(BaseModel):
     accepted: int = Field(description="events queued")
     dropped: int = Field(description="older queued events dropped to make room")
     queue_depth: int
+    duplicates: int = Field(
+        default=0, description="arrivals whose request id was posted before (not counted again)"
+    )
 
 
 class CostTerms(BaseModel):

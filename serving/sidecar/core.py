@@ -37,6 +37,7 @@ from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains
 from kvcast.serving.sidecar.recovery import RecoveryReport, read_inventory, recover_locations
 from kvcast.serving.sidecar.replicas import ReplicaTracker
+from kvcast.serving.sidecar.seen_requests import SeenRequests
 from kvcast.serving.sidecar.telemetry_poller import TelemetryPoller
 from kvcast.serving.sidecar.translate import u64
 from kvcast.serving.sidecar.zmq_ingest import EngineFeed
@@ -48,6 +49,9 @@ STALE_POLLS, STALE_MIN_S = 5, 5.0  # a queue report older than this (polls, s) i
 
 def wall_ms() -> float:
     return time.time() * 1000.0
+
+
+SEEN_REQUEST_IDS = 1 << 16  # request ids remembered against retried posts
 
 
 class Sidecar:
@@ -63,6 +67,7 @@ class Sidecar:
         self.replicas_lost_on_agents = 0  # replicas the agents removed on their own
         self.block_bytes = cfg.kv_block_bytes
         self.queue = EventQueue(cfg.queue_events)
+        self.seen_requests = SeenRequests(SEEN_REQUEST_IDS)  # a retried POST counts once
         self.state = FeatureState(
             fcfg, max_blocks=cfg.max_tracked_blocks, max_sessions=cfg.max_tracked_sessions
         )

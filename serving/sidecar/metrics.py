@@ -149,6 +149,8 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
                   "node", {names[i]: float(c) for i, c in sc.poller.restarts.items()}),
         _one("counter", "auth_failures_total", "Requests refused for a bad token",
              sc.auth_failures),
+        _one("counter", "duplicate_arrivals_total", "Arrivals posted again (a retried batch): "
+             "not counted twice", sc.seen_requests.duplicates),
         _one("gauge", "recovered_block_locations", "Block locations read from the agents at "
              "start", sc.recovery.blocks),
         _one("gauge", "recovered_replicas", "Speculative replicas of those", sc.recovery.replicas),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,9 @@ def chain(seed: int = 1) -> list[int]:
     return [(seed << 32) + i for i in range(CHAIN_BLOCKS)]
 
 
+REQUEST_IDS = itertools.count(1)  # each arrival its own id: a repeated one counts once
+
+
 async def hot_chain_on_node_a(client: Any, hashes: list[int], tenant: str = "acme") -> None:
     """Node a holds ``hashes`` in GPU memory and has 4 requests queued; a request with that
     prefix just arrived there: the decider then copies the chain to the idle node b."""
@@ -91,7 +95,8 @@ async def hot_chain_on_node_a(client: Any, hashes: list[int], tenant: str = "acm
                           headers=AUTH)  # fmt: skip
     assert r.status_code == 202, r.text
     arrival = {
-        "request_id": "r-1", "node": "node-a", "tenant": tenant, "session": "s-1",
+        "request_id": f"r-{next(REQUEST_IDS)}", "node": "node-a", "tenant": tenant,
+        "session": "s-1",
         "block_hashes": hashes, "input_tokens": len(hashes) * BLOCK_TOKENS + 100,
         "output_tokens": 64, "queue_depth": 4,
     }  # fmt: skip

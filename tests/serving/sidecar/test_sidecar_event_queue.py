@@ -97,7 +97,7 @@ def test_posting_into_a_full_sidecar_queue_reports_and_counts_the_drops(tmp_path
             kv = {"node": 0, "events": [{"type": "AllBlocksCleared"}] * 3}
             assert (await client.post("/v1/kv-events", json=kv)).json()["dropped"] == 0
             body = (await client.post("/v1/kv-events", json=kv)).json()
-            assert body == {"accepted": 3, "dropped": 2, "queue_depth": 4}
+            assert body == {"accepted": 3, "dropped": 2, "queue_depth": 4, "duplicates": 0}
             text = (await client.get("/metrics")).text
             assert 'kvcast_sidecar_events_dropped_total{reason="queue_full"} 2.0' in text
             assert 'kvcast_sidecar_events_in_total{source="http"} 6.0' in text

@@ -278,3 +278,38 @@ def test_a_router_queue_report_older_than_the_one_kept_is_ignored(tmp_path, run)
             assert sc.loads.queue_depth(0) == 1
 
     run(main())
+
+
+def test_a_retried_batch_of_arrivals_is_counted_once(tmp_path, run) -> None:
+    """The router timed out on its POST and sends the batch again: each request id enters
+    the feature state once, the repeats are answered as duplicates and counted."""
+
+    async def main() -> None:
+        async with open_sidecar(sidecar_config(tmp_path)) as (sc, client):
+
+            def arrival(rid: str) -> dict:
+                return {"request_id": rid, "node": "node-a", "tenant": "acme",
+                        "block_hashes": [7, 8], "input_tokens": 1024}  # fmt: skip
+
+            batch = {"requests": [arrival("r1"), arrival("r2")]}
+            first = (await client.post("/v1/requests", json=batch)).json()
+            again = (await client.post("/v1/requests", json=batch)).json()
+            mixed = {"requests": [arrival("r2"), arrival("r3"), arrival("r3")]}
+            third = (await client.post("/v1/requests", json=mixed)).json()
+            await settle(sc)
+            assert (first["accepted"], first["duplicates"]) == (2, 0)
+            assert (again["accepted"], again["duplicates"]) == (0, 2)
+            assert (third["accepted"], third["duplicates"]) == (1, 2)
+            assert sc.keeper.applied == 3  # r1, r2, r3: nothing else was posted
+            metrics = (await client.get("/metrics")).text
+            assert "kvcast_sidecar_duplicate_arrivals_total 4.0" in metrics
+
+    run(main())
+
+
+def test_the_ids_remembered_are_bounded_oldest_forgotten_first() -> None:
+    from kvcast.serving.sidecar.seen_requests import SeenRequests
+
+    seen = SeenRequests(2)
+    assert [seen.first_time(r) for r in ("a", "b", "a", "c")] == [True, True, False, True]
+    assert seen.first_time("a") and seen.duplicates == 1  # "a" was pushed out by "c"
