@@ -31,40 +31,22 @@ Definitions (per judged decision; the copy is the last ``blocks_moved`` of ``blo
 
 from __future__ import annotations
 
-import glob
 import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kvcast.features.traces import Trace
-
-JUDGED = ("replicate", "promote")
-REQUIRED: dict[str, str] = {
-    "ts_ms": "number", "kind": "string", "tenant": "string", "block_hashes": "list of integers",
-    "blocks_moved": "integer", "bytes": "integer", "ttl_ms": "number", "p_hit": "number",
-    "saved_ms": "number", "transfer_ms": "number",
-}  # fmt: skip
-OPTIONAL: dict[str, str] = {"eta_ms": "number"}
-_CHECK: dict[str, Callable[[pa.DataType], bool]] = {
-    "number": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
-    "integer": pa.types.is_integer,
-    "string": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-    "list of integers": lambda t: (
-        (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
-    ),
-}
-
-
-class DecisionLogError(ValueError):
-    """A decision log cannot be evaluated; the message names the file and the column."""
+from kvcast.predictor.decision_log_reader import (  # noqa: F401  (read_decisions: the API)
+    JUDGED,
+    DecisionLogError,
+    TruncatedLogError,
+    read_decisions,
+)
 
 
 @dataclass(frozen=True)
@@ -82,167 +64,6 @@ class ShadowResult:
 
 
 log = logging.getLogger(__name__)
-
-
-class TruncatedLogError(DecisionLogError):
-    """A log file with no footer: its writer was killed before closing it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.cause = f"{path}: truncated Parquet decision log (no footer: its writer was stopped "
-        self.cause += "before closing it)"
-        super().__init__(f"{self.cause}; its row groups cannot be read")
-
-
-def read_decisions(path: str | Path, warn: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """The decision log as a DataFrame, its columns checked; DecisionLogError otherwise.
-
-    ``path`` is a run's log (its first part; its other parts, ``<stem>.part-0002.parquet``,
-    ... beside it, are read after it), one part, or a directory whose ``*.parquet`` files are
-    read together, run by run (a sidecar restarted on the same path writes
-    ``<stem>.1.parquet``, ``<stem>.2.parquet``, ... beside the first run's log), each run's
-    parts in order. A file without its footer (the part being written when its sidecar was
-    killed) is skipped and ``warn`` (default: a logged warning) told; when nothing else is
-    left to read, its DecisionLogError is raised instead."""
-    p = Path(path)
-    if p.is_dir():
-        files = sorted((f for f in p.glob("*.parquet") if f.is_file()), key=_run_order)
-        if not files:
-            raise DecisionLogError(f"{p}: a directory without any *.parquet decision log")
-    elif p.is_file():
-        files = [p, *_later_parts(p)]
-    else:
-        raise DecisionLogError(f"{p}: no such decision log")
-    read: list[tuple[Path, pd.DataFrame]] = []
-    cut: list[TruncatedLogError] = []
-    for f in files:
-        try:
-            read.append((f, _read_one(f)))
-        except TruncatedLogError as err:
-            cut.append(err)
-    if not read:
-        raise cut[0]
-    for err in cut:
-        (warn or log.warning)(f"{err.cause}: skipped, its rows were lost")
-    frames = [df for _, df in read]
-    df = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    _check_unique_ids(df, [(f, len(x)) for f, x in read])
-    return df
-
-
-def _later_parts(first: Path) -> list[Path]:
-    """The parts after ``first`` of the run it starts (none when ``first`` is itself a later
-    part), in order."""
-    if _split(first.stem, ".part-", 1)[0] != first.stem:
-        return []
-    parts = first.parent.glob(f"{glob.escape(first.stem)}.part-*{glob.escape(first.suffix)}")
-    later = [f for f in parts if f.is_file() and _split(f.stem, ".part-", 1)[0] == first.stem]
-    return sorted(later, key=_run_order)
-
-
-def _split(stem: str, sep: str, default: int) -> tuple[str, int]:
-    """``("decisions", 2)`` for ``decisions<sep>2``; ``(stem, default)`` when it has none."""
-    head, _, n = stem.rpartition(sep)
-    return (head, int(n)) if head and n.isdigit() else (stem, default)
-
-
-def _run_order(f: Path) -> tuple[str, int, int, str]:
-    """``decisions.parquet``, ``decisions.part-0002.parquet``, ..., ``decisions.1.parquet``,
-    ``decisions.1.part-0002.parquet``, ...: runs in the order they were started
-    (``free_path``'s names), each run's parts in theirs (``part_path``'s); not the names'
-    order (where ``.10`` sorts before ``.2``)."""
-    run, part = _split(f.stem, ".part-", 1)
-    base, n = _split(run, ".", 0)
-    return (base, n, part, f.name)
-
-
-def _read_one(p: Path) -> pd.DataFrame:
-    try:
-        table = pq.read_table(p)
-    except (pa.ArrowException, OSError) as exc:
-        if _truncated(p):
-            raise TruncatedLogError(p) from None
-        raise DecisionLogError(f"{p}: not a readable Parquet decision log ({exc})") from None
-    schema = table.schema
-    for col, kind in {**REQUIRED, **OPTIONAL}.items():
-        if col not in schema.names:
-            if col in REQUIRED:
-                raise DecisionLogError(f"{p}: missing column {col!r} ({kind})")
-            continue
-        if not _CHECK[kind](schema.field(col).type):
-            got = schema.field(col).type
-            raise DecisionLogError(f"{p}: column {col!r} is {got}, expected {kind}")
-    df = table.to_pandas()
-    _check_values(df, p)
-    return df
-
-
-def _truncated(p: Path) -> bool:
-    """A Parquet file that was started (leading magic) but never closed (no trailing one)."""
-    try:
-        with p.open("rb") as f:
-            head = f.read(4)
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(size - 4, 0))
-            tail = f.read(4)
-    except OSError:
-        return False
-    return head == b"PAR1" and (size < 12 or tail != b"PAR1")
-
-
-def _check_unique_ids(df: pd.DataFrame, files: list[tuple[Path, int]]) -> None:
-    """Decision ids are unique across runs: a repeated one means rows counted twice (a log
-    concatenated with itself, the same run's file given twice)."""
-    if "decision_id" not in df.columns:
-        return
-    ids = df["decision_id"]
-    dup = ids.notna() & ids.duplicated(keep="first")
-    if not dup.any():
-        return
-    j = int(np.flatnonzero(dup.to_numpy())[0])
-    i = int(np.flatnonzero((ids == ids.iloc[j]).to_numpy())[0])
-
-    def where(k: int) -> str:
-        for f, n in files:
-            if k < n:
-                return f"{f}: row {k}"
-            k -= n
-        return f"row {k}"  # pragma: no cover
-
-    raise DecisionLogError(
-        f"{where(j)}: column 'decision_id' = {ids.iloc[j]!r} repeats {where(i)} (each "
-        "decision is logged once: is a log given twice?)"
-    )
-
-
-def _check_values(df: pd.DataFrame, p: Path) -> None:
-    judged = df["kind"].isin(JUDGED).to_numpy()
-    p_hit = df["p_hit"].to_numpy(float)
-    eta = df["eta_ms"].to_numpy(float) if "eta_ms" in df.columns else np.full(len(df), np.nan)
-    transfer = df["transfer_ms"].to_numpy(float)
-    checks = [
-        ("ts_ms", ~np.isfinite(df["ts_ms"].to_numpy(float)), "is not a finite time"),
-        ("ttl_ms", judged & ~(df["ttl_ms"].to_numpy(float) > 0), "must be > 0"),
-        ("blocks_moved", judged & (df["blocks_moved"].to_numpy() < 1), "must be >= 1"),
-        ("bytes", df["bytes"].to_numpy() < 0, "must be >= 0"),
-        ("p_hit", judged & ((p_hit < 0) | (p_hit > 1)), "is not a probability (NaN: unknown)"),
-        ("saved_ms", judged & ~np.isfinite(df["saved_ms"].to_numpy(float)),
-         "is not a finite number of ms"),
-        ("transfer_ms", judged & ~np.isfinite(eta) & ~np.isfinite(transfer),
-         "is not a finite number of ms (and the row has no eta_ms)"),
-    ]  # fmt: skip
-    n_listed = df["block_hashes"].map(lambda x: 0 if x is None else len(x)).to_numpy()
-    checks.append(
-        ("blocks_moved", judged & (df["blocks_moved"].to_numpy() > n_listed),
-         "exceeds the number of block_hashes listed")
-    )  # fmt: skip
-    for col, bad, why in checks:
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            value = df[col].iloc[i]
-            value = value.item() if isinstance(value, np.generic) else value
-            raise DecisionLogError(f"{p}: row {i}: column {col!r} = {value!r} {why}")
 
 
 class ArrivalIndex:
