@@ -161,29 +161,25 @@ def test_a_rule_across_keys_is_reported_as_its_own_message(tmp_path: Path) -> No
     )
 
 
-def test_a_key_inside_a_section_of_alternatives_is_named_as_the_file_spells_it(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # pydantic puts the union's tag in the path (model.lgbm.num_leafs); the file has none
+        ("model:\n  kind: lgbm\n  num_leafs: 31\n", "key 'model.num_leafs': unknown key"),
+        ("model:\n  num_leaves: 31\n",
+         "key 'model': 'kind' is required (one of recency, rule, lgbm, tcn)"),
+    ],
+)  # fmt: skip
+def test_a_section_of_alternatives_is_named_as_the_file_spells_it(
+    tmp_path: Path, text: str, message: str
 ) -> None:
-    """pydantic puts the union's tag in the path (model.lgbm.num_leafs); the file has none."""
     from kvcast.training.config import TrainConfig
 
     p = tmp_path / "train.yaml"
-    p.write_text("model:\n  kind: lgbm\n  num_leafs: 31\n")
+    p.write_text(text)
     with pytest.raises(ConfigError) as refused:
         load_config(TrainConfig, p)
-    assert str(refused.value) == f"{p}: key 'model.num_leafs': unknown key"
-
-
-def test_a_section_of_alternatives_without_its_tag_lists_the_choices(tmp_path: Path) -> None:
-    from kvcast.training.config import TrainConfig
-
-    p = tmp_path / "train.yaml"
-    p.write_text("model:\n  num_leaves: 31\n")
-    with pytest.raises(ConfigError) as refused:
-        load_config(TrainConfig, p)
-    assert str(refused.value) == (
-        f"{p}: key 'model': 'kind' is required (one of recency, rule, lgbm, tcn)"
-    )
+    assert str(refused.value) == f"{p}: {message}"
 
 
 def test_a_directory_given_as_a_config_is_named_as_one(tmp_path: Path) -> None:

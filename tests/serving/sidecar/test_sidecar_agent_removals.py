@@ -33,6 +33,17 @@ from sidecar_harness import (
 from kvcast.serving.cluster.summary import parse_metrics
 
 
+def token_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"} | {"KVCAST_TOKEN": TOKEN}
+
+
+def start_a_and_b(agents: list[Any], env: dict[str, str]) -> list[Any]:
+    """Agents of node a and (small) node b, started and ready; their ready-line matches."""
+    agents.append(start_agent("node-a", env))
+    agents.append(small_b(env))
+    return [agent.wait_ready(AGENT_READY) for agent in agents]
+
+
 def small_b(env: dict[str, str], *extra: str) -> Any:
     """Node b's agent: room for the copy and little more."""
     return start_agent("node-b", env, "--capacity", "4MiB", "--speculative-quota", "2MiB", *extra)
@@ -76,11 +87,8 @@ def config_for(tmp_path: Path, model_path: Path, a: str, b: str) -> Any:
 def test_a_replica_the_agent_evicted_for_room_leaves_the_view_and_the_ledger(
     tmp_path, run, model_path, agents
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"} | {"KVCAST_TOKEN": TOKEN}
-    agents.append(start_agent("node-a", env))
-    agents.append(small_b(env))
-    for agent in agents:
-        agent.wait_ready(AGENT_READY)
+    env = token_env()
+    start_a_and_b(agents, env)
     a, b = (agent.http for agent in agents)
     hashes = chain(1)
 
@@ -125,10 +133,8 @@ def test_replicas_on_an_agent_that_restarted_leave_the_view_at_its_first_answer(
     holds none of the replicas. Its removal numbers start at 0 as before, so only its new
     incarnation tells; the replicas leave the view and the ledger at the first poll that
     reaches the new life, not at their TTL."""
-    env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"} | {"KVCAST_TOKEN": TOKEN}
-    agents.append(start_agent("node-a", env))
-    agents.append(small_b(env))
-    ready = [agent.wait_ready(AGENT_READY) for agent in agents]
+    env = token_env()
+    ready = start_a_and_b(agents, env)
     a, b = (agent.http for agent in agents)
     hashes = chain(1)
 

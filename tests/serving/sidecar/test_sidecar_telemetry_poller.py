@@ -49,18 +49,23 @@ class Switch:
         await self.app(scope, receive, send)
 
 
+def poller_for(http: httpx.AsyncClient, on_removed: Any, on_restarted: Any = None) -> Any:
+    """A poller of the one agent at ``URL`` (with the token), handing removals on."""
+    return TelemetryPoller(
+        [URL], NodeLoads(1, FeatureConfig().prefill, 60.0), EventQueue(1 << 16), http,
+        period_s=1.0, timeout_s=5.0, bytes_per_token=1.0, removals=lambda node: 0,
+        pending=dict, agent_client=AgentClient(http, TOKEN, 5.0), on_removed=on_removed,
+        on_restarted=on_restarted,
+    )  # fmt: skip
+
+
 def test_poller_hands_on_every_removal_once_from_where_it_started(run) -> None:
     async def scenario() -> None:
         switch, got = Switch(), []
         transport = httpx.ASGITransport(app=switch)
         async with agent() as a, httpx.AsyncClient(transport=transport) as http:
             switch.app = build_app(AgentControl(a), TOKEN)
-            poller = TelemetryPoller(
-                [URL], NodeLoads(1, FeatureConfig().prefill, 60.0), EventQueue(1 << 16), http,
-                period_s=1.0, timeout_s=5.0, bytes_per_token=1.0, removals=lambda node: 0,
-                pending=dict, agent_client=AgentClient(http, TOKEN, 5.0),
-                on_removed=lambda node, refs: got.extend((node, *r) for r in refs),
-            )  # fmt: skip
+            poller = poller_for(http, lambda node, refs: got.extend((node, *r) for r in refs))
             expire(a, "old", range(3))  # before the sidecar first saw the agent
             await poller.poll_once()
             assert got == [] and poller.cursor == {0: 3}
@@ -120,12 +125,7 @@ def test_a_restart_is_seen_by_its_new_incarnation_even_with_as_many_removals(run
         transport = httpx.ASGITransport(app=switch)
         async with agent() as a, httpx.AsyncClient(transport=transport) as http:
             switch.app = build_app(AgentControl(a), TOKEN)
-            poller = TelemetryPoller(
-                [URL], NodeLoads(1, FeatureConfig().prefill, 60.0), EventQueue(1 << 16), http,
-                period_s=1.0, timeout_s=5.0, bytes_per_token=1.0, removals=lambda node: 0,
-                pending=dict, agent_client=AgentClient(http, TOKEN, 5.0),
-                on_removed=lambda node, refs: got.extend(refs), on_restarted=on_restarted,
-            )  # fmt: skip
+            poller = poller_for(http, lambda node, refs: got.extend(refs), on_restarted)
             await poller.poll_once()
             expire(a, "acme", range(2))
             await poller.poll_once()
