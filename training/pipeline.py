@@ -94,6 +94,8 @@ def run_training(
             extra=_provenance(cfg, data),
         )
         path = out / "model.onnx"
+        for stale in ("metrics.json", "model_card.md"):  # an earlier run's: not this model's
+            (out / stale).unlink(missing_ok=True)
         proto = write_onnx(fitted, meta, path)
         scorer = OnnxScorer.load(path, expected=data.spec)
         gap = parity(fitted, scorer, data.x, te, windows)

@@ -125,3 +125,24 @@ def test_the_recency_kind_is_reported_beside_its_baseline_not_over_it(
         terminal_width=200,
     )
     assert r.exit_code == 0 and "recency baseline" in r.output, r.output
+
+
+def test_a_rerun_that_fails_after_the_export_leaves_no_stale_metrics_beside_the_new_model(
+    tiny_data: dict[str, TrainingData], tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """The second run into the same folder writes its model, then fails (its PR-curve plot
+    cannot be written): the first run's metrics and model card must not stay beside the new
+    model, looking like its own."""
+    out = tmp_path / "out"
+    cfg = tiny_config("recency", tiny_tables, out)
+    first = run_training(cfg, data=tiny_data["sampled"])
+    old_model = (out / "model.onnx").read_bytes()
+    assert (out / "metrics.json").is_file() and (out / "model_card.md").is_file()
+    (out / "pr_curve.png").unlink()
+    (out / "pr_curve.png").mkdir()  # the evaluation's plot cannot be written there
+    rerun = tiny_config("recency", tiny_tables, out, seed=1, model={"bins": 4})
+    with pytest.raises(OSError):
+        run_training(rerun, data=tiny_data["sampled"])
+    assert (out / "model.onnx").read_bytes() != old_model  # the new model was exported
+    assert not (out / "metrics.json").exists() and not (out / "model_card.md").exists()
+    assert first.metrics["kind"] == "recency"
