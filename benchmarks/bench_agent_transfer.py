@@ -56,6 +56,11 @@ def _payload(total: int) -> np.ndarray:
     return np.random.default_rng(7).integers(0, 256, total, dtype=np.uint8)
 
 
+def _affinity() -> list[int]:
+    """The CPUs this process may run on (empty where the platform cannot tell)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
 def _siblings(cpu: int) -> set[int]:
     """The hardware threads sharing ``cpu``'s core (itself included), as Linux lists them."""
     path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
@@ -74,16 +79,12 @@ def pinned_cpus() -> list[int]:
     """The receiver's and the source's CPUs: two of this process's, on different cores when
     there are (two hyperthreads of one core would share its execution units and caches,
     and slow the agent, which does more work per byte, more than the raw socket)."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cpus = _affinity()
     if len(cpus) < 2:
         return cpus
     first = cpus[0]
     other = next((c for c in cpus[1:] if c not in _siblings(first)), cpus[1])
     return [first, other]
-
-
-def _affinity() -> list[int]:
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 
 def _pin(cpu: int | None) -> None:
@@ -106,8 +107,6 @@ def _raw_source(total: int, port_out: mp.Queue, rounds: int, cpu: int | None) ->
 def _buffer(data: np.ndarray, device: str | None) -> BlockBuffer:
     if device is None:
         return HostBuffer(data.copy())
-    from kvcast.serving.agent.device_memory import DeviceAllocator
-
     buf = DeviceAllocator(device).allocate(len(data))
     buf.view()[:] = data
     return buf
