@@ -23,7 +23,12 @@ from kvcast.serving.agent.api_models import BlockEntry, Tenant
 from kvcast.serving.agent.api_models import Request as Body
 from kvcast.serving.agent.blocks import BlockState, ChecksumMismatch, StoreError, StoreFull
 from kvcast.serving.agent.control import AgentControl, CommandConflict
-from kvcast.serving.http.block_hash import JsonBlockHash, hash_from_header, hash_from_json
+from kvcast.serving.http.block_hash import (
+    JsonBlockHash,
+    decimal_u64,
+    hash_from_header,
+    hash_from_json,
+)
 
 HEADER = "x-kvcast-"
 Checksum = Annotated[int, Field(ge=0, lt=1 << 64, description="xxh3-64 of the bytes")]
@@ -75,10 +80,11 @@ def _header_checksum(text: str) -> int:
     field = HEADER + "checksum"
     if not (text.isascii() and text.isdigit()):
         raise _invalid(field, f"must be decimal digits, got {text[:40]!r}", "header")
-    digits = text.lstrip("0") or "0"
-    if len(digits) > 20:
-        raise _invalid(field, f"must be below 2**64, got {len(text)} digits", "header")
-    checksum: int = _field(_CHECKSUM, int(digits), field, "header")
+    try:
+        value = decimal_u64(text)
+    except ValueError as err:
+        raise _invalid(field, str(err), "header") from None
+    checksum: int = _field(_CHECKSUM, value, field, "header")
     return checksum
 
 

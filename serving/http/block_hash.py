@@ -40,11 +40,21 @@ def hash_from_header(text: str) -> BlockHash:
     ``0x`` then hex a bytes hash (the unambiguous form: ``1234`` is the integer), and other
     hex, for short, a bytes hash too; ValueError otherwise."""
     if text.isascii() and text.isdigit():
-        digits = text.lstrip("0") or "0"
-        if len(digits) > 20:  # past 2**64; and int() refuses over 4300 digits
-            raise ValueError(f"an integer block hash must be in [0, 2**64), got {len(text)} digits")
-        return hash_from_json(int(digits))
+        try:
+            return hash_from_json(decimal_u64(text))
+        except ValueError as err:
+            raise ValueError(f"an integer block hash {err}") from None
     return hash_from_json(text.removeprefix("0x"))
+
+
+def decimal_u64(digits: str) -> int:
+    """ASCII decimal ``digits`` (a header's u64) as an int; ValueError past 20 significant
+    digits, before ``int()``, which refuses over 4300 with advice to raise a process-wide
+    limit."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > 20:
+        raise ValueError(f"must be in [0, 2**64), got {len(digits)} digits")
+    return int(significant)
 
 
 def hash_to_header(value: BlockHash) -> str:
