@@ -72,9 +72,10 @@ def _alternatives(model: Any, name: str) -> dict[str, type[BaseModel]]:
     return out
 
 
-def _config_key(cls: type[BaseModel], loc: tuple[Any, ...]) -> str:
-    """The dotted key of an error's location as the file spells it: pydantic puts the tag of
-    a discriminated union in the path (``model.lgbm.num_leaves``), the file does not."""
+def _walk(cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, Any]:
+    """An error location as the file spells it, and the model class it ends in (None past a
+    plain value): pydantic puts the tag of a discriminated union in the path
+    (``model.lgbm.num_leaves``), the file does not."""
     parts: list[str] = []
     model: Any = cls
     i = 0
@@ -89,24 +90,21 @@ def _config_key(cls: type[BaseModel], loc: tuple[Any, ...]) -> str:
         ann = field.annotation if field is not None else None
         model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
         i += 1
-    return ".".join(parts)
+    return ".".join(parts), model
 
 
 def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> str:
     lines = []
     for e in err.errors():
-        key = _config_key(cls, e["loc"])
+        key, _ = _walk(cls, e["loc"])
         got = e.get("input")
         msg = e["msg"]
         if e["type"] == "value_error":  # our own validators' messages name what they refuse
             msg = msg.removeprefix("Value error, ")
         elif e["type"] == "union_tag_not_found":  # a section of alternatives without its tag
             disc = str(e.get("ctx", {}).get("discriminator", "")).strip("'")
-            model: Any = cls
-            for part in e["loc"][:-1]:
-                field = getattr(model, "model_fields", {}).get(part)
-                model = field.annotation if field is not None else None
-            tags = ", ".join(_alternatives(model, e["loc"][-1]) if e["loc"] else ())
+            _, parent = _walk(cls, e["loc"][:-1])
+            tags = ", ".join(_alternatives(parent, e["loc"][-1]) if e["loc"] else ())
             msg = f"'{disc}' is required" + (f" (one of {tags})" if tags else "")
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: key '{key}': unknown key")
