@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kvcast.config import FrozenConfig
+from kvcast.config import FiniteConfig
 
 
-class PrefillModel(FrozenConfig):
-    """Prefill time ``a + b*n + c*n^2`` ms for n uncached tokens."""
+class PrefillModel(FiniteConfig):
+    """Prefill time ``a + b*n + c*n^2`` ms for n uncached tokens (finite: an infinite one
+    never ends its iteration)."""
 
     a_ms: float = Field(20.0, ge=0)  # fixed per-iteration cost
     b_ms_per_token: float = Field(0.07, ge=0)  # linear (MLP / projection) cost

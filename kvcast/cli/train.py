@@ -11,6 +11,7 @@ from rich.table import Table
 
 from kvcast.cli.common import console, progress_bar, user_errors, write_json
 from kvcast.predictor.metrics import METRIC_NAMES
+from kvcast.training.registry import MODEL_KINDS
 
 out_console = Console(emoji=False)
 
@@ -26,7 +27,7 @@ def metrics_table(title: str, columns: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-KINDS = ("recency", "rule", "lgbm", "tcn")
+KINDS = tuple(MODEL_KINDS)  # recency, rule, lgbm, tcn
 
 
 def baseline_name(kind: str) -> str:
