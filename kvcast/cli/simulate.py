@@ -124,9 +124,14 @@ def simulate_cmd(
     res.requests.to_parquet(out / "requests.parquet", index=False)
     res.timeline.to_parquet(out / "timeline.parquet", index=False)
     out_console.print(summary_table([res.summary], f"{tr.name}: {len(tr)} requests"))
-    for line in rejection_notes([res.summary]):
-        console.print(escape(f"warning: {line}"), style="yellow", highlight=False, soft_wrap=True)
+    warn_rejections([res.summary])
     out_console.print(escape(f"wrote {out}/summary.json, requests.parquet, timeline.parquet"))
+
+
+def warn_rejections(summaries: list[dict[str, Any]]) -> None:
+    """A warning line (stderr) per run that rejected requests, beside the table."""
+    for line in rejection_notes(summaries):
+        console.print(escape(f"warning: {line}"), style="yellow", highlight=False, soft_wrap=True)
 
 
 def shadow_logger(pol: object, path: Path, cfg: SimConfig, trace: Trace) -> tuple[Any, Any]:
@@ -204,8 +209,7 @@ def run_evaluation(
     )
     for line in capacity_notes(ev):
         out_console.print(escape(line), highlight=False)
-    for line in rejection_notes(ev.summaries):
-        console.print(escape(f"warning: {line}"), style="yellow", highlight=False, soft_wrap=True)
+    warn_rejections(ev.summaries)
     out_console.print(escape(f"wrote {out}/summary.json, " + ", ".join(p.name for p in written)))
     return ev
 

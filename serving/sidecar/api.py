@@ -73,8 +73,10 @@ def _writes(sc: Sidecar) -> APIRouter:
     names = sc.cfg.node_names
     refusals = error_responses(401, 411, 413, 422)
 
-    def accepted(n: int, dropped: int) -> Accepted:
-        return Accepted(accepted=n, dropped=dropped, queue_depth=len(sc.queue))
+    def accepted(n: int, dropped: int, duplicates: int = 0) -> Accepted:
+        return Accepted(
+            accepted=n, dropped=dropped, queue_depth=len(sc.queue), duplicates=duplicates
+        )
 
     @router.post("/requests", status_code=202, responses=refusals)
     async def requests(body: ArrivalBatch) -> Accepted:
@@ -84,8 +86,7 @@ def _writes(sc: Sidecar) -> APIRouter:
         for node, depth, ts_ms in queues:
             sc.loads.note_router_queue(node, depth, ts_ms)
         fresh = [e for e in events if sc.seen_requests.first_time(e.request_id)]
-        out = accepted(len(fresh), sc.queue.put(fresh, "http"))
-        return out.model_copy(update={"duplicates": len(events) - len(fresh)})
+        return accepted(len(fresh), sc.queue.put(fresh, "http"), len(events) - len(fresh))
 
     @router.post("/kv-events", status_code=202, responses=refusals)
     async def kv(body: KvEventBatch) -> Accepted:
