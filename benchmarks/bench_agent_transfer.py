@@ -167,13 +167,14 @@ async def _agent_receive(
     return elapsed
 
 
-def device_copy_us(device: str, block: int, n: int = 50) -> tuple[float, float]:
-    """Median microseconds per block to allocate, stage and commit a block to ``device``, and
-    to read a committed block back into host memory for a send (the two copies a device agent
-    adds to the host path)."""
+def device_copy_us(device: str, block: int, n: int = 50) -> tuple[float, float, float]:
+    """Median microseconds per block to allocate, stage and commit a block to ``device``, to
+    read a committed block back into host memory for a send (the two copies a device agent
+    adds to the host path), and, as the same-run baseline of the read-back, the same read
+    into pageable memory (``tensor.cpu()``, what the agent did before its pinned read-back)."""
     alloc = DeviceAllocator(device)
     data = _payload(block)
-    commit, read = [], []
+    commit, read, pageable = [], [], []
     for _ in range(n):
         start = time.perf_counter()
         buf = alloc.allocate(block)
@@ -183,9 +184,14 @@ def device_copy_us(device: str, block: int, n: int = 50) -> tuple[float, float]:
         start = time.perf_counter()
         view = buf.view()
         read.append(time.perf_counter() - start)
-        del view, buf
+        if bytes(view[:64]) != data[:64].tobytes():
+            raise RuntimeError("device read-back returned other bytes")
+        start = time.perf_counter()
+        host = buf.tensor.cpu().numpy()
+        pageable.append(time.perf_counter() - start)
+        del view, buf, host
     med = statistics.median
-    return round(med(commit) * 1e6, 1), round(med(read) * 1e6, 1)
+    return round(med(commit) * 1e6, 1), round(med(read) * 1e6, 1), round(med(pageable) * 1e6, 1)
 
 
 def measure(
@@ -293,9 +299,10 @@ def main() -> None:
                 f"{prefix}device_agent_gbps": round(t / min(d_agent) / 1e9, 3),
                 f"{prefix}device_ratio": round(min(d_raw) / min(d_agent), 3),
             }
-            commit_us, read_us = device_copy_us(args.device, b)
+            commit_us, read_us, pageable_us = device_copy_us(args.device, b)
             report |= {f"{prefix}device_stage_commit_us": commit_us,
-                       f"{prefix}device_read_back_us": read_us}  # fmt: skip
+                       f"{prefix}device_read_back_us": read_us,
+                       f"{prefix}device_read_back_pageable_us": pageable_us}  # fmt: skip
         report["device"] = args.device
     print(json.dumps(report, indent=2))
 

@@ -2,7 +2,8 @@
 # The checks that need a GPU, in one run (a GPU machine is lent rarely and briefly):
 # the agent's CUDA tests (in-process and real `kvcast serve agent --device cuda` processes)
 # and the loopback transfer benchmark with both agents' blocks in GPU memory.
-#     benchmarks/gpu_check.sh [OUTDIR]      (kvcast installed; OUTDIR defaults to ./gpu_check)
+#     benchmarks/gpu_check.sh [OUTDIR]      (kvcast installed; OUTDIR defaults to ./gpu_check;
+#                                            ROUNDS=N sets the benchmark's rounds, default 7)
 # Writes OUTDIR/gpu.txt, OUTDIR/agent_tests.log and OUTDIR/bench_agent_transfer_cuda.json.
 set -uo pipefail
 out=${1:-gpu_check}
@@ -11,13 +12,14 @@ py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 {
   nvidia-smi -L
+  echo "cpus: $(nproc)"
   $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
 'available', torch.cuda.is_available(), torch.cuda.get_device_name(0))"
 } 2>&1 | tee "$out/gpu.txt"
 status=0
 timeout 240 $py -m pytest -q -p no:cacheprovider -n 8 -rs tests/serving/agent 2>&1 \
   | tee "$out/agent_tests.log" || status=1
-timeout 180 $py benchmarks/bench_agent_transfer.py --device cuda --rounds 7 \
+timeout 180 $py benchmarks/bench_agent_transfer.py --device cuda --rounds "${ROUNDS:-7}" \
   > "$out/bench_agent_transfer_cuda.json" 2> "$out/bench.err" || status=1
 cat "$out/bench_agent_transfer_cuda.json" "$out/bench.err"
 exit $status

@@ -5,8 +5,10 @@ and the transports only read and write host memory (:meth:`BlockBuffer.view`), s
 arrives in a host *staging* area (pinned memory on CUDA, so the copy is a DMA), is verified
 there, and :meth:`DeviceBuffer.commit` copies it to the device once the store accepts it and
 frees the staging area: a stored block occupies device memory only. Serving it to a peer
-reads it back into host memory (one device-to-host copy per send). Without GPUDirect this is
-what any TCP path does; a NIXL transport would move the device memory directly.
+reads it back into host memory (one device-to-host copy per send, into pinned memory from
+torch's caching host allocator, so the copy is a DMA and the pinned pages are reused from
+send to send). Without GPUDirect this is what any TCP path does; a NIXL transport would move
+the device memory directly.
 
 ``torch`` is imported only when a device buffer is made, so the agent and the sidecar stay
 free of it unless a device is configured. The ``"cpu"`` device (torch host tensors) runs the
@@ -60,11 +62,16 @@ class DeviceBuffer:
 
     def view(self) -> memoryview:
         """Before :meth:`commit`: the staging area (written by a transport, then verified).
-        After: a host copy of the device bytes (for sending to a peer; on torch's ``cpu``
-        device, the tensor's own memory)."""
+        After: a host copy of the device bytes in pinned memory (for sending to a peer; the
+        copy lives as long as the view; on torch's ``cpu`` device, the tensor's own memory)."""
         if self._staging is not None:
             return memoryview(self._staging).cast("B")
-        return memoryview(self.tensor.cpu().numpy()).cast("B")
+        tensor = self.tensor
+        if not tensor.is_cuda:
+            return memoryview(tensor.numpy()).cast("B")
+        host = _torch().empty(tensor.numel(), dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor)  # pinned destination: a DMA; blocking, so the bytes are there
+        return memoryview(host.numpy()).cast("B")
 
     def commit(self) -> None:
         """Copy the staged bytes to the device and free the staging area (idempotent)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,6 +108,18 @@ def test_a_cuda_agent_keeps_its_blocks_in_device_memory(run, config) -> None:
             assert tensor.is_cuda and bytes(tensor.cpu().numpy()) == b"g" * KiB
 
     run(scenario())
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device: the GPU path runs on a GPU machine")
+def test_a_cuda_block_is_read_back_into_pinned_memory_for_a_send() -> None:
+    buf = DeviceAllocator("cuda").allocate(64 * KiB)
+    data = bytes(range(256)) * 256
+    buf.view()[:] = data
+    buf.commit()
+    view = buf.view()
+    assert bytes(view) == data
+    assert torch.from_numpy(np.asarray(view)).is_pinned()  # a DMA, not a pageable bounce
+    assert not torch.from_numpy(buf.tensor.cpu().numpy()).is_pinned()  # what it would be
 
 
 @pytest.mark.skipif(CUDA, reason="this machine has a CUDA device")
