@@ -42,6 +42,7 @@ class BudgetLedger:
         self._copies: dict[int, int] = {}  # block -> live replicas of it the ledger placed
         self._to: dict[int, int] = {}  # node -> bytes in flight to it
         self._to_list: list[float] | None = None  # the same per node (None: stale)
+        self._next_expiry = float("inf")  # no replica expires before this (a lower bound)
 
     # -- time ----------------------------------------------------------------------------------
     def settle(self, now: float) -> None:
@@ -67,10 +68,16 @@ class BudgetLedger:
 
     def expired(self, now: float) -> dict[int, list[int]]:
         """Per node, the replicas whose TTL has passed (forgotten once returned)."""
+        if now < self._next_expiry:  # nothing is due: no pass over every replica
+            return {}
         out: dict[int, list[int]] = defaultdict(list)
+        soonest = float("inf")
         for key, exp in self.replicas.items():
             if exp <= now:
                 out[key[0]].append(key[1])
+            elif exp < soonest:
+                soonest = exp
+        self._next_expiry = soonest
         for node, blocks in out.items():
             for b in blocks:
                 self._drop_replica(node, b)
@@ -157,3 +164,5 @@ class BudgetLedger:
             if key not in replicas:
                 copies[b] = copies.get(b, 0) + 1
             replicas[key] = expiry_ms
+        if expiry_ms < self._next_expiry:
+            self._next_expiry = expiry_ms

@@ -54,6 +54,7 @@ class OutcomeFeedback:
         self.cfg = cfg
         # deepest block -> node -> the copy there: several nodes may hold copies of one chain
         self._watch: dict[int, dict[int, Watch]] = {}
+        self._next_expiry = float("inf")  # no watched copy expires before this (a lower bound)
         self._watching = 0  # copies watched
         self._depths: Counter[int] = Counter()  # watched copies per depth (-1: unknown)
         self._used = self._expected = 0.0  # decayed sums over the settled copies
@@ -82,6 +83,8 @@ class OutcomeFeedback:
         if old is not None:
             self._unwatched(old)
         copies[node] = Watch(expiry_ms, p, source, depth)
+        if expiry_ms < self._next_expiry:
+            self._next_expiry = expiry_ms
         self._watching += 1
         self._depths[depth] += 1
 
@@ -115,8 +118,13 @@ class OutcomeFeedback:
     def expire(self, now_ms: float) -> None:
         """Settle, unused, the copies whose life ended before their request came (at their
         expiry instant, as the ledger evicts them)."""
+        if now_ms < self._next_expiry:  # nothing is due: no pass over every watch
+            return
         gone = [(b, node) for b, copies in self._watch.items()
                 for node, w in copies.items() if w.expiry_ms <= now_ms]  # fmt: skip
+        self._next_expiry = min((w.expiry_ms for copies in self._watch.values()
+                                 for w in copies.values() if w.expiry_ms > now_ms),
+                                default=float("inf"))  # fmt: skip
         for b, node in gone:
             w = self._pop(b, node)
             assert w is not None

@@ -9,6 +9,7 @@ runs on the decision thread from this snapshot, while the consumer goes back to 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain, compress
 
@@ -25,7 +26,7 @@ class TickInput:
     blocks: list[int]  # the distinct candidate blocks, rows in this order
     where: np.ndarray  # per block of the concatenated chains, its index in ``blocks``
     rows: np.ndarray  # [len(blocks), features]
-    hbm: dict[int, int]  # block -> bitmask of nodes holding it in GPU memory (held ones only)
+    hbm: Mapping[int, int]  # block -> bitmask of nodes holding it in GPU memory (held ones only)
     removals: np.ndarray  # cumulative blocks removed from each node's HBM
     features_s: float  # time taken by the rows
     holders: np.ndarray | None = None  # per block of the chains, its ``hbm`` mask (or None)
@@ -54,17 +55,54 @@ def gpu_holders(
     if masks is None:
         masks = mask_column(keeper, rows)
     masks_list = masks.tolist() if masks is not None else keeper.state.residency.masks(blocks)[0]
-    return dict(compress(zip(blocks, masks_list, strict=True), masks_list))
+    return _held(blocks, masks_list)
+
+
+def _held(blocks: list[int], masks: list[int]) -> dict[int, int]:
+    return dict(compress(zip(blocks, masks, strict=True), masks))
+
+
+class Holders(Mapping[int, int]):
+    """:func:`gpu_holders` of a tick's blocks, made on the first lookup: the decider reads
+    ``view.hbm`` only to commit a command or to place a chain with a copy on its way, which
+    most ticks do not, so most ticks skip the dict (a pass over every candidate block)."""
+
+    __slots__ = ("_args", "_map")
+
+    def __init__(self, blocks: list[int], masks: np.ndarray) -> None:
+        self._args: tuple[list[int], np.ndarray] | None = (blocks, masks)  # the column
+        self._map: dict[int, int] = {}
+
+    def _made(self) -> dict[int, int]:
+        if self._args is not None:
+            blocks, masks = self._args
+            self._map, self._args = _held(blocks, masks.tolist()), None
+        return self._map
+
+    def __getitem__(self, block: int) -> int:
+        return self._made()[block]
+
+    def get(self, block: int, default: int | None = None) -> int | None:  # type: ignore[override]
+        return self._made().get(block, default)
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._made()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
 
 
 def distinct_blocks(cands: ChainCandidates) -> tuple[list[int], np.ndarray]:
     """The candidates' distinct blocks (first seen first) and, per block of the concatenated
     chains, its index among them (C-level passes, no Python step per block)."""
     chains = cands.chains
-    blocks = list(dict.fromkeys(chain.from_iterable(chains)))
     total = cands.total_blocks
-    if len(blocks) == total:  # no block shared between chains: the identity
-        return blocks, np.arange(total, dtype=np.int64)
+    if len(set(chain.from_iterable(chains))) == total:  # none shared: the identity
+        return list(chain.from_iterable(chains)), np.arange(total, dtype=np.int64)
+    blocks = list(dict.fromkeys(chain.from_iterable(chains)))
     index = dict(zip(blocks, range(len(blocks)), strict=True))
     flat = chain.from_iterable(chains)
     return blocks, np.fromiter(map(index.__getitem__, flat), np.int64, total)
@@ -78,7 +116,7 @@ def snapshot(keeper: StateKeeper, now_ms: float, default_tail_tokens: int) -> Ti
     rows = keeper.state.rows(now_ms, blocks)
     features_s = time.perf_counter() - t0
     masks = mask_column(keeper, rows)
-    hbm = gpu_holders(keeper, blocks, rows, masks)
+    hbm = gpu_holders(keeper, blocks, rows) if masks is None else Holders(blocks, masks)
     holders = None if masks is None else masks[where]  # the decider's, per block of the chains
     return TickInput(
         now_ms, cands, blocks, where, rows, hbm, keeper.gpu_removals.copy(), features_s, holders,

@@ -3,6 +3,8 @@ in flight; replicas past their TTL are ordered evicted."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from decider_views import BLOCK, CHAIN, GIB, decider_cfg, one_chain, view
 
@@ -119,3 +121,33 @@ def test_quota_is_the_smaller_of_bytes_and_share_of_capacity() -> None:
     cfg = BudgetConfig(speculative_quota_gib=48.0, speculative_quota_fraction=0.1)
     assert cfg.quota_bytes(100.0 * GIB) == pytest.approx(10.0 * GIB)
     assert cfg.quota_bytes(1000.0 * GIB) == pytest.approx(48.0 * GIB)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_expired_returns_exactly_the_replicas_past_their_ttl_at_every_instant(seed: int) -> None:
+    """Whatever the order of copies, renewed copies and copies reported gone, each call
+    returns every live replica whose TTL has passed, and no other (a pass over every
+    replica is the reference: the ledger skips that pass while nothing is due)."""
+    rng = random.Random(seed)
+    ledger = BudgetLedger(BudgetConfig())
+    live: dict[tuple[int, int], float] = {}  # (node, block) -> expiry: the reference
+    now = 0.0
+    for _ in range(300):
+        now += rng.choice([0.0, rng.uniform(0.0, 40.0)])
+        op = rng.random()
+        if op < 0.5:  # a copy (a block already copied there renews its expiry)
+            node, blocks = rng.randrange(3), tuple(rng.sample(range(12), rng.randint(1, 3)))
+            expiry = now + rng.uniform(0.0, 200.0)
+            ledger.record(Transfer(now, now + 1.0, 9, node, 1, blocks), expiry)
+            live |= {(node, b): expiry for b in blocks}
+        elif op < 0.6:  # copies reported gone before their TTL
+            node, blocks = rng.randrange(3), rng.sample(range(12), 2)
+            ledger.forget(node, blocks)
+            for b in blocks:
+                live.pop((node, b), None)
+        else:
+            due = sorted(key for key, exp in live.items() if exp <= now)
+            got = sorted((n, b) for n, bs in ledger.expired(now).items() for b in bs)
+            assert got == due, f"at {now}"
+            for key in due:
+                del live[key]

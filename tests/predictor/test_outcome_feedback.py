@@ -180,3 +180,34 @@ def test_a_copy_expires_at_its_expiry_instant_as_the_ledger_evicts_it() -> None:
     fb.expire(30_000.0)
     assert ledger.expired(30_000.0) == {1: [5]}
     assert fb.fates == {"expired": 1} and len(fb) == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_expire_settles_exactly_the_copies_past_their_life_at_every_instant(seed: int) -> None:
+    """Whatever the order of copies, replaced copies and copies reported gone, each call
+    settles every watched copy whose life has ended, and no other (the feedback skips its
+    pass over the watches while nothing is due)."""
+    rng = random.Random(seed)
+    fb = OutcomeFeedback(FeedbackConfig())
+    live: dict[tuple[int, int], float] = {}  # (block, node) -> expiry: the reference
+    now = 0.0
+    for _ in range(300):
+        now += rng.choice([0.0, rng.uniform(0.0, 40.0)])
+        block, node, op = rng.randrange(12), rng.randrange(3), rng.random()
+        if op < 0.5:  # a copy (a copy of the same chain to the same node replaces it)
+            expiry = now + rng.uniform(0.0, 200.0)
+            fb.watch(block, node, expiry, p=0.5, source=9, depth=0)
+            live[(block, node)] = expiry
+        elif op < 0.6:  # reported gone before its life ended: not settled
+            fb.forget(node, [block])
+            live.pop((block, node), None)
+        else:
+            settled = fb.fates["expired"]
+            due = [key for key, exp in live.items() if exp <= now]
+            fb.expire(now)
+            assert fb.fates["expired"] - settled == len(due), f"at {now}"
+            for key in due:
+                del live[key]
+            assert len(fb) == len(live)
+            for (b, n), exp in live.items():
+                assert fb.watched(b)[n].expiry_ms == exp

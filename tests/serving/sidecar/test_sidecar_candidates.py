@@ -15,7 +15,7 @@ from kvcast.serving.sidecar.event_queue import EventQueue
 from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains, full_blocks
 from kvcast.serving.sidecar.replicas import ReplicaTracker
-from kvcast.serving.sidecar.tick_input import snapshot
+from kvcast.serving.sidecar.tick_input import Holders, gpu_holders, snapshot
 
 
 def _arrival(ts: float, hashes: tuple[int, ...], tokens: int, tenant: str = "t") -> RequestArrived:
@@ -55,6 +55,25 @@ def test_the_tick_scores_each_distinct_block_once_and_maps_it_to_every_chain() -
     assert list(inp.where) == [0, 1, 2, 3, 0, 1, 4]
     since = inp.rows[:, state.spec.index("since_last_ms")]
     assert np.allclose(since[inp.where], [1000, 1000, 1000, 1000, 1000, 1000, 2000])
+
+
+def test_the_ticks_gpu_holders_are_those_of_the_residency_made_only_when_read() -> None:
+    from kvcast.features.events import BlockStored
+
+    cfg = FeatureConfig(nodes=3, block_tokens=16)
+    state = FeatureState(cfg)
+    keeper = StateKeeper(state, EventQueue(100), RecentChains(60_000.0, 10, 16),
+                         ReplicaTracker(), NodeLoads(3, PrefillModel(), 5.0))  # fmt: skip
+    keeper.apply([
+        _arrival(1_000.0, (1, 2, 3), 48), _arrival(2_000.0, (1, 2, 4, 5), 64),
+        BlockStored(2_100.0, 0, (1, 2, 4), None, 16), BlockStored(2_200.0, 2, (1, 9), None, 16),
+    ])  # fmt: skip
+    inp = snapshot(keeper, now_ms=3_000.0, default_tail_tokens=0)
+    assert isinstance(inp.hbm, Holders) and inp.hbm._args is not None  # not made yet
+    assert inp.hbm.get(1) == 0b101 and inp.hbm._args is None  # the first lookup makes it
+    assert dict(inp.hbm) == {1: 0b101, 2: 0b001, 4: 0b001}  # held blocks only (5, 3: none)
+    assert dict(inp.hbm) == gpu_holders(keeper, inp.blocks, inp.rows)
+    assert inp.hbm.get(3, 0) == 0 and 3 not in inp.hbm and len(inp.hbm) == 3
 
 
 def test_events_older_than_the_stream_are_restamped_not_dropped() -> None:
