@@ -56,6 +56,33 @@ class CalibrationConfig(FrozenConfig):
     max_points: int = Field(64, ge=2, le=4096)  # knots of the stored piecewise-linear table
 
 
+# The default export.parity_tolerance of each kind: the largest max abs gap between the fitted
+# model's raw scores and its ONNX file's (onnxruntime) on the test window that an export
+# accepts (the run's onnx_parity_max_abs). Measured with `kvcast train --kind KIND` and at
+# seeds 0-2 on both bundled traces (conversation, synthetic), default sizes plus a 64-channel
+# 3-layer TCN and a 300-round LightGBM: recency and rule 0 (native and ONNX do the same
+# float32 operations in the same order), lgbm 4.5e-7 to 6.7e-7 (ONNX sums the trees in float32,
+# LightGBM in float64), tcn 3.2e-5 to 6.7e-5 (torch and onnxruntime sum the float32
+# convolutions in different orders). Each default is well clear of that: 1e-6 allows 16
+# float32 steps of a recency rate (<= 1), 1e-5 one step of a rule logit below 128; for lgbm and
+# tcn it is 15 times the largest gap measured. A converter bug (a wrong weight, threshold or
+# preprocessing step) moves raw scores by far more than any of these.
+PARITY_TOLERANCE: dict[str, float] = {"recency": 1e-6, "rule": 1e-5, "lgbm": 1e-5, "tcn": 1e-3}
+MAX_PARITY_TOLERANCE = 1e-2  # above it the check could not tell a broken export from float32
+
+
+class ExportConfig(FrozenConfig):
+    """The ONNX export's parity check: the fitted model and the exported file (loaded back
+    through onnxruntime) score the test window; when their raw scores differ by more than
+    ``parity_tolerance`` anywhere (or the gap is NaN), the export fails and no model is
+    written, tracked or registered. ``None``: the kind's default (``PARITY_TOLERANCE``, as
+    :attr:`TrainConfig.parity_tolerance` resolves it)."""
+
+    parity_tolerance: (
+        Annotated[float, Field(ge=0, le=MAX_PARITY_TOLERANCE, allow_inf_nan=False)] | None
+    ) = None
+
+
 class EvaluationConfig(FrozenConfig):
     budget_k: int = Field(64, ge=1)  # blocks replicated per tick for precision/recall@budget
     ece_bins: int = Field(15, ge=2)
@@ -133,6 +160,7 @@ class TrainConfig(FrozenConfig):
     split: SplitConfig = SplitConfig()
     model: ModelParams = LgbmParams()
     calibration: CalibrationConfig = CalibrationConfig()
+    export: ExportConfig = ExportConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     tracking: TrackingConfig = TrackingConfig()
     out_dir: str = "kvcast-out/train/{kind}"  # model.onnx, metrics.json, plots, model card
@@ -176,6 +204,12 @@ class TrainConfig(FrozenConfig):
     @property
     def output_dir(self) -> Path:
         return Path(self.out_dir.replace("{kind}", self.kind))
+
+    @property
+    def parity_tolerance(self) -> float:
+        """The largest native-vs-ONNX raw-score gap this run's export accepts."""
+        tolerance = self.export.parity_tolerance
+        return PARITY_TOLERANCE[self.kind] if tolerance is None else tolerance
 
     @property
     def registered_model(self) -> str:

@@ -2,7 +2,10 @@
 
 Every probability reported is the *served* one: validation and test rows are scored through
 the exported ONNX file by :class:`OnnxScorer`, calibration included. The recency baseline is
-fitted on the same training window and reported beside the model.
+fitted on the same training window and reported beside the model. An export whose ONNX file
+does not score like the fitted model (``export.parity_tolerance``) ends the run there
+(:class:`~kvcast.training.export.ParityError`): the output folder keeps what an earlier run
+left there, and the MLflow run, marked failed with the reason, registers nothing.
 """
 
 from __future__ import annotations
@@ -20,14 +23,13 @@ import numpy as np
 from kvcast import __version__
 from kvcast.predictor.model_meta import ModelMeta
 from kvcast.predictor.recency_table import FEATURE
-from kvcast.predictor.scorer import OnnxScorer
 from kvcast.training import report
 from kvcast.training.calibrate import fit_calibration
 from kvcast.training.config import TrainConfig
 from kvcast.training.data import TrainingData, load_frame
 from kvcast.training.distributed import fit_model, secondary_rank
 from kvcast.training.evaluate import metrics_of, predict_rows
-from kvcast.training.export import parity, write_onnx
+from kvcast.training.export import ParityError, export_checked
 from kvcast.training.models.recency import fit_table
 from kvcast.training.publish import card, publish
 from kvcast.training.registry import model_kind
@@ -94,11 +96,18 @@ def run_training(
             extra=_provenance(cfg, data),
         )
         path = out / "model.onnx"
-        for stale in ("metrics.json", "model_card.md"):  # an earlier run's: not this model's
-            (out / stale).unlink(missing_ok=True)
-        proto = write_onnx(fitted, meta, path)
-        scorer = OnnxScorer.load(path, expected=data.spec)
-        gap = parity(fitted, scorer, data.x, te, windows)
+        stale = [out / "metrics.json", out / "model_card.md"]  # an earlier run's: not this model's
+        try:
+            exported = export_checked(
+                fitted, meta, path, data.x, te, windows, cfg.parity_tolerance, stale
+            )
+        except ParityError as err:
+            if tracker is not None:  # the failed run says why (a store error must not hide it)
+                with contextlib.suppress(*STORE_ERRORS):
+                    tracker.metrics({"onnx_parity_max_abs": err.gap})
+                    tracker.tags({"export.refused": str(err)})
+            raise
+        proto, scorer, gap = exported.proto, exported.scorer, exported.gap
         say("evaluate")
         ev = cfg.evaluation
         col = data.spec.index(FEATURE)
@@ -122,6 +131,7 @@ def run_training(
             "kind": cfg.kind,
             **metrics,
             "onnx_parity_max_abs": gap,
+            "onnx_parity_tolerance": cfg.parity_tolerance,
             "fit_seconds": fit_s,
             "windows": data.split.bounds,
             "data": data.describe() | {k: v for k, v in data.info.items() if k != "feature_config"},

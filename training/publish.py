@@ -22,7 +22,9 @@ def publish(
 ) -> tuple[str, str]:
     """Log the run (parameters, spec, hashes, per-step and final metrics), register the ONNX
     model and apply the champion rule; returns ("name/version", "promoted" | "kept")."""
-    tracker.params(cfg.model_dump(mode="json"))
+    config = cfg.model_dump(mode="json")
+    config["export"]["parity_tolerance"] = cfg.parity_tolerance  # as applied (unset: the kind's)
+    tracker.params(config)
     tracker.params({"fitted": fitted.summary()})
     tracker.tags(
         {
@@ -39,6 +41,7 @@ def publish(
     tracker.metrics(
         {
             "onnx_parity_max_abs": summary["onnx_parity_max_abs"],
+            "onnx_parity_tolerance": summary["onnx_parity_tolerance"],
             "fit_seconds": summary["fit_seconds"],
         }
     )
@@ -70,7 +73,9 @@ def card(
         "label": cfg.data.label,
         "calibration": meta.calibration.method,
         "missing values": meta.missing,
-        "ONNX parity (max abs raw)": f"{s['onnx_parity_max_abs']:.3g}",
+        "ONNX parity (max abs raw)": (
+            f"{s['onnx_parity_max_abs']:.3g} (tolerance {s['onnx_parity_tolerance']:.3g})"
+        ),
     }
     metrics = {
         f"{cfg.kind} (test)": s["test"],

@@ -114,7 +114,8 @@ def train_cmd(
         )
     )
     out_console.print(
-        f"model: {result.model_path} (ONNX parity {m['onnx_parity_max_abs']:.2g}, "
+        f"model: {result.model_path} (ONNX parity {m['onnx_parity_max_abs']:.2g} <= "
+        f"{m['onnx_parity_tolerance']:.2g}, "
         f"fit {m['fit_seconds']:.1f} s, total {m['train_seconds']:.1f} s)"
     )
     if result.registered:

@@ -2,23 +2,31 @@
 
 The tcn kind is checked by the end-to-end test (every export measures native vs ONNX on the
 test window, ``onnx_parity_max_abs``), so that its Lightning training runs once. An export
-replaces its file in one rename: a reader never sees half of a model.
+replaces its file in one rename: a reader never sees half of a model. A training run's export
+(:func:`export_checked`) is refused when the ONNX file scores otherwise, beyond the run's
+tolerance: the file never takes the model's name.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 from tiny_training import table_for
 
 from kvcast.predictor.model_meta import ModelMeta
 from kvcast.predictor.scorer import OnnxScorer
+from kvcast.training.config import PARITY_TOLERANCE
 from kvcast.training.data import TrainingData
 from kvcast.training.evaluate import predict_rows
-from kvcast.training.export import write_onnx
+from kvcast.training.export import Export, ParityError, export_checked, write_onnx
 from kvcast.training.registry import FittedModel
 
 
@@ -100,4 +108,92 @@ def test_an_export_over_a_model_replaces_it_whole_and_leaves_no_temporary_file(
         scorer = export(fitted("rule"), data, path)
         assert reader.read() == old
     assert scorer.kind == "rule" and path.read_bytes() != old
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]
+
+
+@dataclass
+class MisExported:
+    """A fitted model with a converter bug: it scores as ``model``, but its ONNX graph is
+    ``graph``'s (the same kind, another fit: a wrong constant in the graph)."""
+
+    model: FittedModel
+    graph: FittedModel
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def to_onnx(self) -> onnx.ModelProto:
+        return self.graph.to_onnx()
+
+
+def export_test_window(
+    model: Any, data: TrainingData, path: Path, tolerance: float, stale: list[Path] | None = None
+) -> Export:
+    windows = data.window_index(model.window) if model.window else None
+    meta = ModelMeta(model.kind, data.spec, window=model.window)
+    return export_checked(
+        model, meta, path, data.x, data.rows("test"), windows, tolerance, stale or []
+    )
+
+
+@pytest.mark.parametrize(
+    ("shift", "gap"),
+    [(0.5, r"by up to 0\.5 "), (float("nan"), r"by NaN \(a score is not a number\)")],
+)
+def test_an_export_whose_graph_scores_otherwise_is_refused_and_leaves_no_file(
+    shift: float,
+    gap: str,
+    fitted: Callable[[str], FittedModel],
+    tiny_data: dict[str, TrainingData],
+    tmp_path: Path,
+) -> None:
+    """The graph's bias is off by 0.5 (or NaN, which a plain ``gap > tolerance`` would let through):
+    refused in one line naming the kind, the gap and the tolerance; no model.onnx, and no
+    temporary file, is left in the folder."""
+    from kvcast.training.models.rule import RuleModel
+
+    rule = fitted("rule")
+    assert isinstance(rule, RuleModel)
+    wrong = MisExported(rule, dataclasses.replace(rule, bias=rule.bias + shift))
+    with pytest.raises(ParityError) as err:
+        export_test_window(wrong, tiny_data["sampled"], tmp_path / "model.onnx", 1e-5)
+    message = str(err.value)
+    assert "\n" not in message and re.search(gap, message), message
+    assert "the rule model" in message and "export.parity_tolerance=1e-05" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_export_leaves_the_earlier_model_and_its_files_as_they_were(
+    fitted: Callable[[str], FittedModel], tiny_data: dict[str, TrainingData], tmp_path: Path
+) -> None:
+    """A real gap: LightGBM sums its trees in float64, the ONNX graph in float32 (a few
+    1e-7 on the tiny data), so a tolerance of 0 refuses it. The model already in the folder
+    (a sidecar may be serving it) and its metrics stay, byte for byte."""
+    data, path = tiny_data["sampled"], tmp_path / "model.onnx"
+    stale = [tmp_path / "metrics.json"]
+    export_test_window(fitted("rule"), data, path, PARITY_TOLERANCE["rule"])
+    stale[0].write_text("{}")
+    before = path.read_bytes()
+    with pytest.raises(ParityError, match=r"lgbm model .* by up to \d\.\d+e-0\d .*=0;") as err:
+        export_test_window(fitted("lgbm"), data, path, 0.0, stale)
+    assert 0 < err.value.gap < PARITY_TOLERANCE["lgbm"]
+    assert path.read_bytes() == before and stale[0].read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "model.onnx"]
+
+
+@pytest.mark.parametrize("kind", ["recency", "rule", "lgbm"])
+def test_an_export_within_its_kinds_default_tolerance_replaces_the_model(
+    kind: str,
+    fitted: Callable[[str], FittedModel],
+    tiny_data: dict[str, TrainingData],
+    tmp_path: Path,
+) -> None:
+    """The checked file is the one renamed into place, and the earlier model's files go."""
+    data, path = tiny_data[table_for(kind)], tmp_path / "model.onnx"
+    stale = tmp_path / "metrics.json"
+    stale.write_text("{}")
+    done = export_test_window(fitted(kind), data, path, PARITY_TOLERANCE[kind], [stale])
+    assert 0 <= done.gap <= PARITY_TOLERANCE[kind]
+    assert path.read_bytes() == done.proto.SerializeToString()
+    assert done.scorer.kind == kind and OnnxScorer.load(path, expected=data.spec).kind == kind
     assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]

@@ -13,6 +13,7 @@ from tiny_training import SPLIT, TINY_MODELS, table_for
 
 from kvcast.predictor.metrics import METRIC_NAMES
 from kvcast.predictor.scorer import OnnxScorer
+from kvcast.training.config import PARITY_TOLERANCE
 from kvcast.training.train import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,9 +52,11 @@ def test_train_py_writes_a_scorable_model_and_every_test_metric(
         metrics["test_recency"]
     )
     assert metrics["onnx_parity_max_abs"] <= 1e-5  # native vs ONNX on the test window
+    assert metrics["onnx_parity_tolerance"] == PARITY_TOLERANCE[kind]  # held to, and recorded
     scorer = OnnxScorer.load(out / "model.onnx")
     assert scorer.kind == kind and scorer.meta.baseline is not None
-    assert "## Metrics" in (out / "model_card.md").read_text()
+    card = (out / "model_card.md").read_text()
+    assert "## Metrics" in card and f"(tolerance {PARITY_TOLERANCE[kind]:.3g})" in card
 
 
 def test_train_py_runs_as_a_script_and_reports_bad_config_in_one_line(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from kvcast.cli.train import train_config
 from kvcast.config import ConfigError, parse_config
 from kvcast.training.config import TrainConfig
 from kvcast.training.data import TrainingData
+from kvcast.training.export import ParityError
 from kvcast.training.pipeline import run_training
 
 runner = CliRunner()
@@ -58,6 +59,69 @@ def test_a_label_without_positives_ends_the_cli_in_one_line(tmp_path: Path) -> N
     assert r.exit_code == 2, r.output
     assert "label_burst_k10000" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "out" / "model.onnx").exists()
+
+
+def test_an_export_over_its_parity_tolerance_publishes_nothing(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """LightGBM's ONNX graph sums its trees in float32, the booster in float64: a real gap of
+    a few 1e-7, over a tolerance of 0. The run stops at the export: no model file or metrics,
+    no new registry version, the champion alias where it was; the MLflow run is marked
+    failed and says why."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-parity"}
+    first = run_training(tiny_config("rule", tiny_tables, tmp_path / "a", tracking=tracking))
+    assert (first.registered, first.champion) == ("kvcast-parity/1", "promoted")
+    logged = MlflowClient(uri).get_run(first.run_id).data  # the tolerance the run was held to
+    assert logged.params["export.parity_tolerance"] == "1e-05"
+    assert logged.metrics["onnx_parity_tolerance"] == 1e-5
+    out = tmp_path / "b"
+    cfg = tiny_config("lgbm", tiny_tables, out, tracking=tracking, export={"parity_tolerance": 0.0})
+    with pytest.raises(ParityError, match=r"the lgbm model refused: .* by up to \d") as err:
+        run_training(cfg)
+    assert err.value.gap > 0 and err.value.tolerance == 0
+    assert not (out / "model.onnx").exists() and not (out / "metrics.json").exists()
+    client = MlflowClient(uri)
+    versions = client.search_model_versions("name='kvcast-parity'")
+    assert [str(v.version) for v in versions] == ["1"]
+    assert str(client.get_model_version_by_alias("kvcast-parity", "champion").version) == "1"
+    experiment = client.get_run(first.run_id).info.experiment_id
+    [failed] = [r for r in client.search_runs([experiment]) if r.info.run_id != first.run_id]
+    assert failed.info.status == "FAILED"
+    assert failed.data.tags["export.refused"] == str(err.value)
+    assert failed.data.metrics["onnx_parity_max_abs"] == pytest.approx(err.value.gap)
+
+
+def test_a_parity_refusal_ends_the_cli_in_one_line(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """``kvcast train``: exit 2 and one line naming the kind, the gap and the tolerance; no
+    traceback, no model."""
+    out = tmp_path / "out"
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"features": str(tiny_tables["sampled"])},
+                "split": SPLIT,
+                "model": TINY_MODELS["lgbm"],
+                "export": {"parity_tolerance": 0.0},
+                "out_dir": str(out),
+            }
+        )
+    )
+    r = runner.invoke(app, ["train", "--config", str(cfg), "--no-track"], terminal_width=80)
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    [line] = [line for line in r.output.splitlines() if line.strip()]
+    assert re.fullmatch(
+        r"error: ONNX export of the lgbm model refused: .* by up to \d\.\d+e-0\d on the test "
+        r"window, over export\.parity_tolerance=0; no model was written or registered",
+        line,
+    ), line
+    assert not (out / "model.onnx").exists()
 
 
 def test_the_tcn_kind_defaults_to_an_unsampled_table() -> None:

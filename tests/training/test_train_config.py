@@ -1,0 +1,63 @@
+"""The train config's ONNX parity tolerance: a default per kind, shown in every
+configs/train file, and out-of-range values refused naming the key and the value."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvcast.cli.train import train_config
+from kvcast.config import ConfigError, load_config, parse_config
+from kvcast.training.config import PARITY_TOLERANCE, TrainConfig
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
+
+
+def test_each_kind_has_its_own_default_parity_tolerance() -> None:
+    """Exact for the float32 kinds, float32-vs-float64 sums for lgbm, convolution order for
+    tcn (the reasons and measurements are beside PARITY_TOLERANCE)."""
+    assert PARITY_TOLERANCE == {"recency": 1e-6, "rule": 1e-5, "lgbm": 1e-5, "tcn": 1e-3}
+    for kind, tolerance in PARITY_TOLERANCE.items():
+        assert parse_config(TrainConfig, {"model": {"kind": kind}}).parity_tolerance == tolerance
+        assert train_config(None, None, None, None, False, kind).parity_tolerance == tolerance
+    assert TrainConfig().parity_tolerance == PARITY_TOLERANCE["lgbm"]  # the default kind
+
+
+def test_a_configured_parity_tolerance_overrides_the_kinds_default(tmp_path: Path) -> None:
+    path = tmp_path / "train.yaml"
+    path.write_text("model:\n  kind: tcn\nexport:\n  parity_tolerance: 2e-4\n")
+    assert load_config(TrainConfig, path).parity_tolerance == 2e-4
+    zero = {"model": {"kind": "rule"}, "export": {"parity_tolerance": 0}}
+    assert parse_config(TrainConfig, zero).parity_tolerance == 0.0  # exact equality
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_train_config_file_shows_its_kinds_default_tolerance(path: Path) -> None:
+    cfg = load_config(TrainConfig, path)
+    assert cfg.export.parity_tolerance == PARITY_TOLERANCE[cfg.kind]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("-1.0e-6", "greater than or equal to 0 (got -1e-06)"),
+        ("0.5", "less than or equal to 0.01 (got 0.5)"),
+        (".nan", "finite number (got nan)"),
+        (".inf", "finite number (got inf)"),
+        ("tight", "valid number (got 'tight')"),
+        ("true", "valid number (got True)"),
+    ],
+)
+def test_a_parity_tolerance_out_of_range_is_refused_naming_it(
+    value: str, reason: str, tmp_path: Path
+) -> None:
+    """Negative: no export could pass; above 0.01, NaN or infinite: no broken export could
+    fail (a tolerance of inf would turn the check off without saying so)."""
+    path = tmp_path / "train.yaml"
+    path.write_text(f"model:\n  kind: lgbm\nexport:\n  parity_tolerance: {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(TrainConfig, path)
+    assert re.search(r"train\.yaml: key 'export\.parity_tolerance': ", str(err.value))
+    assert reason in str(err.value)
