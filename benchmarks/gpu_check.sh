@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, in one run (a GPU machine is lent rarely and briefly):
 # the agent's CUDA tests (in-process and real `kvcast serve agent --device cuda` processes)
-# and the loopback transfer benchmark with both agents' blocks in GPU memory.
+# the loopback transfer benchmark with both agents' blocks in GPU memory, and the device
+# copies step by step (bench_device_copy.py).
 #     benchmarks/gpu_check.sh [OUTDIR]      (kvcast installed; OUTDIR defaults to ./gpu_check;
 #                                            ROUNDS=N sets the benchmark's rounds, default 7)
-# Writes OUTDIR/gpu.txt, OUTDIR/agent_tests.log and OUTDIR/bench_agent_transfer_cuda.json.
+# Writes OUTDIR/gpu.txt, agent_tests.log, bench_agent_transfer_cuda.json, bench_device_copy.json.
 set -uo pipefail
 out=${1:-gpu_check}
 mkdir -p "$out"
@@ -21,5 +22,7 @@ timeout 240 $py -m pytest -q -p no:cacheprovider -n 8 -rs tests/serving/agent 2>
   | tee "$out/agent_tests.log" || status=1
 timeout 180 $py benchmarks/bench_agent_transfer.py --device cuda --rounds "${ROUNDS:-7}" \
   > "$out/bench_agent_transfer_cuda.json" 2> "$out/bench.err" || status=1
-cat "$out/bench_agent_transfer_cuda.json" "$out/bench.err"
+timeout 60 $py benchmarks/bench_device_copy.py > "$out/bench_device_copy.json" \
+  2>> "$out/bench.err" || status=1
+cat "$out/bench_agent_transfer_cuda.json" "$out/bench_device_copy.json" "$out/bench.err"
 exit $status

@@ -79,10 +79,8 @@ class DeviceBuffer:
         if staging is None:
             return
         tensor = self.tensor
-        if tensor.is_cuda:
-            torch = _torch()
-            tensor.copy_(torch.from_numpy(staging))  # pinned source: a DMA
-            torch.cuda.synchronize(tensor.device)
+        if tensor.is_cuda:  # pinned source: a DMA; blocking, so it has landed on return
+            tensor.copy_(_torch().from_numpy(staging))
         else:  # numpy's copy: one thread (torch's would wake its intra-op pool for a memcpy)
             np.copyto(tensor.numpy(), staging)
         self._staging = None
