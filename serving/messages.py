@@ -30,7 +30,9 @@ class MsgType(IntEnum):
 
 
 class ErrorCode(IntEnum):
-    BAD_REQUEST, UNAUTHORIZED, INTERNAL = 1, 2, 3
+    """BUSY: the source serves as many peers as it may; a later attempt may succeed."""
+
+    BAD_REQUEST, UNAUTHORIZED, INTERNAL, BUSY = 1, 2, 3, 4
 
 
 _LIMIT = {"E": 0xFFFF, "I": (1 << 32) - 1, "Q": MAX_U64, "h": MAX_U64}

@@ -152,8 +152,9 @@ def sidecar_cmd(
 ) -> None:
     """Run the router sidecar: ingest arrivals and KV events, score, decide, command agents.
 
-    Stops cleanly on SIGINT or SIGTERM. With the token variable set, every POST needs
-    "Authorization: Bearer TOKEN", and the sidecar sends it to the agents.
+    Stops cleanly on SIGINT or SIGTERM. With the token variable set, every POST and the block
+    lookups (GET /v1/blocks/..., /v1/decisions) need "Authorization: Bearer TOKEN", and the
+    sidecar sends it to the agents.
     """
     from kvcast.config import parse_config, read_yaml
     from kvcast.serving.http.auth import token_from_env

@@ -46,6 +46,7 @@ class Agent:
         self.server = TransferServer(
             self.store, token, config.request_timeout_s,
             ssl_context=tls.server_context() if tls is not None else None,
+            max_connections=config.max_transfer_connections,
         )  # fmt: skip
         if allocator is None and config.device != "host":
             from kvcast.serving.agent.device_memory import DeviceAllocator  # imports torch

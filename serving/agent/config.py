@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from kvcast.config import FiniteConfig
 from kvcast.serving.agent.sizes import ByteSize
+from kvcast.serving.agent.tcp_server import MAX_CONNECTIONS
 from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.http.auth import Token
 
@@ -28,6 +29,9 @@ class AgentConfig(FiniteConfig):
     backoff_max_s: float = Field(1.0, gt=0)
     connect_timeout_s: float = Field(5.0, gt=0)
     request_timeout_s: float = Field(10.0, gt=0)
+    # peers the transfer server serves at once (more are refused, busy): a request is read
+    # before its token is checked, so this bounds what unauthenticated peers hold (x 1 MiB)
+    max_transfer_connections: int = Field(MAX_CONNECTIONS, ge=1)
     shutdown_grace_s: float = Field(5.0, gt=0)  # time given to HTTP requests in flight
     token: Token | None = None
     # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate

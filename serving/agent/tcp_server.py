@@ -3,6 +3,11 @@
 One pull per connection: ``PullRequest`` in; ``BlockHeader`` + raw bytes per block held, then
 ``Done`` listing the blocks it lacks (or one ``Error``) out. Only blocks of the request's own
 tenant are ever read. With a token configured, a request without it is refused and counted.
+
+The token travels in the request, so a request (up to the protocol's body limit) is read before
+it can be refused: at most ``max_connections`` peers are served at once (others get a ``BUSY``
+error at once), which bounds what unauthenticated peers can make the agent hold. A peer that
+sends no complete request, or takes no bytes of the pull, for ``request_timeout_s`` is cut off.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import hmac
 import logging
 import ssl
+import struct
 from dataclasses import asdict, dataclass
 
 from kvcast.serving.agent.block_store import BlockStore
@@ -34,6 +40,30 @@ from kvcast.serving.messages import (
 _COALESCE_BYTES = 256 << 10
 _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once the last is sent
 log = logging.getLogger(__name__)
+MAX_CONNECTIONS = 256  # peers served at once: their requests take at most this x MAX_BODY
+
+
+try:  # the bytes a TCP socket holds that its peer has not acknowledged (Linux)
+    from fcntl import ioctl
+    from termios import TIOCOUTQ
+except ImportError:  # pragma: no cover - not Linux: the transport's own buffer only
+    TIOCOUTQ = None
+
+
+class PeerStalled(ConnectionError):
+    """The peer took none of the bytes written to it for the request timeout."""
+
+
+def unsent_bytes(transport: asyncio.WriteTransport) -> int:
+    """Bytes written to ``transport`` that its peer has not taken yet: the transport's buffer
+    and, where the OS says, what the kernel holds unacknowledged (megabytes on a fast link:
+    without it a slow peer would look stalled until the kernel's buffer drained)."""
+    n = transport.get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if TIOCOUTQ is not None and sock is not None:
+        with contextlib.suppress(OSError):
+            n += struct.unpack("i", ioctl(sock.fileno(), TIOCOUTQ, b"\0\0\0\0"))[0]
+    return n
 
 
 async def read_frame(reader: asyncio.StreamReader) -> Message:
@@ -52,6 +82,8 @@ class ServerStats:
     bad_requests: int = 0
     aborted: int = 0
     internal_errors: int = 0
+    busy_refused: int = 0  # connections refused: max_connections peers being served
+    stalled: int = 0  # pulls cut off: the peer took no bytes for request_timeout_s
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -62,12 +94,16 @@ class TransferServer:
 
     def __init__(
         self, store: BlockStore, token: str | None = None, request_timeout_s: float = 10.0,
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ssl.SSLContext | None = None, max_connections: int = MAX_CONNECTIONS,
     ) -> None:  # fmt: skip
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
         self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
+        self.max_connections = max_connections
         self._token = token.encode() if token else None
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self.connections = 0  # peers being served now (refused ones not counted)
         self._stopping = False
         self.stats = ServerStats()
 
@@ -100,14 +136,42 @@ class TransferServer:
         return self._token is None or hmac.compare_digest(request.token.encode(), self._token)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        command_id = ""
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
         try:
-            async with asyncio.timeout(self.request_timeout_s):
-                request = await read_frame(reader)
+            if self.connections < self.max_connections:
+                self.connections += 1
+                try:
+                    await self._converse(reader, writer)
+                finally:
+                    self.connections -= 1
+            else:  # refused before a byte is read: the peers served bound the memory held
+                self.stats.busy_refused += 1
+                busy = f"busy: serving {self.max_connections} peers; retry later"
+                with contextlib.suppress(ConnectionError):
+                    await self._send_error(writer, ErrorCode.BUSY, "", busy)
+            await self._close(writer)
+        except asyncio.CancelledError:
+            writer.transport.abort()
+            if not self._stopping:
+                raise
+            # stop() aborting the pull: the handler ends normally (a task that ends cancelled
+            # makes asyncio's stream callback log a CancelledError traceback on Python 3.11)
+            self.stats.aborted += 1
+
+    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read the request and serve it; every failure is answered (when the peer still
+        listens) and counted here."""
+        command_id = ""
+        try:
+            try:
+                async with asyncio.timeout(self.request_timeout_s):
+                    request = await read_frame(reader)
+            except TimeoutError:
+                msg = f"no complete request within {self.request_timeout_s:g} s"
+                raise ProtocolError(msg) from None
             if not isinstance(request, PullRequest):
                 raise ProtocolError(f"expected a PullRequest, got {type(request).__name__}")
             command_id = request.command_id
@@ -116,27 +180,60 @@ class TransferServer:
                 await self._send_error(writer, ErrorCode.UNAUTHORIZED, command_id, "bad token")
                 return
             await self._serve(request, writer)
-        except (ProtocolError, TimeoutError, asyncio.IncompleteReadError) as err:
+        except (ProtocolError, asyncio.IncompleteReadError) as err:
             self.stats.bad_requests += 1
             with contextlib.suppress(ConnectionError):
                 await self._send_error(writer, ErrorCode.BAD_REQUEST, command_id, str(err))
+        except PeerStalled:
+            self.stats.stalled += 1
+            writer.transport.abort()  # what it never took is dropped, its blocks released
         except ConnectionError:
-            self.stats.aborted += 1
-        except asyncio.CancelledError:
-            if not self._stopping:
-                raise
-            # stop() aborting the pull: the handler ends normally (a task that ends cancelled
-            # makes asyncio's stream callback log a CancelledError traceback on Python 3.11)
             self.stats.aborted += 1
         except Exception as err:  # a bug or a broken buffer: count, log, tell the peer
             self.stats.internal_errors += 1
             log.exception("serving pull %r failed", command_id)
             with contextlib.suppress(Exception):
                 await self._send_error(writer, ErrorCode.INTERNAL, command_id, repr(err))
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
+
+    async def _close(self, writer: asyncio.StreamWriter) -> None:
+        """Close after the last bytes are sent; a peer that does not take them within the
+        request timeout is cut off."""
+        writer.close()
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
                 await writer.wait_closed()
+        except TimeoutError:
+            writer.transport.abort()
+        except ConnectionError:
+            pass
+
+    async def _drain(self, writer: asyncio.StreamWriter, flushed: bool = False) -> None:
+        """Wait until the peer has taken what was written (``flushed``: every byte, else down
+        to the transport's low-water mark); :class:`PeerStalled` when it takes none of it for
+        the request timeout (a slow peer that keeps taking bytes is waited for)."""
+        transport = writer.transport
+        left = transport.get_write_buffer_size()
+        if not left or (not flushed and left <= transport.get_write_buffer_limits()[0]):
+            await writer.drain()  # at or below the low-water mark: writing is not paused
+            return
+        loop, period = asyncio.get_running_loop(), self.request_timeout_s
+        try:
+            async with asyncio.timeout(None) as deadline:
+
+                def watch(before: int) -> None:  # each period: the peer took bytes, or stop
+                    nonlocal timer
+                    if (now := unsent_bytes(transport)) >= before:
+                        deadline.reschedule(loop.time())
+                    else:
+                        timer = loop.call_later(period, watch, now)
+
+                timer = loop.call_later(period, watch, unsent_bytes(transport))
+                try:
+                    await (_flushed(writer) if flushed else writer.drain())
+                finally:
+                    timer.cancel()
+        except TimeoutError:
+            raise PeerStalled(f"took no bytes for {period:g} s") from None
 
     async def _serve(self, request: PullRequest, writer: asyncio.StreamWriter) -> None:
         missing: list[BlockHash] = []
@@ -152,7 +249,7 @@ class TransferServer:
             self.stats.bytes_sent += block.buffer.nbytes
         self.stats.blocks_missing += len(missing)
         writer.write(encode(Done(request.command_id, sent, tuple(missing))))
-        await writer.drain()
+        await self._drain(writer)
         self.stats.pulls_served += 1
 
     async def send_block(
@@ -169,20 +266,19 @@ class TransferServer:
         header = encode(BlockHeader(block_hash, tenant, len(view), block.checksum))
         if len(view) <= _COALESCE_BYTES:
             writer.write(b"".join((header, view)))  # one send for a small block
-            await writer.drain()
+            await self._drain(writer)
             return
         writer.write(header)
         for at in range(0, len(view), _CHUNK_BYTES):
-            await _flushed(writer)
+            await self._drain(writer, flushed=True)
             writer.write(view[at : at + _CHUNK_BYTES])
-        await writer.drain()
+        await self._drain(writer)
 
-    @staticmethod
     async def _send_error(
-        writer: asyncio.StreamWriter, code: ErrorCode, command_id: str, message: str
+        self, writer: asyncio.StreamWriter, code: ErrorCode, command_id: str, message: str
     ) -> None:
         writer.write(encode(Error(code, command_id, message[:500])))
-        await writer.drain()
+        await self._drain(writer)
 
 
 async def _flushed(writer: asyncio.StreamWriter) -> None:

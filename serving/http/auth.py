@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import Callable, Collection
 from typing import Annotated
 
@@ -49,10 +50,17 @@ def token_from_env(value: str | None, name: str) -> str | None:
     return value
 
 
+def path_pattern(template: str) -> re.Pattern[str]:
+    """The paths a route template matches (``/v1/blocks/{block_hash}``: any one segment in
+    place of the parameter, as the route's own path converter)."""
+    return re.compile("[^/]+".join(map(re.escape, re.split(r"\{[^/}]+\}", template))))
+
+
 class BearerTokenGuard:
-    """Refuses requests to ``protected`` paths that lack the token; ``on_refused(path)`` is
-    called once per refusal (to count it). With ``methods``, only requests with one of those
-    methods are guarded (e.g. ``POST /v1/mode`` guarded, ``GET /v1/mode`` open)."""
+    """Refuses requests to ``protected`` paths (or route templates, ``/v1/blocks/{h}``) that
+    lack the token; ``on_refused(path)`` is called once per refusal (to count it). With
+    ``methods``, only requests with one of those methods are guarded (e.g. ``POST /v1/mode``
+    guarded, ``GET /v1/mode`` open)."""
 
     def __init__(
         self,
@@ -62,15 +70,20 @@ class BearerTokenGuard:
         on_refused: Callable[[str], None] = lambda path: None,
         methods: Collection[str] | None = None,
     ) -> None:
-        self.app, self.protected, self.on_refused = app, frozenset(protected), on_refused
+        self.app, self.on_refused = app, on_refused
+        self.protected = frozenset(p for p in protected if "{" not in p)
+        self.templates = tuple(path_pattern(p) for p in protected if "{" in p)
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self._token = token.encode() if token else None
+
+    def guards(self, path: str) -> bool:
+        return path in self.protected or any(t.fullmatch(path) for t in self.templates)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             self._token is None
             or scope["type"] != "http"
-            or scope["path"] not in self.protected
+            or not self.guards(scope["path"])
             or (self.methods is not None and scope["method"] not in self.methods)
             or token_matches(_header(scope, b"authorization"), self._token)
         ):

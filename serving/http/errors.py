@@ -7,7 +7,6 @@ refusal of a request's content is documented once and names what was wrong."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -17,6 +16,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+
+from kvcast.serving.http.auth import path_pattern
 
 BODY_PARSE_ERROR = "There was an error parsing the body"  # FastAPI's 400 for such a body
 METHODS = {"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
@@ -87,7 +88,7 @@ def allowed_methods(request: Request) -> set[str]:
     app = request.app
     paths = app.openapi().get("paths", {}) if isinstance(app, FastAPI) else {}
     for template, item in paths.items():
-        if re.fullmatch(re.sub(r"\{[^/}]+\}", "[^/]+", template), request.url.path):
+        if path_pattern(template).fullmatch(request.url.path):
             out |= {m.upper() for m in item if m.upper() in METHODS}
     return out | ({"HEAD"} if "GET" in out else set())
 

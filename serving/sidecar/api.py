@@ -1,10 +1,12 @@
 """The sidecar's HTTP API (FastAPI): ingestion, decisions, block locations, mode and model.
 
 Every ``POST`` changes what the sidecar does (what it ingests, whether it acts, what it scores
-with), so with a token configured every ``POST`` needs it; the ``GET`` routes stay open for
+with), so with a token configured every ``POST`` needs it; so do the lookups of where blocks
+are (``GET /v1/blocks/{hash}``, ``GET /v1/decisions``: which tenant's chains went where, as an
+agent's inventory says). The other ``GET`` routes (mode, model, probes, metrics) stay open for
 operators, probes and scrapers (none returns block contents: the sidecar never holds any).
 Ingestion handlers only validate and queue: they answer 202 as soon as the events are in the
-bounded queue. Middleware, outer first: the token guard (401 before the body is read), body
+bounded queue. Middleware, outer first: the token guards (401 before the body is read), body
 size.
 """
 
@@ -48,7 +50,7 @@ from kvcast.serving.sidecar.translate import (
 )
 
 MAX_BODY_BYTES = 16 << 20
-GUARDED = ("/v1/requests", "/v1/kv-events", "/v1/mode", "/v1/model")
+GUARDED = ("/v1/requests", "/v1/kv-events", "/v1/mode", "/v1/model")  # their POSTs
 LOOKUP_TIMEOUT_S = 5.0
 
 
@@ -118,8 +120,8 @@ def _writes(sc: Sidecar) -> APIRouter:
     return router
 
 
-def _reads(sc: Sidecar) -> APIRouter:
-    router = APIRouter()
+def _lookups(sc: Sidecar) -> APIRouter:
+    router = APIRouter(dependencies=[Security(bearer_scheme)], responses=error_responses(401))
     names = sc.cfg.node_names
 
     @router.get("/v1/decisions")
@@ -151,6 +153,12 @@ def _reads(sc: Sidecar) -> APIRouter:
             block_hash=h, gpu=_on(names, loc.gpu), lower=_on(names, loc.lower),
             replicas=[names[i] for i in replicas],
         )  # fmt: skip
+
+    return router
+
+
+def _reads(sc: Sidecar) -> APIRouter:
+    router = APIRouter()
 
     @router.get("/v1/mode")
     async def get_mode() -> ModeState:
@@ -190,15 +198,19 @@ def build_app(sc: Sidecar) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(_writes(sc))
+    lookups = _lookups(sc)
+    app.include_router(lookups)
     app.include_router(_reads(sc))
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
 
     def refused(path: str) -> None:
         sc.auth_failures += 1
 
-    app.add_middleware(
-        BearerTokenGuard, token=sc.cfg.token_value, protected=set(GUARDED), on_refused=refused,
-        methods={"POST"},
-    )  # fmt: skip
+    looked_up = {route.path for route in lookups.routes}  # type: ignore[attr-defined]
+    for protected, methods in ((set(GUARDED), {"POST"}), (looked_up, None)):
+        app.add_middleware(
+            BearerTokenGuard, token=sc.cfg.token_value, protected=protected,
+            on_refused=refused, methods=methods,
+        )  # fmt: skip
     app.state.sidecar = sc
     return app

@@ -117,7 +117,7 @@ async def _active_phase(layout: ClusterLayout, token: str) -> None:
         held = [(await http.get(f"{a}/v1/inventory", headers=auth)).json()["blocks"]
                 for a in agents]  # fmt: skip
         r = await http.get(f"{layout.sidecar}/v1/decisions",
-                           params={"limit": 10000, "kind": "replicate"})  # fmt: skip
+                           params={"limit": 10000, "kind": "replicate"}, headers=auth)  # fmt: skip
         decisions: list[dict[str, Any]] = r.json()["decisions"]
 
     assert side["kvcast_sidecar_replications_done_total"] > 0

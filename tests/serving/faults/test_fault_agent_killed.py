@@ -81,7 +81,9 @@ def test_a_source_killed_mid_transfer_leaves_no_partial_block_and_no_leak(
             await arrive(http, side, "node-c", [c1], auth)
 
             async def ours() -> dict[int, dict]:
-                r = await http.get(f"{side}/v1/decisions", params={"kind": "replicate"})
+                r = await http.get(
+                    f"{side}/v1/decisions", params={"kind": "replicate"}, headers=auth
+                )
                 return {
                     d["block_hashes"][0]: d
                     for d in r.json()["decisions"]
@@ -120,7 +122,8 @@ def test_a_source_killed_mid_transfer_leaves_no_partial_block_and_no_leak(
 
             await until(a_down, 5.0, "the sidecar marks a's agent down")
             ms = await metrics(http, side)
-            where = {h: (await http.get(f"{side}/v1/blocks/{h}")).json() for h in c1 + c2}
+            where = {h: (await http.get(f"{side}/v1/blocks/{h}", headers=auth)).json()
+                     for h in c1 + c2}  # fmt: skip
 
         # chain 1: retried from c, whole on b
         assert (d1["status"], d1["attempts"]) == ("done", 2), d1

@@ -46,7 +46,9 @@ def test_a_cancelled_pull_is_counted_dropped_and_never_a_location(
             await arrive(http, side, "node-a", [hot], auth)
 
             async def settled() -> list[dict]:
-                r = await http.get(f"{side}/v1/decisions", params={"kind": "replicate"})
+                r = await http.get(
+                    f"{side}/v1/decisions", params={"kind": "replicate"}, headers=auth
+                )
                 return [d for d in r.json()["decisions"] if d["status"] in ("done", "dropped")]
 
             async def any_settled() -> bool:
@@ -55,7 +57,7 @@ def test_a_cancelled_pull_is_counted_dropped_and_never_a_location(
             await until(any_settled, 10.0, "the replication settled")
             (d,) = await settled()
             ms = await metrics(http, side)
-            where = [(await http.get(f"{side}/v1/blocks/{h}")).json() for h in hot]
+            where = [(await http.get(f"{side}/v1/blocks/{h}", headers=auth)).json() for h in hot]
             held = await inventory(http, b.http, auth)
             mb = await metrics(http, b.http)
         a.proc.send_signal(signal.SIGCONT)

@@ -115,11 +115,11 @@ async def _second_life(side: Service, b: Service, hot: list[int], auth: dict) ->
         assert m[f"{S}recovered_block_locations"] == 2 * CHAIN_BLOCKS  # a's 8 and b's 8
         assert m[f"{S}recovered_replicas"] == CHAIN_BLOCKS
         assert m[f"{S}recovery_seconds"] < 2.0
-        where = (await http.get(f"/v1/blocks/{hot[0]}")).json()
+        where = (await http.get(f"/v1/blocks/{hot[0]}", headers=auth)).json()
         assert where["gpu"] == ["node-a", "node-b"] and where["replicas"] == ["node-b"], where
 
         async def replayed() -> bool:  # the engine's history, from its replay socket
-            r = await http.get(f"/v1/blocks/{ENGINE_ONLY}")
+            r = await http.get(f"/v1/blocks/{ENGINE_ONLY}", headers=auth)
             return r.status_code == 200 and r.json()["gpu"] == ["node-a"]
 
         await until(replayed, 5.0, "the engine-only block located through the replay socket")

@@ -89,7 +89,7 @@ def test_active_mode_moves_verified_bytes_retries_elsewhere_and_drops_with_a_rea
             sources = await checksums(http, a, auth) | await checksums(http, c, auth)
             assert held == {h: sources[h] for h in held}
             await settle(sc)
-            where = (await client.get(f"/v1/blocks/{c2[0]}")).json()
+            where = (await client.get(f"/v1/blocks/{c2[0]}", headers=auth)).json()
             assert where["gpu"] == ["node-a", "node-b", "node-c"]
             assert where["replicas"] == ["node-b"]
 

@@ -71,7 +71,7 @@ async def replicate_a_to_b(
     assert len(sc.replicas) == len(hashes)
     assert sc.decider.ledger.has_replica(hashes[-1])
     await settle(sc)
-    assert "node-b" in (await client.get(f"/v1/blocks/{hashes[0]}")).json()["gpu"]
+    assert "node-b" in (await client.get(f"/v1/blocks/{hashes[0]}", headers=AUTH)).json()["gpu"]
 
 
 def config_for(tmp_path: Path, model_path: Path, a: str, b: str) -> Any:
@@ -105,7 +105,7 @@ def test_a_replica_the_agent_evicted_for_room_leaves_the_view_and_the_ledger(
                     await asyncio.sleep(0.05)
             assert len(sc.replicas) == 0
             await settle(sc)
-            where = (await client.get(f"/v1/blocks/{hashes[0]}")).json()
+            where = (await client.get(f"/v1/blocks/{hashes[0]}", headers=AUTH)).json()
             assert where["gpu"] == ["node-a"] and where["replicas"] == []
             await tick(sc)  # the decider hears of it at its next tick
             assert not sc.decider.ledger.has_replica(hashes[-1])
@@ -151,7 +151,7 @@ def test_replicas_on_an_agent_that_restarted_leave_the_view_at_its_first_answer(
                 while len(sc.replicas):
                     await asyncio.sleep(0.05)
             await settle(sc)
-            where = (await client.get(f"/v1/blocks/{hashes[0]}")).json()
+            where = (await client.get(f"/v1/blocks/{hashes[0]}", headers=AUTH)).json()
             assert where["gpu"] == ["node-a"] and where["replicas"] == []
             await tick(sc)
             assert not sc.decider.ledger.has_replica(hashes[-1])

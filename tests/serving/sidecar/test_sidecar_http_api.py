@@ -25,7 +25,9 @@ from kvcast.features.spec import build_spec
 from kvcast.serving.cluster.summary import parse_metrics
 
 
-def test_every_post_needs_the_token_and_every_get_stays_open(tmp_path, run) -> None:
+def test_every_post_and_every_block_lookup_needs_the_token_the_other_gets_stay_open(
+    tmp_path, run
+) -> None:
     async def main() -> None:
         async with open_sidecar(sidecar_config(tmp_path, token=TOKEN)) as (sc, client):
             assert (await client.post("/v1/mode", json={"mode": "active"})).status_code == 401
@@ -42,11 +44,20 @@ def test_every_post_needs_the_token_and_every_get_stays_open(tmp_path, run) -> N
             assert (await client.post("/v1/requests", json=batch)).status_code == 401
             kv = {"node": 0, "events": [{"type": "AllBlocksCleared"}]}
             assert (await client.post("/v1/kv-events", json=kv)).status_code == 401
-            for path in ("/v1/model", "/v1/decisions", "/healthz", "/metrics"):
+            for path in ("/v1/mode", "/v1/model", "/healthz", "/metrics"):
                 assert (await client.get(path)).status_code == 200, path
-            assert sc.auth_failures == 4
+            # which tenant's blocks are where (as an agent's inventory): not for anyone
+            lookups = ("/v1/decisions", "/v1/decisions?kind=replicate", "/v1/blocks/7",
+                       "/v1/blocks/0x00ff", "/v1/blocks/not-a-hash")  # fmt: skip
+            for path in lookups:
+                for headers in ({}, bad, {"Authorization": TOKEN}):
+                    r = await client.get(path, headers=headers)
+                    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+            assert (await client.get("/v1/decisions", headers=AUTH)).status_code == 200
+            assert (await client.get("/v1/blocks/7", headers=AUTH)).status_code == 404
+            assert sc.auth_failures == 4 + 3 * len(lookups)
             text = (await client.get("/metrics")).text
-            assert "kvcast_sidecar_auth_failures_total 4.0" in text
+            assert f"kvcast_sidecar_auth_failures_total {4 + 3 * len(lookups)}.0" in text
 
     run(main())
 

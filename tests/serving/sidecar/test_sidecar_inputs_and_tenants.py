@@ -1,6 +1,7 @@
 """The sidecar on inputs that once broke it: a copy's tenant when two tenants send one chain,
-a timestamp in the wrong unit, an oversized public prefix, vLLM's own event fields over HTTP,
-a mode switch in the middle of a tick, and recovery of blocks held under bytes hashes."""
+only a public prefix copied to another tenant's node, a timestamp in the wrong unit, an
+oversized public prefix, vLLM's own event fields over HTTP, a mode switch in the middle of a
+tick, and recovery of blocks held under bytes hashes."""
 
 from __future__ import annotations
 
@@ -52,6 +53,36 @@ def test_a_copy_carries_the_tenant_whose_chain_it_is(tmp_path, run, model_path) 
             assert copies and all(d.tenant == "beta" for d in copies)  # node-b serves beta only
 
     run(main())
+
+
+def test_only_a_chains_public_prefix_is_copied_to_a_node_of_other_tenants(
+    tmp_path, run, model_path
+) -> None:
+    """Node b serves beta only: acme's hot chain goes there only as far as its public prefix
+    (none of it when it has none), and as acme's blocks (the agent keys them by tenant)."""
+
+    async def copies(public: int) -> list[tuple[int, str, int]]:
+        nodes = [{"name": "node-a"}, {"name": "node-b", "tenants": ["beta"]}]
+        cfg = sidecar_config(tmp_path, model=str(model_path), nodes=nodes)
+        async with open_sidecar(cfg) as (sc, client):
+            with_telemetry(sc, cfg)
+            hashes = chain()
+            stored = {"type": "BlockStored", "block_hashes": hashes, "block_size": BLOCK_TOKENS}
+            r = await client.post("/v1/kv-events", json={"node": "node-a", "events": [stored]})
+            assert r.status_code == 202, r.text
+            arrival = {"request_id": "r-1", "node": "node-a", "tenant": "acme", "session": "s",
+                       "block_hashes": hashes, "input_tokens": len(hashes) * BLOCK_TOKENS + 100,
+                       "output_tokens": 64, "queue_depth": 4, "public_blocks": public}  # fmt: skip
+            r = await client.post("/v1/requests", json={"requests": [arrival]})
+            assert r.status_code == 202, r.text
+            await settle(sc)
+            made = await tick(sc)
+            return [
+                (d.target, d.tenant, len(d.block_hashes)) for d in made if d.kind == "replicate"
+            ]
+
+    assert run(copies(0)) == []
+    assert run(copies(3)) == [(1, "acme", 3)]
 
 
 def test_a_timestamp_far_ahead_of_the_clock_is_a_422_and_the_stream_goes_on(

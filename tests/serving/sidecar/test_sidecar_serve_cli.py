@@ -1,5 +1,6 @@
 """``kvcast serve sidecar``: a real process that logs its ready line, serves the API (token on
-POSTs), stops cleanly on SIGINT with exit status 0; bad input is one line and exit status 2."""
+POSTs and block lookups), stops cleanly on SIGINT with exit status 0; bad input is one line
+and exit status 2."""
 
 from __future__ import annotations
 
@@ -54,10 +55,15 @@ def test_sidecar_process_serves_guards_posts_and_stops_cleanly(tmp_path, model_p
             r = http.post("/v1/kv-events", json={"node": "gpu-1", "events": [ev]}, headers=auth)
             assert r.status_code == 202
             deadline = time.monotonic() + 10
-            while (where := http.get("/v1/blocks/7")).status_code != 200:
+            while (where := http.get("/v1/blocks/7", headers=auth)).status_code != 200:
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             assert where.json()["gpu"] == ["gpu-1"]
+            # where a block lives, and which tenant's chains went where: the token's too
+            for path in ("/v1/blocks/7", "/v1/decisions"):
+                assert http.get(path).status_code == 401, path
+                assert http.get(path, headers={"Authorization": "Bearer x"}).status_code == 401
+            assert http.get("/v1/decisions", headers=auth).status_code == 200
             assert http.get("/v1/model").json()["kind"] == "recency-test"
             assert "/v1/requests" in http.get("/openapi.json").json()["paths"]
         assert proc.stop(signal.SIGINT) == 0, "".join(proc.log)

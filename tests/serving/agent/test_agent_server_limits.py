@@ -1,0 +1,193 @@
+"""What an unauthenticated or misbehaving peer can hold on the transfer port: a request is read
+whole before its token is checked, so the peers served at once are bounded (the rest are
+refused as busy at once, memory bounded by the limit times the body limit), a peer that sends
+no complete request is answered and cut off at the request timeout, and so is one that stops
+taking a pull's bytes (its handler and the blocks it holds are not kept forever)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+from kvcast.serving.agent import Agent
+from kvcast.serving.messages import (
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_BODY,
+    VERSION,
+    Done,
+    Error,
+    ErrorCode,
+    MsgType,
+    PullRequest,
+    decode_body,
+    decode_header,
+    encode,
+)
+
+TOKEN = "transfer-token"
+MiB = 1 << 20
+
+
+async def reply(reader: asyncio.StreamReader) -> object:
+    mtype, length = decode_header(await reader.readexactly(HEADER_SIZE))
+    return decode_body(mtype, await reader.readexactly(length))
+
+
+async def until(condition, timeout_s: float = 3.0) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bounded(
+    run, control_api, fill_agent, metric
+) -> None:
+    async def scenario() -> None:
+        async with control_api(token=TOKEN, max_transfer_connections=2, request_timeout_s=1.0) as (
+            api,
+            control,
+        ):
+            agent = control.agent
+            fill_agent(agent, "t", {1: 4096})
+            host, _, port = agent.address.rpartition(":")
+            holders = []
+            for _ in range(2):  # no token needed to get this far: the body comes first
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(HEADER.pack(MAGIC, VERSION, MsgType.PULL_REQUEST, 0, MAX_BODY))
+                writer.write(b"\0" * (64 << 10))  # and then nothing more
+                holders.append((reader, writer))
+            await until(lambda: agent.server.connections == 2)
+
+            started = time.monotonic()
+            reader, writer = await asyncio.open_connection(host, int(port))
+            busy = await reply(reader)
+            assert isinstance(busy, Error) and busy.code is ErrorCode.BUSY, busy
+            assert await reader.read() == b""  # closed
+            assert time.monotonic() - started < 0.5  # at once, not at the request timeout
+            writer.close()
+            assert agent.server.stats.busy_refused == 1
+
+            for held, w in holders:  # answered at the request timeout, then closed
+                err = await reply(held)
+                assert isinstance(err, Error) and err.code is ErrorCode.BAD_REQUEST
+                assert "no complete request within 1" in err.message, err.message
+                assert await held.read() == b""
+                w.close()
+            await until(lambda: agent.server.connections == 0)
+
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(encode(PullRequest("c", "t", (1,), TOKEN)))
+            mtype, _ = decode_header(await reader.readexactly(HEADER_SIZE))
+            assert mtype is MsgType.BLOCK_HEADER  # served again once the others are gone
+            writer.close()
+            text = (await api.get("/metrics")).text
+            assert metric(text, "kvcast_agent_transfer_busy_refusals_total") == 1
+
+    run(scenario(), timeout=15.0)
+
+
+def test_a_peer_that_stops_taking_bytes_is_cut_off_at_the_request_timeout(
+    run, config, fill_agent
+) -> None:
+    async def scenario() -> None:
+        async with Agent(config(token=TOKEN, request_timeout_s=0.3)) as agent:
+            fill_agent(agent, "t", {1: 16 * MiB})
+            host, _, port = agent.address.rpartition(":")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(encode(PullRequest("c", "t", (1,), TOKEN)))
+            await writer.drain()
+            # read nothing: the source's buffers fill and it can send no more
+            await until(lambda: agent.server.stats.stalled == 1, timeout_s=5.0)
+            assert agent.server.connections == 0  # the handler is gone
+            got = b""
+            try:
+                while chunk := await reader.read(1 << 20):
+                    got += chunk
+            except ConnectionError:
+                pass  # reset: what the kernel still held was dropped
+            assert len(got) < 16 * MiB  # never the whole block, let alone the Done after it
+            writer.close()
+            assert agent.server.stats.blocks_sent == 0
+
+    run(scenario(), timeout=15.0)
+
+
+def test_the_connection_limit_is_the_agents_config() -> None:
+    from kvcast.serving.agent import AgentConfig
+
+    cfg = AgentConfig(capacity_bytes=MiB, speculative_quota_bytes=0)
+    assert cfg.max_transfer_connections == 256
+    agent = Agent(cfg.model_copy(update={"max_transfer_connections": 3}))
+    assert agent.server.max_connections == 3
+
+
+def test_a_done_is_still_delivered_after_a_normal_pull(run, config, fill_agent) -> None:
+    """The bounded close does not cut the last frames short."""
+
+    async def scenario() -> None:
+        async with Agent(config(token=TOKEN)) as agent:
+            fill_agent(agent, "t", {1: 4096, 2: 300 << 10})
+            host, _, port = agent.address.rpartition(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(encode(PullRequest("c", "t", (1, 2, 3), TOKEN)))
+            frames = []
+            while True:
+                msg = await reply(reader)
+                frames.append(msg)
+                if isinstance(msg, Done):
+                    break
+                await reader.readexactly(msg.nbytes)  # type: ignore[attr-defined]
+            assert frames[-1] == Done("c", 2, (3,))
+            writer.close()
+
+    run(scenario())
+
+
+def test_a_pull_refused_busy_is_retried_and_lands_once_the_source_has_room(
+    run, config, fill_agent
+) -> None:
+    async def scenario() -> None:
+        async with (
+            Agent(config(token=TOKEN, max_transfer_connections=1)) as src,
+            Agent(config(token=TOKEN, max_retries=20)) as dst,
+        ):
+            source = fill_agent(src, "t", {1: 4096})
+            host, _, port = src.address.rpartition(":")
+            _, holder = await asyncio.open_connection(host, int(port))
+            await until(lambda: src.server.connections == 1)
+            asyncio.get_running_loop().call_later(0.3, holder.close)
+            result = await dst.pull(src.address, [1], "t", time.monotonic() + 5.0)
+            assert result.ok and result.attempts > 1, result
+            assert src.server.stats.busy_refused >= 1
+            held = dst.store.peek("t", 1)
+            assert held is not None and bytes(held.buffer.view()) == source[1]
+
+    run(scenario(), timeout=15.0)
+
+
+def test_a_slow_peer_that_keeps_taking_bytes_is_not_cut_off(run, config, fill_agent) -> None:
+    """The source's timeout is on progress, not on a whole block: a rate-limited puller
+    taking 8 MiB over about 2 s from a source with a 0.3 s request timeout gets it all."""
+
+    async def scenario() -> None:
+        async with (
+            Agent(config(token=TOKEN, request_timeout_s=0.3)) as src,
+            Agent(config(token=TOKEN, link_bytes_per_s=4 * MiB, link_burst_bytes=64 << 10)) as dst,
+        ):
+            source = fill_agent(src, "t", {1: 8 * MiB})
+            started = time.monotonic()
+            result = await dst.pull(src.address, [1], "t", time.monotonic() + 10.0)
+            assert result.ok and result.attempts == 1, result
+            assert time.monotonic() - started > 1.0  # it was slow
+            assert src.server.stats.stalled == 0
+            held = dst.store.peek("t", 1)
+            assert held is not None and bytes(held.buffer.view()) == source[1]
+
+    run(scenario(), timeout=15.0)
