@@ -8,14 +8,16 @@ A mapping from a file or the command line (:func:`parse_config`) is validated st
 JSON: a value of the wrong type is refused, not converted (``nodes: true`` is not 1 node,
 ``nodes: "8"`` is not 8, ``use_session: "yes"`` is not true); an integer stands for a float,
 and a list for a tuple. YAML numbers in exponent form (``1e9``, ``1.0e9``: strings to
-PyYAML's YAML 1.1) are read as floats. Code that builds a config object directly keeps
-pydantic's usual conversions.
+PyYAML's YAML 1.1) are read as floats. Any key may be left out, at any depth: a section given
+in part keeps the rest of that section's defaults. Code that builds a config object directly
+keeps pydantic's usual conversions.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
@@ -89,8 +91,16 @@ def _walk(cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, Any]:
         field = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
         ann = field.annotation if field is not None else None
         model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-        i += 1
+        i += 2 if _is_union(ann) and i + 1 < len(loc) else 1  # (the member tried: ``.float``)
     return ".".join(parts), model
+
+
+def _is_union(annotation: Any) -> bool:
+    """Whether pydantic tries ``annotation``'s members in turn, naming in an error's location
+    the one tried (``arrival_spread.float``); ``X | None`` is not such a union."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return False
+    return sum(a is not type(None) for a in typing.get_args(annotation)) > 1
 
 
 def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> str:
@@ -113,8 +123,39 @@ def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> s
         elif isinstance(got, dict | list) or "token" in e["loc"]:  # a whole section (it may
             lines.append(f"{source}: key '{key}': {msg}")  # hold a secret), or a secret
         else:
-            lines.append(f"{source}: key '{key}': {msg} (got {got!r})")
+            head, tail = f"{source}: key '{key}': ", f" (got {got!r})"
+            last = lines[-1] if lines else ""
+            if last.startswith(head) and last.endswith(tail):  # a union's members, one by one
+                lines[-1] = (
+                    f"{last.removesuffix(tail)}, or {msg.removeprefix('Input should be ')}{tail}"
+                )
+            else:
+                lines.append(f"{head}{msg}{tail}")
     return "; ".join(lines)
+
+
+def _completed(
+    cls: type[BaseModel], given: dict[str, Any], default: BaseModel | None = None
+) -> dict[str, Any]:
+    """``given`` (a mapping for ``cls``, whose default is ``default`` when it is a section)
+    with every key it leaves out that the class would fill in otherwise than ``default`` does
+    (or not at all) taken from ``default``, section by section: a section given in part keeps
+    the rest of its own defaults (``node: {nvme: {capacity_gib: 512}}`` keeps the NVMe tier's
+    5 GB/s, not the 25 GB/s of a tier's class; ``network: {rack: {latency_us: 2}}`` keeps the
+    rack's bandwidth)."""
+    out = dict(given)
+    for name, field in cls.model_fields.items():
+        section = getattr(default, name) if default is not None else field.default
+        # a section, not one of a union of alternatives (whose keys are another class's)
+        is_section = isinstance(section, BaseModel) and type(section) is field.annotation
+        if name in given:
+            if is_section and isinstance(given[name], dict):
+                out[name] = _completed(type(section), given[name], section)
+        elif default is not None and (
+            field.is_required() or field.get_default(call_default_factory=True) != section
+        ):
+            out[name] = default.model_dump(mode="json", include={name})[name]
+    return out
 
 
 def parse_config(cls: type[C], data: dict[str, Any] | None, source: str = "<config>") -> C:
@@ -126,7 +167,7 @@ def parse_config(cls: type[C], data: dict[str, Any] | None, source: str = "<conf
             f"{source}: expected a mapping at the top level, got {type(data).__name__}"
         )
     try:
-        text = json.dumps(data, default=_plain, allow_nan=True)
+        text = json.dumps(_completed(cls, data), default=_plain, allow_nan=True)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{source}: {err}") from None
     try:

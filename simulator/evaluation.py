@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +47,25 @@ def _watch_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="kvcast-parent-watch", daemon=True).start()
+
+
+def _init_worker(parent: int) -> None:
+    """Worker initializer: leave Ctrl-C to the evaluation, which stops every worker (a worker
+    interrupted on its own printed a traceback), and exit with the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent(parent)
+
+
+def _stop_now(pool: ProcessPoolExecutor) -> None:
+    """End ``pool``'s workers and drop its queued tasks without waiting: an interrupted
+    evaluation waited for the simulations under way, which nothing would read."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass
@@ -230,10 +250,10 @@ def evaluate(
     else:
         ctx = multiprocessing.get_context("spawn")  # no fork of threads (onnxruntime, BLAS)
         pool = ProcessPoolExecutor(
-            min(jobs, len(tasks)), mp_context=ctx, initializer=_watch_parent,
+            min(jobs, len(tasks)), mp_context=ctx, initializer=_init_worker,
             initargs=(os.getpid(),),
         )  # fmt: skip
-        with pool:
+        try:
             futures = {
                 pool.submit(run_task, trace, task, time_scales, capacity, models): i
                 for i, task in enumerate(tasks)
@@ -244,6 +264,10 @@ def evaluate(
                 if on_step is not None:
                     for x in time_scales:
                         on_step(f"{tasks[i].label} x{x:g}")
+        except BaseException:  # Ctrl-C, or a task's error: the other tasks are not wanted
+            _stop_now(pool)
+            raise
+        pool.shutdown()
     out = Evaluation()
     for i, task in enumerate(tasks):
         r = results[i]

@@ -4,6 +4,7 @@ speculative budget)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +81,19 @@ def plot_ttft_cdf(ev: Evaluation, path: Path, time_scale: float | None = None) -
     x_sel = time_scale
     fig, ax = plt.subplots(figsize=(7, 4.5))
     style = line_styles(list(_by_label(ev)))
+    rejected = {(label_of(s), s["time_scale"]): s for s in ev.summaries if s.get("rejected")}
     for (name, x), ttft in ev.ttft.items():
         if x != x_sel or ttft.empty:
             continue
         v = np.sort(ttft.to_numpy() / 1e3)
         look = style.get(name, {})
-        ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name, color=look.get("color"),
+        s = rejected.get((name, x))  # no TTFT: left out of the CDF, which must say so
+        label = f"{name} ({s['rejected']} of {s['requests']} rejected)" if s else name
+        ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label, color=look.get("color"),
                 linestyle=look.get("linestyle", "-"))  # fmt: skip
     _log_seconds(ax, "x")
     ax.set_xlabel("TTFT (s, log)")
-    ax.set_ylabel("fraction of requests")
+    ax.set_ylabel("fraction of served requests")
     ax.set_title(f"TTFT CDF at time-scale {x_sel:g}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
@@ -235,14 +239,25 @@ def plot_waste_vs_budget(ev: Evaluation, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+PLOTS: dict[str, Callable[[Evaluation, Path], Path | None]] = {
+    "ttft_cdf.png": plot_ttft_cdf,
+    "p99_vs_load.png": plot_p99_vs_load,
+    "goodput_vs_load.png": plot_goodput_vs_load,
+    "replication.png": plot_replication,
+    "copy_fates.png": plot_copy_fates,
+    "waste_vs_budget.png": plot_waste_vs_budget,
+}
+
+
 def write_plots(ev: Evaluation, out: Path) -> list[Path]:
-    """Every plot that applies to ``ev``, into ``out``; returns the files written."""
-    written = [
-        plot_ttft_cdf(ev, out / "ttft_cdf.png"),
-        plot_p99_vs_load(ev, out / "p99_vs_load.png"),
-        plot_goodput_vs_load(ev, out / "goodput_vs_load.png"),
-        plot_replication(ev, out / "replication.png"),
-        plot_copy_fates(ev, out / "copy_fates.png"),
-        plot_waste_vs_budget(ev, out / "waste_vs_budget.png"),
-    ]
-    return [p for p in written if p is not None]
+    """Every plot that applies to ``ev``, into ``out``; returns the files written. A plot that
+    does not apply is removed from ``out``: an earlier evaluation's would contradict this
+    one's summary."""
+    written = []
+    for name, plot in PLOTS.items():
+        path = plot(ev, out / name)
+        if path is None:
+            (out / name).unlink(missing_ok=True)
+        else:
+            written.append(path)
+    return written

@@ -90,6 +90,15 @@ def output_dir(out: Path, what: str = "--out") -> Path:
     return out
 
 
+def fresh_summary(out: Path) -> Path:
+    """``out/summary.json``, an earlier run's removed: a run writes its summary last, so that
+    one interrupted while writing (Ctrl-C) leaves no summary beside files of two runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary = out / "summary.json"
+    summary.unlink(missing_ok=True)
+    return summary
+
+
 def parse_models(items: list[str] | None) -> dict[str, str]:
     """``--model`` options -> {kind: reference}; one-line errors for bad items. An item is
     ``KIND=PATH_OR_URI``, or a bare ``PATH`` / ``models:/NAME@ALIAS`` whose kind is the one
@@ -135,7 +144,7 @@ def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace
             raise ValueError(f"unknown bundled trace {name!r}; valid: {', '.join(BUNDLED_TRACES)}")
         return load_trace(bundled_trace_path(name), fmt, skip_bad=skip_bad, name=name)
     trace = load_trace(spec, fmt, skip_bad=skip_bad)
-    if trace.report.skipped_bad:
+    if trace.report.skipped_bad or trace.report.reordered:  # what the loader changed
         console.print(f"[yellow]warning:[/] {escape(f'{spec}: {trace.report.summary()}')}")
     return trace
 

@@ -9,7 +9,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kvcast.cli.common import open_trace, output_dir, progress_bar, user_errors, write_json
+from kvcast.cli.common import (
+    fresh_summary,
+    open_trace,
+    output_dir,
+    progress_bar,
+    user_errors,
+    write_json,
+)
 from kvcast.cli.simulate import (
     ConfigOpt,
     FormatOpt,
@@ -113,6 +120,7 @@ def features_cmd(
     with progress_bar(len(tr), f"replay {policy}") as update:
         events = record_events(tr, sim, policy, time_scale=time_scale, progress=update)
     spec = build_spec(fcfg)
+    summary_path = fresh_summary(out)  # written last
     parts: list[str] = []
     if engine == "dask":
         with progress_bar(None, f"features on dask ({scheduler})"):
@@ -124,7 +132,7 @@ def features_cmd(
             df = build_feature_dataset(events, fcfg.ticks, fcfg)
         path = write_feature_dataset(df, out, spec, _trace_hash(trace), fcfg.digest())
         summary = summarise(df, spec)
-    write_json(out / "summary.json", summary)
+    write_json(summary_path, summary)
     out_console.print(
         escape(f"{path}: {summary['rows']:,} rows, {summary['positives']:,} positives "
                f"({summary['positives_rate']:.1%}), {len(spec)} features, spec {spec.digest}")

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from kvcast.cli.common import (
     console,
+    fresh_summary,
     no_repeats,
     open_trace,
     output_dir,
@@ -119,10 +120,10 @@ def simulate_cmd(
     if log is not None:
         log.close()
         out_console.print(escape(f"shadow mode: {replicator.decisions} decisions in {log.path}"))
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "summary.json", res.summary)
+    summary = fresh_summary(out)
     res.requests.to_parquet(out / "requests.parquet", index=False)
     res.timeline.to_parquet(out / "timeline.parquet", index=False)
+    write_json(summary, res.summary)
     out_console.print(summary_table([res.summary], f"{tr.name}: {len(tr)} requests"))
     warn_rejections([res.summary])
     out_console.print(escape(f"wrote {out}/summary.json, requests.parquet, timeline.parquet"))
@@ -199,11 +200,11 @@ def run_evaluation(
             tr, cfg, policies, scales, capacity=capacity, on_step=step, decider=decider,
             models=models, slos=slos, quotas_gib=quotas_gib, jobs=jobs,
         )  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "summary.json", ev.summaries)
+    summary = fresh_summary(out)
     from kvcast.simulator.plots import write_plots  # matplotlib: lazily
 
     written = write_plots(ev, out)
+    write_json(summary, ev.summaries)
     out_console.print(
         summary_table(ev.summaries, f"{tr.name}: {len(tr)} requests, {cfg.nodes} nodes")
     )

@@ -182,6 +182,20 @@ def test_malformed_trace_line_is_named_and_skip_bad_recovers(tmp_path: Path) -> 
     assert r.exit_code == 0, r.output
 
 
+def test_an_unsorted_trace_is_sorted_and_the_run_says_so(tmp_path: Path) -> None:
+    """Sorting changes what is replayed (requests on one timestamp keep their file order):
+    the loader reports it, and the command must not keep it to itself."""
+    p = small_trace(tmp_path)
+    lines = p.read_text().splitlines(keepends=True)
+    p.write_text("".join(lines[150:] + lines[:150]))
+    args = ["simulate", "--trace", str(p), "--policy", "round_robin", "--out", str(tmp_path)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "timestamps were unsorted and have been sorted" in " ".join(r.output.split())
+    r = runner.invoke(app, [*args[:2], str(small_trace(tmp_path)), *args[3:]])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+
+
 def test_evaluate_refuses_unknown_policy_before_running_anything(tmp_path: Path) -> None:
     out = tmp_path / "ev"
     r = runner.invoke(

@@ -185,3 +185,69 @@ def test_a_section_of_alternatives_is_named_as_the_file_spells_it(
 def test_a_directory_given_as_a_config_is_named_as_one(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"a directory, not a config file"):
         load_config(SimConfig, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a section's documented default differs from its class's own (both are tiers)
+        ("node:\n  nvme: {capacity_gib: 512}\n", {"node.nvme.bandwidth_gbps": 5.0}),
+        ("shared_pool: {capacity_gib: 64}\n", {"shared_pool.bandwidth_gbps": 5.0}),
+        # a link given in part keeps the rest of its own defaults
+        ("network:\n  datacenter: {bandwidth_gbps: 50}\n",
+         {"network.datacenter.latency_us": 50.0, "network.datacenter.bandwidth_gbps": 50.0}),
+        ("network:\n  rack: {latency_us: 2}\n", {"network.rack.bandwidth_gbps": 400.0}),
+    ],
+)  # fmt: skip
+def test_a_section_given_in_part_keeps_the_rest_of_its_documented_defaults(
+    tmp_path: Path, text: str, expected: dict[str, float]
+) -> None:
+    p = tmp_path / "sim.yaml"
+    p.write_text(text)
+    cfg = load_config(SimConfig, p)
+    for dotted, value in expected.items():
+        got: object = cfg
+        for part in dotted.split("."):
+            got = getattr(got, part)
+        assert got == value, dotted
+
+
+def test_an_agent_trace_distribution_given_in_part_keeps_its_other_defaults(
+    tmp_path: Path,
+) -> None:
+    from kvcast.features.traces.agent_config import AgentTraceConfig
+
+    p = tmp_path / "agent.yaml"
+    p.write_text("tool_s: {median: 10}\n")
+    tool = load_config(AgentTraceConfig, p).tool_s
+    default = AgentTraceConfig().tool_s
+    assert (tool.median, tool.sigma, tool.low, tool.high) == (
+        10.0, default.sigma, default.low, default.high,
+    )  # fmt: skip
+
+
+def test_a_section_given_in_part_still_refuses_unknown_keys_and_wrong_types(
+    tmp_path: Path,
+) -> None:
+    p = tmp_path / "sim.yaml"
+    p.write_text("network:\n  rack: {latency: 2}\nnode:\n  nvme: {capacity_gib: '1'}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(SimConfig, p)
+    msg = str(refused.value)
+    assert "key 'network.rack.latency': unknown key" in msg
+    assert "key 'node.nvme.capacity_gib'" in msg and "Field required" not in msg
+
+
+def test_a_value_for_a_union_is_refused_under_its_key_as_the_file_spells_it(
+    tmp_path: Path,
+) -> None:
+    """pydantic names the union member it tried (``arrival_spread.literal['auto','off']``,
+    ``arrival_spread.float``): the file has one key, and one line for it."""
+    p = tmp_path / "sim.yaml"
+    p.write_text("arrival_spread: sometimes\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(SimConfig, p)
+    assert str(refused.value) == (
+        f"{p}: key 'arrival_spread': Input should be 'auto' or 'off', or a valid number "
+        "(got 'sometimes')"
+    )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -50,13 +52,16 @@ def _cpu_s(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def test_workers_exit_when_the_evaluation_is_killed(tmp_path: Path) -> None:
-    """A scheduler's kill reaches only the evaluation process: its workers must not compute on."""
+LOADS = ",".join(f"{1 + i / 8:g}" for i in range(40))  # a task of a minute or more
+
+
+def _computing(tmp_path: Path, **popen: Any) -> tuple[subprocess.Popen[bytes], list[Any]]:
+    """An evaluation in two worker processes, returned once both compute."""
     cmd = [sys.executable, "-c", "from kvcast.cli.app import app; app()", "evaluate",
            "--trace", "bundled:conversation", "--policies", "dynamo_kv,llmd_precise",
-           "--time-scale", "1,2,4,8", "--capacity", "--jobs", "2",
+           "--time-scale", LOADS, "--capacity", "--jobs", "2",
            "--out", str(tmp_path)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, **popen)
     workers: list[psutil.Process] = []
     try:
         parent = psutil.Process(proc.pid)
@@ -71,14 +76,68 @@ def test_workers_exit_when_the_evaluation_is_killed(tmp_path: Path) -> None:
         # (seconds on a loaded machine): wait until both compute (imports take ~1 s of CPU)
         while time.monotonic() < deadline and min(_cpu_s(w) for w in workers) < WORKING_CPU_S:
             time.sleep(0.1)
-        assert proc.poll() is None, "the evaluation ended before it could be killed"
+        assert proc.poll() is None, "the evaluation ended before it could be stopped"
+    except BaseException:
+        _end(proc, workers)
+        raise
+    return proc, workers
+
+
+def _end(proc: subprocess.Popen[bytes], workers: list[Any]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    for w in workers:
+        with contextlib.suppress(psutil.Error):
+            w.kill()
+
+
+def test_workers_exit_when_the_evaluation_is_killed(tmp_path: Path) -> None:
+    """A scheduler's kill reaches only the evaluation process: its workers must not compute on."""
+    proc, workers = _computing(tmp_path, stderr=subprocess.DEVNULL)
+    try:
         proc.kill()
         proc.wait(10)
         _, alive = psutil.wait_procs(workers, timeout=4 * PARENT_POLL_S + 2.0)
         assert not alive, f"workers still running after their parent was killed: {alive}"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        for w in workers:
-            with contextlib.suppress(psutil.Error):
-                w.kill()
+        _end(proc, workers)
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["ctrl-c", "sigint-to-the-evaluation"])
+def test_an_interrupted_evaluation_stops_at_once_without_a_traceback(
+    tmp_path: Path, group: bool
+) -> None:
+    """Ctrl-C reaches the evaluation and its workers (one process group), ``kill -INT`` the
+    evaluation alone: either way it ends in moments, its workers with it, and prints no
+    worker's traceback; it does not wait for the simulations under way."""
+    proc, workers = _computing(tmp_path, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        started = time.monotonic()
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert time.monotonic() - started < 5.0, "the evaluation waited for its simulations"
+        assert proc.returncode != 0
+        assert b"Traceback" not in err, err.decode()
+        _, alive = psutil.wait_procs(workers, timeout=5.0)
+        assert not alive, f"workers still running after the evaluation ended: {alive}"
+        assert not (tmp_path / "summary.json").exists()
+    finally:
+        _end(proc, workers)
+
+
+def test_workers_leave_an_interrupt_to_the_evaluation() -> None:
+    """A worker interrupted on its own (Ctrl-C reaches the whole process group) printed a
+    traceback: the evaluation alone handles it, and stops them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from kvcast.simulator.evaluation import _init_worker
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        1, mp_context=ctx, initializer=_init_worker, initargs=(os.getpid(),)
+    ) as pool:
+        assert pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN

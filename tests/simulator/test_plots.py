@@ -80,3 +80,48 @@ def test_a_run_whose_copies_went_unused_draws_no_lead_time() -> None:
     unused = {"mean_lead_time_ms": 0.0, "replication_hit_rate": 0.0}
     assert math.isnan(lead_time_s(unused))
     assert lead_time_s({"mean_lead_time_ms": 2500.0, "replication_hit_rate": 0.3}) == 2.5
+
+
+def test_a_plot_that_no_longer_applies_is_removed_from_the_folder(tmp_path: Path) -> None:
+    """Evaluated again into the same folder without a replicating policy, the earlier run's
+    replication, copy-fate and budget plots would stay beside a summary they contradict."""
+    import pandas as pd
+
+    from kvcast.simulator.plots import write_plots
+
+    stale = ("replication.png", "copy_fates.png", "waste_vs_budget.png")
+    for name in stale:
+        (tmp_path / name).write_bytes(b"an earlier run's plot")
+    row = {"ttft_ms": {"p50": 90.0, "p99": 900.0}, "slo_attainment": 1.0, "goodput_rps": 2.0,
+           "bytes_replicated": 0, "bytes_wasted": 0}  # fmt: skip
+    ev = Evaluation(
+        summaries=[summary("dynamo_kv", 1.0, **row)],
+        ttft={("dynamo_kv", 1.0): pd.Series([80.0, 90.0, 900.0])},
+    )
+    written = write_plots(ev, tmp_path)
+    assert {p.name for p in written} == {"ttft_cdf.png", "p99_vs_load.png", "goodput_vs_load.png"}
+    assert not [name for name in stale if (tmp_path / name).exists()]
+
+
+def test_the_ttft_cdf_says_which_requests_it_leaves_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rejected request has no TTFT: the CDF is over the served ones and reaches 1.0 for a
+    policy that rejected some, so it must say so, as the table's warning does."""
+    import pandas as pd
+
+    import kvcast.simulator.plots as plots
+
+    figs: list = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)
+    ev = Evaluation(
+        summaries=[summary("mooncake_conductor", 1.0, requests=10, rejected=3),
+                   summary("dynamo_kv", 1.0, requests=10, rejected=0)],
+        ttft={("mooncake_conductor", 1.0): pd.Series([100.0] * 7),
+              ("dynamo_kv", 1.0): pd.Series([200.0] * 10)},
+    )  # fmt: skip
+    plots.plot_ttft_cdf(ev, tmp_path / "cdf.png")
+    ax = figs[0].axes[0]
+    assert ax.get_ylabel() == "fraction of served requests"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["mooncake_conductor (3 of 10 rejected)", "dynamo_kv"]
