@@ -132,6 +132,25 @@ class SimConfig(FiniteConfig):
             raise ValueError("a quantum must be a number of ms >= 0")
         return v
 
+    @model_validator(mode="after")
+    def _timing_fits_the_model(self) -> SimConfig:
+        """The default prefill and decode timings are those of the default model on the
+        default node: another model with them would run at Llama-3-70B's speed unnoticed."""
+        default = ModelConfig().preset
+        given = self.node.model_fields_set
+        if self.model.preset != default and not {"prefill", "decode"} <= given:
+            missing = [f"node.{k}" for k in ("prefill", "decode") if k not in given]
+            verb = "keeps" if len(missing) == 1 else "keep"
+            keep = f"{' and '.join(missing)} {verb}"
+            raise ValueError(
+                f"model.preset is {self.model.preset}, but {keep} the timing calibrated to "
+                f"{default} on {NodeConfig().gpus} GPUs: give node.prefill "
+                f"(a_ms, b_ms_per_token, c_ms_per_token2) and node.decode (step_ms, per_seq_ms) "
+                f"for it, as configs/simulator/llama3-8b-1gpu.yaml does"
+            )
+        self.kv_capacity_bytes()  # a node the model does not fit is refused here, not mid-run
+        return self
+
     def kv_capacity_bytes(self) -> int:
         n = self.node
         if n.kv_capacity_gib is not None:
@@ -142,7 +161,10 @@ class SimConfig(FiniteConfig):
         if free <= 0:
             raise ValueError(
                 f"model {self.model.preset} does not fit: {n.gpus} x {n.hbm_gib_per_gpu} GiB "
-                f"leaves no KV memory"
+                f"at memory_utilization {n.memory_utilization:g}, less its "
+                f"{weights / GIB:.1f} GiB of {self.model.weight_dtype} weights and "
+                f"activation_reserve_gib {n.activation_reserve_gib:g}, leaves no KV memory "
+                f"(node.kv_capacity_gib sets it directly)"
             )
         return free
 

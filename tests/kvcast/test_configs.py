@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcast.config import ConfigError, FrozenConfig, load_config
+from kvcast.config import ConfigError, FrozenConfig, load_config, parse_config
 from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.simulator.config import SimConfig
 
@@ -141,10 +141,31 @@ def test_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
         load_config(SimConfig, tmp_path / "nope.yaml")
 
 
-def test_model_too_big_for_node_memory_is_reported() -> None:
-    cfg = SimConfig.model_validate({"node": {"gpus": 1}})
-    with pytest.raises(ValueError, match="does not fit"):
-        cfg.kv_capacity_bytes()
+def test_model_too_big_for_node_memory_is_refused_with_the_config_naming_the_sizes() -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config(SimConfig, {"node": {"gpus": 1}}, "small.yaml")
+    assert str(refused.value) == (
+        "small.yaml: model llama-3-70b does not fit: 1 x 80.0 GiB at memory_utilization 0.9, "
+        "less its 131.5 GiB of bf16 weights and activation_reserve_gib 40, leaves no KV memory "
+        "(node.kv_capacity_gib sets it directly)"
+    )
+    parse_config(SimConfig, {"node": {"gpus": 1, "kv_capacity_gib": 20}}, "small.yaml")
+
+
+def test_another_model_without_its_own_timing_is_refused_naming_what_to_give() -> None:
+    """The default prefill and decode timings are Llama-3-70B's on 8 GPUs: another preset that
+    keeps them would run at the 70B's speed unnoticed."""
+    with pytest.raises(ConfigError, match=(
+        r"^8b\.yaml: model\.preset is llama-3-8b, but node\.prefill and node\.decode keep the "
+        r"timing calibrated to llama-3-70b on 8 GPUs: give node\.prefill"
+    )):  # fmt: skip
+        parse_config(SimConfig, {"model": {"preset": "llama-3-8b"}}, "8b.yaml")
+    prefill_only = {"model": {"preset": "llama-3-8b"}, "node": {"prefill": {"a_ms": 5.0}}}
+    with pytest.raises(ConfigError, match=r"but node\.decode keeps the timing"):
+        parse_config(SimConfig, prefill_only, "8b.yaml")
+    timing = {"prefill": {"b_ms_per_token": 0.02}, "decode": {"step_ms": 12.0}}
+    cfg = parse_config(SimConfig, {"model": {"preset": "llama-3-8b"}, "node": timing}, "8b.yaml")
+    assert cfg.node.prefill.b_ms_per_token == 0.02
 
 
 def test_a_rule_across_keys_is_reported_as_its_own_message(tmp_path: Path) -> None:
