@@ -215,9 +215,12 @@ def load_config(cls: type[C], path: str | Path) -> C:
 
 
 def with_overrides(cfg: C, **overrides: Any) -> C:
-    """Return a validated copy of ``cfg`` with top-level ``overrides`` applied (None ignored)."""
-    data = cfg.model_dump(mode="json")
-    for key, value in overrides.items():
-        if value is not None:
-            data[key] = value
-    return parse_config(type(cfg), data, source="<overrides>")
+    """Return a validated copy of ``cfg`` with top-level ``overrides`` applied (None ignored).
+    They come from command-line options named as their keys (``duration_s``: ``--duration-s``),
+    which an error names: ``command line (--nodes): key 'nodes': ... (got 0)``."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    if not given:
+        return cfg
+    flags = ", ".join("--" + key.replace("_", "-") for key in given)
+    data = cfg.model_dump(mode="json") | given
+    return parse_config(type(cfg), data, source=f"command line ({flags})")

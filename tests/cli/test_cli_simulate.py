@@ -120,6 +120,10 @@ def test_every_command_has_help(cmd: list[str]) -> None:
         (["--policy", "nope"], "unknown policy 'nope'"),
         (["--policy", "round_robin", "--time-scale", "0"], "must be a positive number"),
         (["--policy", "round_robin", "--format", "xml"], "unknown trace format"),
+        (
+            ["--policy", "round_robin", "--nodes", "0"],  # the option, not the config key
+            "command line (--nodes): key 'nodes': Input should be greater than 0 (got 0)",
+        ),
     ],
 )
 def test_bad_input_gives_one_line_reason_and_exit_2(
