@@ -46,7 +46,7 @@ def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bo
     run, control_api, fill_agent, metric
 ) -> None:
     async def scenario() -> None:
-        async with control_api(token=TOKEN, max_transfer_connections=2, request_timeout_s=1.0) as (
+        async with control_api(token=TOKEN, max_transfer_connections=2, request_timeout_s=2.0) as (
             api,
             control,
         ):
@@ -66,14 +66,14 @@ def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bo
             busy = await reply(reader)
             assert isinstance(busy, Error) and busy.code is ErrorCode.BUSY, busy
             assert await reader.read() == b""  # closed
-            assert time.monotonic() - started < 0.5  # at once, not at the request timeout
+            assert time.monotonic() - started < 1.0  # at once, not at the request timeout (2 s)
             writer.close()
             assert agent.server.stats.busy_refused == 1
 
             for held, w in holders:  # answered at the request timeout, then closed
                 err = await reply(held)
                 assert isinstance(err, Error) and err.code is ErrorCode.BAD_REQUEST
-                assert "no complete request within 1" in err.message, err.message
+                assert "no complete request within 2 s" in err.message, err.message
                 assert await held.read() == b""
                 w.close()
             await until(lambda: agent.server.connections == 0)
@@ -174,11 +174,12 @@ def test_a_pull_refused_busy_is_retried_and_lands_once_the_source_has_room(
 
 def test_a_slow_peer_that_keeps_taking_bytes_is_not_cut_off(run, config, fill_agent) -> None:
     """The source's timeout is on progress, not on a whole block: a rate-limited puller
-    taking 8 MiB over about 2 s from a source with a 0.3 s request timeout gets it all."""
+    taking 8 MiB over about 2 s from a source with a 0.8 s request timeout gets it all (the
+    margin: a loaded test machine may hold the event loop up for a while)."""
 
     async def scenario() -> None:
         async with (
-            Agent(config(token=TOKEN, request_timeout_s=0.3)) as src,
+            Agent(config(token=TOKEN, request_timeout_s=0.8)) as src,
             Agent(config(token=TOKEN, link_bytes_per_s=4 * MiB, link_burst_bytes=64 << 10)) as dst,
         ):
             source = fill_agent(src, "t", {1: 8 * MiB})
