@@ -51,12 +51,16 @@ class FeatureSpec:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def diff(self, other: FeatureSpec) -> list[str]:
-        """One line per difference, each naming the feature; empty when the specs agree."""
+        """One line per difference, each naming the feature; empty when the specs agree. A
+        feature both have is said to move only when its order among the features both have
+        changed, not when one before it was added or removed (that one is named)."""
         out = (
             [f"version: {self.version} != {other.version}"] if self.version != other.version else []
         )
         mine = {f.name: (i, f) for i, f in enumerate(self.features)}
         theirs = {f.name: (i, f) for i, f in enumerate(other.features)}
+        rank_mine = {n: r for r, n in enumerate(n for n in mine if n in theirs)}
+        rank_theirs = {n: r for r, n in enumerate(n for n in theirs if n in mine)}
         for name, (i, f) in mine.items():
             if name not in theirs:
                 out.append(f"{name}: missing from the other spec")
@@ -64,7 +68,7 @@ class FeatureSpec:
             j, g = theirs[name]
             if f.unit != g.unit:
                 out.append(f"{name}: unit {f.unit!r} != {g.unit!r}")
-            if i != j:
+            if rank_mine[name] != rank_theirs[name]:
                 out.append(f"{name}: position {i} != {j}")
         out += [f"{name}: only in the other spec" for name in theirs if name not in mine]
         return out

@@ -46,12 +46,13 @@ class DecisionLogError(ValueError):
 
 
 class TruncatedLogError(DecisionLogError):
-    """A log file with no footer: its writer was killed before closing it."""
+    """A log file with no footer: its writer was killed before closing it, or (the part a
+    running sidecar has open) has not closed it yet."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.cause = f"{path}: truncated Parquet decision log (no footer: its writer was stopped "
-        self.cause += "before closing it)"
+        self.cause = f"{path}: truncated Parquet decision log (no footer: still being written, "
+        self.cause += "or its writer was stopped before closing it)"
         super().__init__(f"{self.cause}; its row groups cannot be read")
 
 
@@ -84,7 +85,9 @@ def read_decisions(path: str | Path, warn: Callable[[str], None] | None = None) 
     if not read:
         raise cut[0]
     for err in cut:
-        (warn or log.warning)(f"{err.cause}: skipped, its rows were lost")
+        (warn or log.warning)(
+            f"{err.cause}: skipped, its rows were lost (or, while it is written, not yet readable)"
+        )
     frames = [df for _, df in read]
     df = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     _check_unique_ids(df, [(f, len(x)) for f, x in read])

@@ -24,6 +24,10 @@ cluster_app = typer.Typer(
 out = Console(highlight=False, width=140, emoji=False)
 MODEL_HELP = "ONNX path or models:/name@alias (default: the trained recency model)."
 ENGINES_HELP = "Engine PUB endpoints to bind, node order (default: KV events over HTTP)."
+PLAYED_HELP = (
+    "Write the requests as played (a Parquet trace, arrivals in ms after the printed unix ms "
+    "of trace time 0) for `kvcast shadow-eval --trace FILE --spread off --clock-offset-ms T0`."
+)
 TLS_HELP = (
     "Mutual TLS between every process: make a cluster CA and a certificate + key per process "
     "(and one for `cluster replay`) in WORKDIR/tls/; agents then serve https:// only and "
@@ -195,13 +199,21 @@ def replay_cmd(
         float, typer.Option("--settle-s", min=0.0, help="Wait before the final scrape.")
     ] = 2.0,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the summary JSON.")] = None,
+    played_file: Annotated[Path | None, typer.Option("--played", help=PLAYED_HELP)] = None,
 ) -> None:
     """Play a trace window against a running cluster: route and post each arrival to the
     sidecar, store each node's new blocks into its agent and publish their vLLM KV events.
     Agents at https:// (`cluster up --tls`) are called with the client certificate named in
     the cluster's cluster.json, or, with --agents, the files KVCAST_TLS_CERT/KEY/CA name."""
+    from kvcast.serving.cluster.config_gen import DECIDER_FILE, DECISION_LOG
     from kvcast.serving.cluster.layout import ReplayTargets, read_layout
-    from kvcast.serving.cluster.replay import ReplaySpec, run_replay, trace_requests
+    from kvcast.serving.cluster.replay import (
+        ReplaySpec,
+        played_trace,
+        requests_of,
+        run_replay,
+        write_played,
+    )
     from kvcast.serving.http.auth import token_from_env
     from kvcast.serving.tls import tls_from_env
 
@@ -228,7 +240,8 @@ def replay_cmd(
     loaded = open_trace(trace)
     if not loaded.has_blocks:
         raise ValueError(f"{trace}: the trace has no block hashes to replay")
-    requests = trace_requests(loaded, spec)
+    played = played_trace(loaded, spec)
+    requests = requests_of(played)
     if not requests:
         raise ValueError(f"{trace}: no request in [{start_s:g}, {start_s + window_s:g}) s")
     console.print(f"replaying {len(requests)} requests of {trace} against {targets.sidecar}")
@@ -243,6 +256,22 @@ def replay_cmd(
     out.print(_summary_table(summary))
     if out_file is not None:
         write_json_file(out_file, summary)
+    t0 = stats["t0_unix_ms"]
+    if played_file is not None:
+        write_played(played, spec, stats["requests"], played_file)
+        where = "--decisions DECISION_LOG"  # the sidecar's decision_log.path
+        if layout is not None:
+            work = Path(layout.workdir)
+            where = f"--decisions {work / DECISION_LOG} --decider-config {work / DECIDER_FILE}"
+        print(
+            f"wrote {played_file}: judge the sidecar's decisions with `kvcast shadow-eval "
+            f"{where} --trace {played_file} --spread off --clock-offset-ms {t0:.0f}`"
+        )
+    else:
+        print(
+            f"trace time 0 was played at unix ms {t0:.0f} (--played FILE writes the requests "
+            "as played, for kvcast shadow-eval)"
+        )
     r = summary["replay"]
     failed = {k: r[k] for k in ("put_failures", "arrival_failures", "requests_unfinished")}
     if any(failed.values()):  # the cluster did not take the replay: say so in the exit code
@@ -258,4 +287,4 @@ async def _final(stats: dict[str, Any], targets: Any, settle_s: float) -> dict[s
     verify = True if targets.tls is None else targets.tls.client_context()
     async with httpx.AsyncClient(timeout=10.0, verify=verify) as http:
         side, agents, telemetry = await collect(http, targets.sidecar, targets.agents)
-    return summarize(stats, side, agents, telemetry, targets.names)
+    return summarize(stats, side, agents, telemetry, stats["nodes"])

@@ -27,6 +27,16 @@ def flag_size(flag: str, text: str) -> int:
         raise ValueError(f"{flag}: {err}") from None
 
 
+def settings_source(config: Path | None, flags: list[str]) -> str:
+    """How an error names where the settings came from: the config file and the options given
+    over it (``sidecar.yaml with command line (--mode)``), so that an option's bad value is
+    not blamed on a file that does not hold it."""
+    given = f"command line ({', '.join(flags)})" if flags else "command line"
+    if config is None:
+        return given
+    return f"{config} with {given}" if flags else str(config)
+
+
 def agent_settings(
     config: Path | None,
     flags: dict[str, Any],
@@ -48,14 +58,16 @@ def agent_settings(
             "; ".join(f"{config}: key '{k}': unknown key" for k in unknown[:3]) + more
         )
     data |= {k: v for k, v in flags.items() if v is not None}
+    given = ["--" + k.replace("_", "-") for k, v in flags.items() if v is not None]
     for key, (flag, text) in sizes.items():
         if text is not None:
             data[key] = flag_size(flag, text)
+            given.append(flag)
         elif key not in data:
             raise ValueError(f"{flag} is required (or {key} in --config)")
     if (token := token_from_env(os.environ.get(token_env), token_env)) is not None:
         data["token"] = token
-    return parse_config(AgentConfig, data, source=str(config) if config else "flags")
+    return parse_config(AgentConfig, data, source=settings_source(config, given))
 
 
 @serve_app.command("agent")
@@ -171,9 +183,10 @@ def sidecar_cmd(
         if value is not None and not value.strip():  # was taken for not given
             raise ValueError(f"--{key} must not be empty, got {value!r}")
     data |= {k: v for k, v in flags.items() if v is not None}
+    given = [f"--{k}" for k, v in flags.items() if v is not None]
     if (token := token_from_env(os.environ.get(token_env), token_env)) is not None:
         data["token"] = token
-    cfg = parse_config(SidecarConfig, data, source=str(config))
+    cfg = parse_config(SidecarConfig, data, source=settings_source(config, given))
     cfg.feature_config  # noqa: B018 - load the feature and decider files now: errors exit 2
     cfg.decider_config  # noqa: B018
     logging.basicConfig(

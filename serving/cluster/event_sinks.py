@@ -2,9 +2,10 @@
 sidecar subscribes to), or the sidecar's ``POST /v1/kv-events`` when no endpoint is known.
 
 ZMQ PUB drops what it sends before a subscriber has joined, so a publisher is not used until
-the sidecar has received from it: :func:`await_subscribers` sends empty batches until the
-sidecar's ``kvcast_sidecar_kv_received_total{node}`` moves. Batches lost later (high-water
-mark) are recovered by the sidecar through the replay socket each publisher also binds.
+the sidecar has received from it: :func:`await_subscribers` sends empty batches from each in
+turn until the sidecar's ``kvcast_sidecar_kv_received_total{node}`` moves, which also tells
+the name the sidecar gives that node. Batches lost later (high-water mark) are recovered by
+the sidecar through the replay socket each publisher also binds.
 """
 
 from __future__ import annotations
@@ -100,21 +101,45 @@ async def await_subscribers(
     sinks: Sequence[ZmqSink],
     received: Callable[[], Awaitable[dict[str, float]]],
     timeout_s: float = 15.0,
-) -> None:
-    """Send heartbeats until the sidecar counts a batch received from every sink (by name);
-    a ValueError naming the silent ones after ``timeout_s``."""
-    before = await received()
-    waiting = {s.name: s for s in sinks}
+) -> list[str]:
+    """Send heartbeats from one sink at a time until the sidecar counts a batch received from
+    it; the name the sidecar gives each sink's node, in order (its metrics' ``node`` label,
+    whatever the sinks are called). A ValueError naming the silent ones after ``timeout_s``
+    (each sink after the first gets at least a second, so all of them are named)."""
     deadline = time.monotonic() + timeout_s
-    while waiting:
-        for sink in waiting.values():
-            sink.heartbeat()
+    names: list[str] = []
+    silent: list[ZmqSink] = []
+    for sink in sinks:
+        name = await _first_heard(sink, received, set(names), max(deadline, time.monotonic() + 1))
+        if name is None:
+            silent.append(sink)
+        else:
+            names.append(name)
+    if silent:
+        where = ", ".join(f"{s.name} ({s.endpoint})" for s in silent)
+        raise ValueError(
+            f"the sidecar receives no KV events from {where} within {timeout_s:g} s; "
+            "are these its configured engine endpoints?"
+        )
+    return names
+
+
+async def _first_heard(
+    sink: ZmqSink,
+    received: Callable[[], Awaitable[dict[str, float]]],
+    taken: set[str],
+    deadline: float,
+) -> str | None:
+    """Heartbeats from ``sink`` alone until a node the sidecar counts (other than ``taken``,
+    those of the sinks before it, whose late heartbeats may still land) receives one; that
+    node's name (the sink's own when it is among those), or None at ``deadline``."""
+    before = await received()
+    while True:
+        sink.heartbeat()
         await asyncio.sleep(0.1)
         now = await received()
-        waiting = {n: s for n, s in waiting.items() if now.get(n, 0.0) <= before.get(n, 0.0)}
-        if waiting and time.monotonic() > deadline:
-            where = ", ".join(f"{n} ({s.endpoint})" for n, s in waiting.items())
-            raise ValueError(
-                f"the sidecar receives no KV events from {where} within {timeout_s:g} s; "
-                "are these its configured engine endpoints?"
-            )
+        moved = [n for n, v in now.items() if v > before.get(n, 0.0) and n not in taken]
+        if moved:
+            return sink.name if sink.name in moved else moved[0]
+        if time.monotonic() > deadline:
+            return None

@@ -7,6 +7,12 @@ sidecar; the node's engine player stores the blocks into its agent and publishes
 events. Bounded: at most ``max_requests`` requests, no new one after ``max_wall_s``, and the
 engines' backlog drained within ``drain_s``. The agents are called over mutual TLS when the
 targets carry a client certificate (``cluster up --tls``).
+
+The replay's counts carry ``t0_unix_ms``, the wall clock (unix ms, the clock the sidecar
+stamps its decisions with) at which the window's time 0 was played, and ``nodes``, the names
+the sidecar gives the nodes (read off its metrics when the events go over ZMQ).
+:func:`write_played` writes the requests as played, on that clock, as a trace that ``kvcast
+shadow-eval`` judges the sidecar's decision log against.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -74,20 +81,44 @@ class ReplaySpec:
                 raise ValueError(f"{flag} must be > 0, got {value}")
 
 
-def trace_requests(trace: Any, spec: ReplaySpec) -> list[TraceRequest]:
-    """The window of ``trace`` (a :class:`Trace`) as the replay plays it, in scaled time."""
-    import pandas as pd
-
+def played_trace(trace: Any, spec: ReplaySpec) -> Any:
+    """The window of ``trace`` (a :class:`Trace`) as the replay plays it: de-quantised,
+    load-scaled and cut at ``max_requests``; arrivals in scaled ms from the window's start."""
     from kvcast.features.traces.dequantize import spread_quantized
     from kvcast.features.traces.load_scaling import scale_load
 
     start = spec.start_s * 1000.0
     t = spread_quantized(trace.window(start, start + spec.window_s * 1000.0), seed=spec.seed)
-    df = scale_load(t, spec.time_scale, spec.load_scaling, spec.seed).requests  # type: ignore[arg-type]
+    t = scale_load(t, spec.time_scale, spec.load_scaling, spec.seed)  # type: ignore[arg-type]
     if spec.max_requests is not None:
-        df = df.iloc[: spec.max_requests]
+        t = replace(t, requests=t.requests.iloc[: spec.max_requests].reset_index(drop=True))
+    return t
+
+
+def write_played(played: Any, spec: ReplaySpec, requests: int, path: Path) -> Path:
+    """The first ``requests`` of ``played`` (:func:`played_trace`) as a kvcast Parquet trace on
+    the wall clock of the replay: arrival ``a`` was played ``a`` ms after ``t0_unix_ms`` (the
+    scaled arrival over ``speed``). ``kvcast shadow-eval --trace PATH --spread off
+    --clock-offset-ms T0`` then judges the sidecar's decisions against what it was sent."""
+    from kvcast.features.traces.parquet_io import write_parquet
+
+    df = played.requests.iloc[:requests].copy()
+    df["arrival_ms"] = df["arrival_ms"] / spec.speed
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_parquet(replace(played, requests=df, name=f"{played.name} (played)"), path)
+
+
+def trace_requests(trace: Any, spec: ReplaySpec) -> list[TraceRequest]:
+    """The window of ``trace`` (a :class:`Trace`) as the replay plays it, in scaled time."""
+    return requests_of(played_trace(trace, spec))
+
+
+def requests_of(played: Any) -> list[TraceRequest]:
+    """The requests of a :func:`played_trace`."""
+    import pandas as pd
+
     out = []
-    for r in df.itertuples(index=False):
+    for r in played.requests.itertuples(index=False):
         session = None if pd.isna(r.session) else str(r.session)
         chain = tuple(int(h) for h in r.block_hashes)
         out.append(TraceRequest(
@@ -130,13 +161,14 @@ async def run_replay(
         router = RouterPlayer(spec.router, nodes, block_tokens, spec.block_bytes, seed=spec.seed)
         sinks: list[EventSink] = []
         engines: list[EnginePlayer] = []
+        names = targets.names
         try:
             if targets.engines is None:
                 sinks += [HttpSink(i, http, targets.sidecar, headers) for i in range(len(nodes))]
             else:
                 zmq = [ZmqSink(n, *e) for n, e in zip(targets.names, targets.engines, strict=True)]
                 sinks += zmq
-                await await_subscribers(zmq, lambda: kv_received(http, targets.sidecar))
+                names = await _sidecar_names(zmq, http, targets.sidecar)
             maker = BlockMaker(spec.block_bytes, spec.seed)
             engines += [
                 EnginePlayer(i, targets.agents[i], headers, maker, sinks[i], block_tokens,
@@ -144,7 +176,7 @@ async def run_replay(
                 for i in range(len(nodes))
             ]  # fmt: skip
             return await _play(requests, targets, spec, http, headers, router, nodes, engines,
-                               progress)  # fmt: skip
+                               names, progress)  # fmt: skip
         finally:
             for engine in engines:  # after a failure: what is still running stops now
                 await engine.close(0.0)
@@ -152,13 +184,30 @@ async def run_replay(
                 sink.close()
 
 
+async def _sidecar_names(
+    sinks: Sequence[ZmqSink], http: httpx.AsyncClient, sidecar: str
+) -> tuple[str, ...]:
+    """The sidecar's name of each engine's node, once it receives from every one; a
+    ValueError when the engines are not listed in its node order (arrivals, posted by node
+    position, would then go to another node than their blocks)."""
+    names = tuple(await await_subscribers(sinks, lambda: kv_received(http, sidecar)))
+    order = tuple(await kv_received(http, sidecar))  # the sidecar's engines, in node order
+    if sorted(order) == sorted(names) and order != names:
+        given = ", ".join(f"{s.endpoint} -> {n}" for s, n in zip(sinks, names, strict=True))
+        raise ValueError(f"the engines feed the sidecar's nodes out of its node order "
+                         f"({', '.join(order)}): {given}; list them in that order")  # fmt: skip
+    return names
+
+
 async def _play(
     requests: Sequence[TraceRequest], targets: ReplayTargets, spec: ReplaySpec,
     http: httpx.AsyncClient, headers: dict[str, str], router: RouterPlayer,
-    nodes: list[NodeModel], engines: list[EnginePlayer], progress: Progress | None,
+    nodes: list[NodeModel], engines: list[EnginePlayer], names: Sequence[str],
+    progress: Progress | None,
 ) -> dict[str, Any]:  # fmt: skip
     loop = asyncio.get_running_loop()
     t0, lag, stopped, done = loop.time(), 0.0, None, 0
+    t0_unix_ms = time.time() * 1000.0  # trace time 0 on the wall clock the sidecar stamps
     posts: set[asyncio.Task[bool]] = set()
     for req in requests:
         if loop.time() - t0 > spec.max_wall_s:
@@ -186,7 +235,8 @@ async def _play(
     stats = [e.stats for e in engines]
     return {
         "requests": done,
-        "routed": dict(zip(targets.names, router.routed, strict=True)),
+        "nodes": list(names),
+        "routed": dict(zip(names, router.routed, strict=True)),
         "arrivals_posted": router.posted,
         "arrival_failures": router.post_failures,
         "blocks_put": sum(s.blocks_put for s in stats),
@@ -197,6 +247,7 @@ async def _play(
         "events_published": sum(e.sink.events for e in engines),
         "event_batches": sum(e.sink.batches for e in engines),
         "engine_cache_blocks": [n.capacity for n in nodes],
+        "t0_unix_ms": round(t0_unix_ms, 3),
         "max_lag_s": round(lag, 3),
         "dispatch_s": round(dispatched_s, 3),
         "wall_s": round(loop.time() - t0, 3),

@@ -110,7 +110,7 @@ def _writes(sc: Sidecar) -> APIRouter:
         predicts within another horizon than the decider's window, 400 when it is not a
         usable kvcast model; either way the current model stays."""
         try:
-            await asyncio.to_thread(sc.slot.load, body.source)
+            await asyncio.to_thread(sc.load_model, body.source)
         except (SpecMismatch, HorizonMismatch) as err:
             raise HTTPException(409, str(err)) from None
         except Exception as err:  # a bad file, a bad URI, an unreachable registry

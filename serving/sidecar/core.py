@@ -32,7 +32,7 @@ from kvcast.serving.sidecar.executor import SOURCE as REPLICA_SOURCE
 from kvcast.serving.sidecar.executor import Executor
 from kvcast.serving.sidecar.live_view import LiveView
 from kvcast.serving.sidecar.metrics import sidecar_registry, timers
-from kvcast.serving.sidecar.model_slot import ModelSlot
+from kvcast.serving.sidecar.model_slot import ModelInfo, ModelSlot
 from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains
 from kvcast.serving.sidecar.recovery import RecoveryReport, read_inventory, recover_locations
@@ -45,6 +45,12 @@ from kvcast.serving.tls import TlsFiles
 
 log = logging.getLogger("kvcast.serving.sidecar")
 STALE_POLLS, STALE_MIN_S = 5, 5.0  # a queue report older than this (polls, s) is ignored
+
+
+def _described(info: ModelInfo) -> str:
+    """``SOURCE (KIND, DIGEST[, registry version N])``: which model, exactly."""
+    version = "" if info.registry_version is None else f", registry version {info.registry_version}"
+    return f"{info.source} ({info.kind}, {info.digest}{version})"
 
 
 def wall_ms() -> float:
@@ -181,8 +187,8 @@ class Sidecar:
         """Load the configured model, then start every part (``decisions=False``: no tick
         thread; tests then call ``self.loop.tick()`` themselves)."""
         if self.cfg.model is not None:
-            info = await asyncio.to_thread(self.slot.load, self.cfg.model)
-            log.info("model %s (%s, %s) loaded", info.source, info.kind, info.digest)
+            info = await asyncio.to_thread(self.slot.load, self.cfg.model)  # refused: raised
+            log.info("model %s loaded", _described(info))
         self.executor.bind(asyncio.get_running_loop())
         self.keeper.start()
         try:
@@ -222,6 +228,20 @@ class Sidecar:
                 r.agents_read + len(r.agents_failed), r.seconds,
             )  # fmt: skip
         return r
+
+    def load_model(self, source: str) -> ModelInfo:
+        """Swap in ``source`` at run time (:meth:`ModelSlot.load`), logged as a mode switch
+        is: the model it replaced and the one now scoring, or why it was refused (and the
+        running one kept)."""
+        before = self.slot.current
+        was = "no model" if before is None else _described(before.info)
+        try:
+            info = self.slot.load(source)
+        except Exception as err:
+            log.warning("model %s refused, %s kept: %s", source, was, err)
+            raise
+        log.info("model %s loaded (was %s)", _described(info), was)
+        return info
 
     def set_mode(self, mode: Mode) -> None:
         """Switch modes. Shadow to active starts the decider from an empty ledger: the copies

@@ -1,12 +1,13 @@
 """The model the decision loop scores with, replaceable while the sidecar runs.
 
 :meth:`ModelSlot.load` resolves and loads a new model (an ONNX path or an MLflow URI such as
-``models:/kvcast@champion``), refuses it when its feature spec differs from the running
-feature state's (:class:`SpecMismatch` naming every differing feature), when it predicts
-within another horizon than the decider's window (:class:`HorizonMismatch`) or when it is
-not a usable kvcast model (:class:`ModelFormatError`), and only then swaps it in: one reference
-assignment, so a tick scores wholly with the old model or wholly with the new one, and events
-keep flowing throughout (loading runs off the event loop and off the consumer thread).
+``models:/kvcast-lgbm@champion``), refuses it when its feature spec differs from the running
+feature state's (:class:`SpecMismatch` naming the model and every differing feature), when it
+predicts within another horizon than the decider's window (:class:`HorizonMismatch`) or when
+it is not a usable kvcast model (:class:`ModelFormatError`), and only then swaps it in: one
+reference assignment, so a tick scores wholly with the old model or wholly with the new one,
+and events keep flowing throughout (loading runs off the event loop and off the consumer
+thread).
 
 The file is read once: the session is built from those bytes and the digest computed from
 them, so a file replaced mid-load never pairs one model's digest with another's session.
@@ -19,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from kvcast.features.spec import FeatureSpec
+from kvcast.features.spec import FeatureSpec, SpecMismatch
 from kvcast.predictor.model_meta import HorizonMismatch, ModelFormatError
 from kvcast.predictor.scorer import OnnxScorer, locate_model, read_model
 
@@ -64,7 +65,8 @@ class ModelSlot:
                 found = locate_model(source)
                 path = found.path
                 data = read_model(path)  # one read: the session and the digest share it
-                scorer = OnnxScorer.from_bytes(data, str(path), expected=self.spec)
+                scorer = OnnxScorer.from_bytes(data, str(path))
+                self._check_spec(scorer, source)
                 if scorer.window > 0:  # the tick scores one row per block
                     raise ModelFormatError(
                         f"{source}: a sequence model (window {scorer.window}, input "
@@ -85,3 +87,14 @@ class ModelSlot:
             self.current = LoadedModel(scorer, info)
             self.loads += 1
             return info
+
+    def _check_spec(self, scorer: OnnxScorer, source: str) -> None:
+        """:class:`SpecMismatch` naming ``source``, both specs and every differing feature."""
+        try:
+            scorer.check_spec(self.spec)
+        except SpecMismatch as err:
+            raise SpecMismatch(
+                f"{source}: {err} (the sidecar's spec {self.spec.digest}, from its features "
+                f"config; the other spec is the model's, {scorer.spec.digest}: serve a model "
+                "trained with the sidecar's features config)"
+            ) from None

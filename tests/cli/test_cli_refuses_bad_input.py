@@ -164,3 +164,29 @@ def test_shadow_eval_and_train_print_values_as_typed() -> None:
         with console.capture() as got:
             console.print("length_aware:-1:2")
         assert got.get().strip() == "length_aware:-1:2"
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "value"),
+    [
+        ("sidecar", "--mode", "Active"),
+        ("sidecar", "--listen", "127.0.0.1"),
+        ("agent", "--listen", "127.0.0.1"),
+        ("agent", "--device", "gpu"),
+    ],
+)
+def test_a_bad_flag_over_a_serve_config_is_blamed_on_the_flag(
+    tmp_path: Path, command: str, flag: str, value: str
+) -> None:
+    """The flag's value was refused under the config file's name alone (``sidecar.yaml: key
+    'mode': ... got 'Active'``), sending the reader to a file that holds ``mode: shadow``."""
+    config = tmp_path / f"{command}.yaml"
+    config.write_text(
+        "nodes: [{name: gpu-0}]\ndecision_log: {path: null}\n" if command == "sidecar"
+        else "capacity_bytes: 1048576\nspeculative_quota_bytes: 0\n"
+    )  # fmt: skip
+    r = runner.invoke(app, ["serve", command, "--config", str(config), flag, value],
+                      env={"KVCAST_TOKEN": None})  # fmt: skip
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    line = " ".join(r.output.split())
+    assert f"{config} with command line ({flag}):" in line and repr(value) in line, r.output

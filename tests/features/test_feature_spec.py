@@ -59,3 +59,19 @@ def test_digest_changes_when_the_order_changes() -> None:
     a = build_spec(FeatureConfig())
     b = FeatureSpec(a.version, tuple(reversed(a.features)))
     assert a.digest != b.digest
+
+
+def test_a_feature_added_or_removed_is_not_reported_as_moving_every_one_after_it() -> None:
+    """The sidecar's refusal of a model with other heat half-lives listed 30 features as moved
+    ("depth: position 10 != 9", ...) around the two lines that say what differs."""
+    a = build_spec(FeatureConfig())
+    b = build_spec(FeatureConfig(heat_half_lives_ms=(5000.0, 60000.0)))
+    assert a.diff(b) == [
+        "heat_30s: missing from the other spec",
+        "heat_300s: missing from the other spec",
+        "heat_60s: only in the other spec",
+    ]
+    feats = list(a.features)
+    feats.insert(3, feats.pop(10))  # moved among the features both have: still named
+    moved = a.diff(FeatureSpec(a.version, tuple(feats)))
+    assert f"{a.names[10]}: position 10 != 3" in moved and len(moved) == 8  # it, and 7 passed

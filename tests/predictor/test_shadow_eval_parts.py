@@ -61,6 +61,8 @@ def test_a_part_cut_short_by_a_kill_is_skipped_with_a_warning_naming_it(
     assert df["decision_id"].tolist() == ids(list(range(9)))
     [message] = caplog.messages
     assert message.startswith(f"{cut}: truncated") and "rows were lost" in message
+    # the part a running sidecar has open reads the same: not called a kill, nor a loss
+    assert "still being written" in message and "not yet readable" in message
     warned: list[str] = []
     read_decisions(tmp_path / given, warn=warned.append)  # the CLI prints them its own way
     assert warned == [message]

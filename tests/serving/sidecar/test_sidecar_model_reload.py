@@ -137,3 +137,40 @@ def test_the_digest_is_of_the_model_scored_even_if_the_file_is_replaced_mid_load
     info = ModelSlot(spec).load(str(model_path))
     assert swaps and info.kind == "recency-test"  # the session is of the file as it was
     assert info.digest == hashlib.sha256(served).hexdigest()[:16]
+
+
+def test_a_swap_and_a_refusal_are_logged_with_the_model_they_concern(
+    tmp_path, run, model_path, caplog
+) -> None:
+    """An operator reads in the sidecar's log when the model changed and what it is now (as
+    for a mode switch), and why a load was refused; the refusal names the model asked for and
+    says which spec is which."""
+    spec = build_spec(FeatureConfig())
+    other = write_recency_model(tmp_path / "v2.onnx", spec, tau_ms=5_000.0, kind="recency-v2")
+    wrong = write_recency_model(
+        tmp_path / "wrong.onnx", build_spec(FeatureConfig(heat_half_lives_ms=(5000.0, 60000.0)))
+    )
+
+    async def main() -> None:
+        cfg = sidecar_config(tmp_path, model=str(model_path), token=TOKEN)
+        async with open_sidecar(cfg) as (sc, client):
+            first = sc.slot.current.info.digest
+            caplog.clear()
+            r = await client.post("/v1/model", json={"source": str(other)}, headers=AUTH)
+            assert r.status_code == 200, r.text
+            swapped = [x.getMessage() for x in caplog.records if x.levelname == "INFO"]
+            assert any(str(model_path) in m and str(other) in m and first in m
+                       and r.json()["digest"] in m and "recency-v2" in m
+                       for m in swapped), swapped  # fmt: skip
+            caplog.clear()
+            r = await client.post("/v1/model", json={"source": str(wrong)}, headers=AUTH)
+            assert r.status_code == 409
+            detail = r.json()["detail"]
+            assert detail.startswith(f"{wrong}: ") and "feature spec differs" in detail
+            assert spec.digest in detail and "the other spec is the model's" in detail
+            refused = [x.getMessage() for x in caplog.records if x.levelname == "WARNING"]
+            assert any(str(wrong) in m and "refused" in m and str(other) in m
+                       for m in refused), refused  # fmt: skip
+
+    with caplog.at_level("INFO", logger="kvcast.serving.sidecar"):
+        run(main())
