@@ -214,8 +214,8 @@ class Executor:
             tenant = self.replicas.tenant(d.target, h)
             if tenant is not None:
                 by_tenant.setdefault(tenant, []).append(h)
-        if not by_tenant:
-            self._drop(d, "unknown_replicas", "no live replica of these blocks is known")
+        if not by_tenant:  # the replica view forgot them at their TTL (their agent reclaims
+            d.move("done", "no live replica left: expired or removed already")  # them itself)
             return
         d.move("issued")
         self.evictions += 1

@@ -1,5 +1,6 @@
 """The executor's retry after a failed pull: another holder of the chain, never one whose agent
-the telemetry poller found down (it keeps the node's transfer address when it marks it down).
+the telemetry poller found down (it keeps the node's transfer address when it marks it down);
+an eviction of replicas already gone at their TTL is done, not a dropped command.
 Stand-ins answer for the keeper, the event queue, the replica view and the agent client, so that
 only the executor's choice is under test (the real path: test_sidecar_active_agents.py)."""
 
@@ -113,3 +114,33 @@ def test_the_retry_pulls_from_a_live_holder_not_a_down_one() -> None:
     asyncio.run(go())
     assert client.sources[0] == "10.0.0.0:7000"
     assert client.sources[1:] == ["10.0.0.2:7000"], f"retry pulled from {client.sources[1:]}"
+
+
+class EvictClient:
+    def __init__(self) -> None:
+        self.evicts: list[object] = []
+
+    async def evict(self, url, req):
+        self.evicts.append(req)
+        raise AssertionError("nothing is left to evict")
+
+
+def test_an_eviction_of_replicas_already_expired_is_done_and_asks_no_agent() -> None:
+    """The decider orders a replica evicted at its TTL; the sidecar's replica view forgot it at
+    that TTL too (its agent reclaims it itself): nothing is left to do, and nothing failed."""
+    from kvcast.serving.sidecar.replicas import ReplicaTracker
+
+    now = [0.0]
+    replicas = ReplicaTracker(clock=lambda: now[0])
+    replicas.place(3, [11, 12], "t", 1, ttl_s=1.0)
+    now[0] = 2.0
+    assert replicas.sweep() == [(3, 11), (3, 12)]
+    client = EvictClient()
+    loads = NodeLoads(4, prefill=None, stale_s=5.0)
+    ex = Executor(AgentClientConfig(), ["http://a0"] * 4, loads, FakeQueue(), replicas,
+                  FakeKeeper(0), client, clock_ms=lambda: 0.0)  # fmt: skip
+    d = _decision()
+    d.kind = "evict"
+    asyncio.run(ex._evict(d, "http://a3"))
+    assert d.status == "done" and not client.evicts
+    assert sum(ex.dropped.values()) == 0 and ex.evictions == 0
