@@ -114,7 +114,9 @@ def _writes(sc: Sidecar) -> APIRouter:
         except (SpecMismatch, HorizonMismatch) as err:
             raise HTTPException(409, str(err)) from None
         except Exception as err:  # a bad file, a bad URI, an unreachable registry
-            raise HTTPException(400, f"cannot load {body.source}: {err}") from None
+            why = str(err)  # most name the source already
+            named = why if why.startswith(body.source) else f"{body.source}: {why}"
+            raise HTTPException(400, f"cannot load {named}") from None
         return _model_state(sc)
 
     return router

@@ -70,10 +70,11 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
     mode = _labelled("gauge", "mode", "1 for the running mode", "mode",
                      {m: float(sc.mode == m) for m in ("shadow", "active")})  # fmt: skip
     model = Family("gauge", P + "model_info", "The model scoring decisions",
-                   ("kind", "version", "digest", "source"))  # fmt: skip
+                   ("kind", "version", "digest", "source", "registry_version"))  # fmt: skip
     if (current := sc.slot.current) is not None:
         i = current.info
-        model.add(1, i.kind, i.version, i.digest, i.source)
+        registry = "" if i.registry_version is None else str(i.registry_version)
+        model.add(1, i.kind, i.version, i.digest, i.source, registry)
     bad = {r: float(n) for r, n in sc.state.counters.items() if r != "reordered"}
     return [
         info, mode, model,

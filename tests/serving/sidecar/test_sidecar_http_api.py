@@ -137,6 +137,7 @@ def test_decisions_endpoint_lists_the_replication_with_its_cost_terms(tmp_path, 
             text = (await client.get("/metrics")).text
             assert 'kvcast_sidecar_decisions_total{kind="replicate"} 1.0' in text
             assert "kvcast_sidecar_model_info{" in text and 'kind="recency-test"' in text
+            assert 'registry_version=""' in text  # a file, not a registry version
             assert "kvcast_sidecar_scoring_seconds_count 1.0" in text
 
     run(main())

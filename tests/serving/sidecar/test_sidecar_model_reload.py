@@ -66,8 +66,10 @@ def test_a_model_with_a_different_feature_spec_is_refused_naming_the_features(
             assert "heat_30s" in detail and "heat_300s" in detail and "heat_60s" in detail
             state = (await client.get("/v1/model")).json()
             assert state["kind"] == "recency-test" and state["refused"] == 1
-            r = await client.post("/v1/model", json={"source": str(tmp_path / "missing.onnx")})
+            missing = str(tmp_path / "missing.onnx")
+            r = await client.post("/v1/model", json={"source": missing})
             assert r.status_code == 400 and "no such model file" in r.json()["detail"]
+            assert r.json()["detail"].count(missing) == 1  # the source named once
             junk = tmp_path / "junk.onnx"
             junk.write_bytes(b"not an onnx file")
             r = await client.post("/v1/model", json={"source": str(junk)})
