@@ -213,11 +213,10 @@ async def _play(
         if loop.time() - t0 > spec.max_wall_s:
             stopped = f"max_wall_s={spec.max_wall_s:g}"
             break
-        wait = t0 + req.arrival_ms / spec.speed / 1000.0 - loop.time()
-        if wait > 0:
+        due = t0 + req.arrival_ms / spec.speed / 1000.0
+        if (wait := due - loop.time()) > 0:
             await asyncio.sleep(wait)
-        else:
-            lag = max(lag, -wait)
+        lag = max(lag, loop.time() - due)  # behind schedule, a late wake-up included
         node = router.route(req.arrival_ms, req)
         adm = nodes[node].admit(req.arrival_ms, req.tenant, req.block_hashes, req.input_tokens,
                                 req.output_tokens)  # fmt: skip

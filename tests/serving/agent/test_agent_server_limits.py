@@ -7,16 +7,19 @@ taking a pull's bytes (its handler and the blocks it holds are not kept forever)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 
 from kvcast.serving.agent import Agent
+from kvcast.serving.agent.tcp_server import TransferServer
 from kvcast.serving.messages import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
     MAX_BODY,
     VERSION,
+    BlockHeader,
     Done,
     Error,
     ErrorCode,
@@ -128,26 +131,100 @@ def test_the_connection_limit_is_the_agents_config() -> None:
     assert agent.server.max_connections == 3
 
 
+def _tight_buffers(server: TransferServer) -> list[tuple[str, int]]:
+    """Give each pull ``server`` serves a 4 KiB send buffer (a busy link: the kernel then takes
+    little of a reply, the transport keeps the rest) and record its close: ("closing", bytes
+    the transport still holds), then ("closed", 0) once the close has ended."""
+    send_block, close = server.send_block, server._close
+    seen: list[tuple[str, int]] = []
+
+    async def small_send_buffer(writer, *args):  # type: ignore[no-untyped-def]
+        sock = writer.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        await send_block(writer, *args)
+
+    async def closing(writer):  # type: ignore[no-untyped-def]
+        seen.append(("closing", writer.transport.get_write_buffer_size()))
+        await close(writer)
+        seen.append(("closed", 0))
+
+    server.send_block, server._close = small_send_buffer, closing  # type: ignore[method-assign]
+    return seen
+
+
+async def _request(address: str, request: PullRequest) -> socket.socket:
+    """A raw puller with a 4 KiB receive buffer that has sent ``request`` and read nothing."""
+    host, _, port = address.rpartition(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, int(port)))
+    await loop.sock_sendall(sock, encode(request))
+    return sock
+
+
+async def _read_all(sock: socket.socket) -> bytes:
+    got = bytearray()
+    with contextlib.suppress(ConnectionError):
+        while chunk := await asyncio.get_running_loop().sock_recv(sock, 1 << 20):
+            got += chunk
+    return bytes(got)
+
+
 def test_a_done_is_still_delivered_after_a_normal_pull(run, config, fill_agent) -> None:
-    """The bounded close does not cut the last frames short."""
+    """The bounded close does not cut the last frames short: a puller that takes them only
+    once the source is closing (well within the request timeout) still gets the whole block
+    and the Done, though the source's transport still held part of them when it closed (with
+    the kernel taking it all, a close that dropped what the transport holds would pass too)."""
 
     async def scenario() -> None:
-        async with Agent(config(token=TOKEN)) as agent:
-            fill_agent(agent, "t", {1: 4096, 2: 300 << 10})
-            host, _, port = agent.address.rpartition(":")
-            reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(encode(PullRequest("c", "t", (1, 2, 3), TOKEN)))
-            frames = []
-            while True:
-                msg = await reply(reader)
+        async with Agent(config(token=TOKEN, request_timeout_s=5.0)) as agent:
+            source = fill_agent(agent, "t", {1: 48 << 10})
+            seen = _tight_buffers(agent.server)
+            sock = await _request(agent.address, PullRequest("c", "t", (1, 2), TOKEN))
+            try:
+                await until(lambda: bool(seen))  # nothing read until the source closes
+                got = await _read_all(sock)
+            finally:
+                sock.close()
+            assert seen[0][1] > 0, "the source's transport held nothing when it closed"
+            frames, at = [], 0
+            while at < len(got):
+                mtype, length = decode_header(got[at : at + HEADER_SIZE])
+                msg = decode_body(mtype, got[at + HEADER_SIZE : at + HEADER_SIZE + length])
+                at += HEADER_SIZE + length
                 frames.append(msg)
-                if isinstance(msg, Done):
-                    break
-                await reader.readexactly(msg.nbytes)  # type: ignore[attr-defined]
-            assert frames[-1] == Done("c", 2, (3,))
-            writer.close()
+                if isinstance(msg, BlockHeader):
+                    assert got[at : at + msg.nbytes] == source[1]
+                    at += msg.nbytes
+            assert [type(f) for f in frames] == [BlockHeader, Done], frames
+            assert frames[-1] == Done("c", 1, (2,))
 
-    run(scenario())
+    run(scenario(), timeout=15.0)
+
+
+def test_a_peer_that_never_takes_the_last_bytes_is_cut_off_at_close(
+    run, config, fill_agent
+) -> None:
+    """The close is bounded too: a puller that stops reading once the pull is written leaves
+    the source's handler (its socket, the bytes it holds) for the request timeout, not for
+    ever; what it never took is dropped."""
+
+    async def scenario() -> None:
+        async with Agent(config(token=TOKEN, request_timeout_s=0.3)) as agent:
+            fill_agent(agent, "t", {1: 48 << 10})
+            seen = _tight_buffers(agent.server)
+            sock = await _request(agent.address, PullRequest("c", "t", (1,), TOKEN))
+            try:
+                await until(lambda: ("closed", 0) in seen, timeout_s=5.0)
+                got = await _read_all(sock)
+            finally:
+                sock.close()
+            assert seen[0][1] > 0, "the source's transport held nothing when it closed"
+            assert not got.endswith(encode(Done("c", 1, ())))  # cut off: the tail never came
+
+    run(scenario(), timeout=15.0)
 
 
 def test_a_pull_refused_busy_is_retried_and_lands_once_the_source_has_room(
