@@ -19,6 +19,7 @@ import json
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -215,12 +216,23 @@ def load_config(cls: type[C], path: str | Path) -> C:
 
 
 def with_overrides(cfg: C, **overrides: Any) -> C:
-    """Return a validated copy of ``cfg`` with top-level ``overrides`` applied (None ignored).
-    They come from command-line options named as their keys (``duration_s``: ``--duration-s``),
-    which an error names: ``command line (--nodes): key 'nodes': ... (got 0)``."""
+    """Return a validated copy of ``cfg`` with top-level ``overrides`` applied (None ignored)."""
+    return _overridden(cfg, overrides, lambda keys: f"<overrides of {', '.join(keys)}>")
+
+
+def with_options(cfg: C, **options: Any) -> C:
+    """:func:`with_overrides` for command-line options named as their keys (``duration_s``:
+    ``--duration-s``), which an error names: ``command line (--nodes): key 'nodes': ...``."""
+    return _overridden(cfg, options, _command_line)
+
+
+def _command_line(keys: list[str]) -> str:
+    return f"command line ({', '.join('--' + key.replace('_', '-') for key in keys)})"
+
+
+def _overridden(cfg: C, overrides: dict[str, Any], source: Callable[[list[str]], str]) -> C:
     given = {key: value for key, value in overrides.items() if value is not None}
     if not given:
         return cfg
-    flags = ", ".join("--" + key.replace("_", "-") for key in given)
     data = cfg.model_dump(mode="json") | given
-    return parse_config(type(cfg), data, source=f"command line ({flags})")
+    return parse_config(type(cfg), data, source=source(list(given)))

@@ -25,7 +25,7 @@ from kvcast.cli.common import (
     write_json,
 )
 from kvcast.cli.summary_table import rejection_notes, summary_table
-from kvcast.config import parse_config, with_overrides
+from kvcast.config import parse_config, with_options
 from kvcast.features.traces import TRACE_FORMATS, Trace
 from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
 from kvcast.simulator.config import SimConfig, SLOConfig, load_sim_config
@@ -69,7 +69,7 @@ ModelOpt = Annotated[
 
 def sim_config(config: Path | None, nodes: int | None) -> SimConfig:
     cfg = load_sim_config(config)
-    return with_overrides(cfg, nodes=nodes)
+    return with_options(cfg, nodes=nodes)
 
 
 @user_errors

@@ -100,7 +100,7 @@ def agent_cmd(
 
     Tasks call the model step after step around an app's shared prompt, each next call after
     the tool's run time (see kvcast.features.traces.agent_trace)."""
-    from kvcast.config import with_overrides
+    from kvcast.config import with_options
     from kvcast.features.traces.agent_config import load_agent_config
     from kvcast.features.traces.agent_trace import agent_trace
     from kvcast.features.traces.synthesize import write_mooncake
@@ -109,8 +109,8 @@ def agent_cmd(
     if tool_s is not None:
         tool = cfg.tool_s.model_dump() | {"median": tool_s}
         tool["low"], tool["high"] = min(tool["low"], tool_s), max(tool["high"], tool_s)
-        cfg = with_overrides(cfg, tool_s=tool)
-    cfg = with_overrides(cfg, duration_s=duration_s, tasks_per_s=tasks_per_s, seed=seed)
+        cfg = with_options(cfg, tool_s=tool)
+    cfg = with_options(cfg, duration_s=duration_s, tasks_per_s=tasks_per_s, seed=seed)
     with progress_bar(None, "agent tasks"):
         df = agent_trace(cfg)
         if df.empty:  # a file of no requests is not a trace: every loader refuses it

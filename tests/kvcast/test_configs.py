@@ -272,3 +272,15 @@ def test_a_value_for_a_union_is_refused_under_its_key_as_the_file_spells_it(
         f"{p}: key 'arrival_spread': Input should be 'auto' or 'off', or a valid number "
         "(got 'sometimes')"
     )
+
+
+def test_an_override_from_code_is_named_as_a_key_and_one_from_the_command_line_as_its_option() -> (
+    None
+):
+    from kvcast.config import with_options, with_overrides
+
+    with pytest.raises(ConfigError, match=r"^<overrides of nodes>: key 'nodes'"):
+        with_overrides(SimConfig(), nodes=0)
+    with pytest.raises(ConfigError, match=r"^command line \(--nodes\): key 'nodes'"):
+        with_options(SimConfig(), nodes=0, seed=None)  # an option not given is not named
+    assert with_options(SimConfig(), nodes=None) == SimConfig()
