@@ -8,7 +8,10 @@ frees the staging area: a stored block occupies device memory only. Serving it t
 reads it back into host memory (one device-to-host copy per send, into pinned memory from
 torch's caching host allocator, so the copy is a DMA and the pinned pages are reused from
 send to send). Without GPUDirect this is what any TCP path does; a NIXL transport would move
-the device memory directly.
+the device memory directly. That cache keeps its peak and does not return it to the OS: up to
+the blocks being sent at once (at most ``max_transfer_connections`` peers) times the block
+size rounded up to a power of two, in pinned host memory that ``capacity_bytes`` does not
+count.
 
 ``torch`` is imported only when a device buffer is made, so the agent and the sidecar stay
 free of it unless a device is configured. The ``"cpu"`` device (torch host tensors) runs the
