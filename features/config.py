@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kvcast.config import FrozenConfig, load_config
 from kvcast.llm import LLM_PRESETS, KvDtype
@@ -37,8 +38,15 @@ class LabelConfig(FrozenConfig):
 
     horizon_ms: float = Field(30000.0, gt=0)
     k: int = Field(1, ge=1)
-    extra_k: tuple[int, ...] = (2,)  # more columns ``label_burst_k{j}``
-    drop_censored: bool = True  # no ticks whose (t, t+H] runs past the last event
+    extra_k: tuple[Annotated[int, Field(ge=1)], ...] = (2,)  # more columns ``label_burst_k{j}``
+    drop_censored: bool = True  # no ticks whose (t, t+H] runs past the last request
+
+    @field_validator("extra_k")
+    @classmethod
+    def _distinct(cls, extra_k: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(extra_k)) != len(extra_k):  # one column each: a repeat would be dropped
+            raise ValueError(f"values must be distinct, got {list(extra_k)}")
+        return extra_k
 
 
 class SamplingConfig(FrozenConfig):

@@ -1,5 +1,7 @@
-"""The training table on disk: Parquet with the feature spec and provenance in its metadata,
-and the summary the CLI prints.
+"""The training table on disk: Parquet with the feature spec and provenance in its metadata
+(the trace and config hashes, and the feature config itself: its label horizon is what a model
+trained on the file predicts within, and how far the time split must purge), and the summary
+the CLI prints.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvcast.features.config import FeatureConfig
 from kvcast.features.spec import FeatureSpec
 
 DATASET_FILE = "features.parquet"
@@ -22,6 +25,7 @@ META_SPEC_DIGEST = b"kvcast.feature_spec_digest"
 META_TRACE = b"kvcast.trace_hash"
 META_CONFIG = b"kvcast.config_hash"
 META_BAD = b"kvcast.bad_input"
+META_FEATURE_CONFIG = b"kvcast.feature_config"
 
 
 def file_hash(path: str | Path) -> str:
@@ -33,10 +37,36 @@ def file_hash(path: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def dataset_metadata(
+    spec: FeatureSpec,
+    trace_hash: str,
+    config_hash: str,
+    bad_input: dict[str, int],
+    feature_config: FeatureConfig | None = None,
+) -> dict[bytes, bytes]:
+    """The Parquet schema metadata of a feature dataset (the feature config when given)."""
+    meta = {
+        META_SPEC: spec.to_json().encode(),
+        META_SPEC_DIGEST: spec.digest.encode(),
+        META_TRACE: trace_hash.encode(),
+        META_CONFIG: config_hash.encode(),
+        META_BAD: json.dumps(bad_input).encode(),
+    }
+    if feature_config is not None:
+        meta[META_FEATURE_CONFIG] = feature_config.model_dump_json().encode()
+    return meta
+
+
 def write_feature_dataset(
-    df: pd.DataFrame, out_dir: str | Path, spec: FeatureSpec, trace_hash: str, config_hash: str
+    df: pd.DataFrame,
+    out_dir: str | Path,
+    spec: FeatureSpec,
+    trace_hash: str,
+    config_hash: str,
+    feature_config: FeatureConfig | None = None,
 ) -> Path:
-    """Write ``out_dir/features.parquet``; refuses a frame whose columns miss spec features."""
+    """Write ``out_dir/features.parquet``; refuses a frame whose columns miss spec features.
+    ``feature_config``: the config the table was made with, recorded for training."""
     missing = [n for n in spec.names if n not in df.columns]
     if missing:
         raise ValueError(f"dataset lacks spec features: {', '.join(missing)}")
@@ -44,29 +74,32 @@ def write_feature_dataset(
     out.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(df, preserve_index=False)
     meta = dict(table.schema.metadata or {})
-    meta |= {
-        META_SPEC: spec.to_json().encode(),
-        META_SPEC_DIGEST: spec.digest.encode(),
-        META_TRACE: trace_hash.encode(),
-        META_CONFIG: config_hash.encode(),
-        META_BAD: json.dumps(df.attrs.get("bad_input", {})).encode(),
-    }
+    meta |= dataset_metadata(
+        spec, trace_hash, config_hash, df.attrs.get("bad_input", {}), feature_config
+    )
     path = out / DATASET_FILE
     pq.write_table(table.replace_schema_metadata(meta), path)
     return path
 
 
 def read_feature_dataset(path: str | Path) -> tuple[pd.DataFrame, FeatureSpec, dict[str, str]]:
-    """The frame, its spec, and its provenance (``trace_hash``, ``config_hash``)."""
+    """The frame, its spec, and its provenance (``trace_hash``, ``config_hash``, and
+    ``feature_config``, its JSON, when the file records it)."""
     p = Path(path)
     if p.is_dir():
         p = p / DATASET_FILE
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"{p}: no such feature dataset (`kvcast features --out DIR` writes DIR/{DATASET_FILE})"
+        )
     table = pq.read_table(p)
     meta = table.schema.metadata or {}
     if META_SPEC not in meta:
         raise ValueError(f"{p}: not a kvcast feature dataset (no feature spec in its metadata)")
     spec = FeatureSpec.from_json(meta[META_SPEC].decode())
     info = {"trace_hash": meta[META_TRACE].decode(), "config_hash": meta[META_CONFIG].decode()}
+    if META_FEATURE_CONFIG in meta:
+        info["feature_config"] = meta[META_FEATURE_CONFIG].decode()
     return table.to_pandas(), spec, info
 
 

@@ -324,12 +324,13 @@ import numpy as np
 import pandas as pd
 
 from kvcast.config import parse_config
-from kvcast.predictor.metrics import average_precision, pr_curve, reliability
+from kvcast.predictor.metrics import average_precision, reliability
 from kvcast.predictor.scorer import OnnxScorer
 from kvcast.training.config import TrainConfig
 from kvcast.training.evaluate import predict_rows
 from kvcast.training.pipeline import load_data, run_training
 from kvcast.training.registry import model_kind
+from kvcast.training.report import pr_steps
 
 %matplotlib inline
 
@@ -371,8 +372,8 @@ for kind, r in results.items():
     probs[kind] = predict_rows(scorer.score, data.x, te)
 fig, ax = plt.subplots(figsize=(6, 4.5))
 for kind, p in probs.items():
-    rec, prec = pr_curve(y, p, w)
-    ax.plot(rec, prec, label=f"{kind} (AP {average_precision(y, p, w):.3f})")
+    rec, prec = pr_steps(y, w, p)  # steps: the area under each is its AP
+    ax.step(rec, prec, where="pre", label=f"{kind} (AP {average_precision(y, p, w):.3f})")
 base = float(np.sum(w * y) / np.sum(w))
 ax.axhline(base, color="grey", linestyle=":", label=f"base rate {base:.3f}")
 ax.set(xlabel="recall", ylabel="precision", title="precision-recall, test window")
@@ -407,9 +408,9 @@ fig.tight_layout()
     md("""
 ## Feature importance
 
-The rule model's importance is the weight of each of its signals; LightGBM's is the total
-split gain. (The fitted models are refitted here: the training run keeps only the ONNX file
-and a plot.)
+The rule model's importance is each signal's weight times the share of validation rows it
+fires on, split between the features the signal reads; LightGBM's is the total split gain.
+(The fitted models are refitted here: the training run keeps only the ONNX file and a plot.)
 """),
     py("""
 fig, axes = plt.subplots(1, 2, figsize=(12, 5))

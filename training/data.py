@@ -72,7 +72,7 @@ def load_frame(cfg: DataConfig) -> tuple[pd.DataFrame, FeatureSpec, dict[str, st
     """The table named by the data section (replayed, or read from ``cfg.features``)."""
     if cfg.features is not None:
         df, spec, info = read_feature_dataset(cfg.features)
-        return df, spec, info | {"feature_config": ""}
+        return df, spec, {"feature_config": ""} | info  # "": a file that records none
     fcfg = load_feature_config(cfg.features_config)
     if cfg.negative_keep is not None:
         sampling = fcfg.sampling.model_copy(update={"negative_keep": cfg.negative_keep})

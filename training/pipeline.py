@@ -36,6 +36,15 @@ from kvcast.training.registry import model_kind
 from kvcast.training.tracking import STORE_ERRORS, Tracker, TrackingError
 
 Stage = Callable[[str], None]
+# what a run writes into its output folder (and logs to MLflow, with feature_spec.json)
+ARTEFACTS = (
+    "model.onnx",
+    "metrics.json",
+    "model_card.md",
+    "pr_curve.png",
+    "reliability.png",
+    "feature_importance.png",
+)
 
 
 @dataclass(frozen=True)
@@ -59,11 +68,13 @@ def run_training(
 ) -> TrainResult:
     say = stage or (lambda _: None)
     t0 = time.perf_counter()
+    out = cfg.output_dir
+    if out.exists() and not out.is_dir():  # before the data, not after a long replay
+        raise ValueError(f"out_dir: {out} exists and is not a directory")
     say("data")
     data = data if data is not None else load_data(cfg)
     model_kind(cfg.kind)  # an unknown kind fails before any work
     require_both_classes(data, cfg.data.label)
-    out = cfg.output_dir
     out.mkdir(parents=True, exist_ok=True)
     tracker = (
         Tracker(cfg.tracking, cfg.registered_model, f"{cfg.kind}-{int(time.time())}")
@@ -151,7 +162,7 @@ def run_training(
             raise failed
         if tracker is not None:
             try:
-                tracker.artifacts(out)
+                tracker.artifacts(out / name for name in ARTEFACTS)
             except STORE_ERRORS as err:
                 raise tracker.failure(err, out) from err
     return TrainResult(

@@ -17,11 +17,22 @@ from kvcast.predictor.metrics import METRIC_NAMES, pr_curve, reliability
 Scores = dict[str, np.ndarray]  # curve name -> probabilities of the same rows
 
 
+def pr_steps(y: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The precision-recall curve as drawn (``where="pre"`` steps from recall 0): each
+    threshold's precision holds over the recall it adds, so the area under the drawn curve
+    is the average precision (``pr_auc``); a line between thresholds would show precision
+    that no threshold gives."""
+    r, prec = pr_curve(y, p, w)
+    if len(r) == 0:
+        return r, prec
+    return np.r_[0.0, r], np.r_[prec[0], prec]
+
+
 def plot_pr(y: np.ndarray, w: np.ndarray, scores: Scores, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(5, 4))
     for name, p in scores.items():
-        r, prec = pr_curve(y, p, w)
-        ax.plot(r, prec, label=name)
+        r, prec = pr_steps(y, w, p)
+        ax.step(r, prec, where="pre", label=name)
     ax.set(xlabel="recall", ylabel="precision", title="precision-recall (test window)")
     ax.legend()
     fig.tight_layout()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +150,11 @@ class Tracker:
         for s in range(0, len(batch), 1000):
             self.client.log_batch(self.run_id, metrics=batch[s : s + 1000])
 
-    def artifacts(self, folder: Path) -> None:
-        mlflow.log_artifacts(str(folder))
+    def artifacts(self, files: Iterable[Path]) -> None:
+        """Log these files (a run's own outputs: never the whole folder, which may hold
+        other work, or the store itself)."""
+        for path in files:
+            mlflow.log_artifact(str(path))
 
     def text(self, text: str, name: str) -> None:
         mlflow.log_text(text, name)

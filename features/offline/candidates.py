@@ -1,8 +1,9 @@
 """Decision ticks and the candidate (tick, block) rows.
 
-Ticks are ``start + j * period`` up to the last event (or up to ``last - H`` when censored
-labels are dropped). A block is a candidate at tick ``t`` when its last access ``a <= t``
-satisfies ``a + lookback > t`` (the online rule). Each candidate row points at that access.
+Ticks are ``start + j * period`` up to the last event (or up to the last request ``- H`` when
+censored labels are dropped). A block is a candidate at tick ``t`` when its last access
+``a <= t`` satisfies ``a + lookback > t`` (the online rule). Each candidate row points at that
+access.
 """
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ from kvcast.features.offline.table import EventTable
 
 
 def tick_times(table: EventTable, cfg: FeatureConfig) -> np.ndarray:
+    """The tick grid. With ``drop_censored`` it ends ``H`` before the last *request*: a
+    label counts arrivals, and events after the last one (a replay's drain: telemetry,
+    stores, removals) cannot show one, so a later tick's label would be negative unseen."""
     start = cfg.ticks.start_ms if cfg.ticks.start_ms is not None else table.first_ts
-    end = table.last_ts - (cfg.labels.horizon_ms if cfg.labels.drop_censored else 0.0)
+    if cfg.labels.drop_censored:
+        last = float(table.r_ts.max()) if len(table.r_ts) else table.last_ts
+        end = last - cfg.labels.horizon_ms
+    else:
+        end = table.last_ts
     if end < start:
         return np.zeros(0)
     return start + cfg.ticks.period_ms * np.arange(int((end - start) // cfg.ticks.period_ms) + 1)

@@ -3,20 +3,13 @@ at a time (the client never holds more than one window's rows)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from kvcast.features.dataset import (
-    DATASET_FILE,
-    META_BAD,
-    META_CONFIG,
-    META_SPEC,
-    META_SPEC_DIGEST,
-    META_TRACE,
-)
+from kvcast.features.config import FeatureConfig
+from kvcast.features.dataset import DATASET_FILE, dataset_metadata
 from kvcast.features.spec import FeatureSpec
 
 
@@ -27,6 +20,7 @@ def join_parts(
     trace_hash: str,
     config_hash: str,
     bad_input: dict[str, int],
+    feature_config: FeatureConfig | None = None,
 ) -> Path:
     """Write ``out_dir/features.parquet`` from ``parts`` (in order), readable by
     :func:`kvcast.features.read_feature_dataset`."""
@@ -34,13 +28,7 @@ def join_parts(
         raise ValueError("no feature parts to join (the trace produced no ticks)")
     schema = pq.read_schema(parts[0])
     meta = dict(schema.metadata or {})
-    meta |= {
-        META_SPEC: spec.to_json().encode(),
-        META_SPEC_DIGEST: spec.digest.encode(),
-        META_TRACE: trace_hash.encode(),
-        META_CONFIG: config_hash.encode(),
-        META_BAD: json.dumps(bad_input).encode(),
-    }
+    meta |= dataset_metadata(spec, trace_hash, config_hash, bad_input, feature_config)
     path = Path(out_dir) / DATASET_FILE
     with pq.ParquetWriter(path, schema.with_metadata(meta)) as writer:
         for p in parts:

@@ -58,12 +58,28 @@ def _dask_features(
     return [p["path"] for p in parts], summary
 
 
+def _rates(summary: dict) -> str:
+    """The positive rate; with negatives sampled, the rows' and every candidate's (the
+    weighted one: the base rate the metrics and the decider see)."""
+    rate, weighted = summary["positives_rate"], summary["positives_rate_weighted"]
+    if weighted is None or abs(weighted - rate) < 5e-4:
+        return f"{rate:.1%}"
+    return f"{rate:.1%} of the rows, {weighted:.1%} of all candidates: negatives sampled"
+
+
+def _remove_parts(out: Path) -> None:
+    """An earlier run's Dask parts (``out/parts/part-*.parquet``): a new run's would sit
+    beside them, and reading the folder would mix the two runs."""
+    for part in (out / "parts").glob("part-*.parquet"):
+        part.unlink()
+
+
 def _join(
-    parts: list[str], out: Path, spec: FeatureSpec, trace_hash: str, cfg_hash: str, summary: dict
+    parts: list[str], out: Path, spec: FeatureSpec, trace_hash: str, fcfg: FeatureConfig, bad: dict
 ) -> Path:
     from kvcast.features.offline.parts_io import join_parts
 
-    return join_parts(parts, out, spec, trace_hash, cfg_hash, summary["bad_input"])
+    return join_parts(parts, out, spec, trace_hash, fcfg.digest(), bad, fcfg)
 
 
 @user_errors
@@ -121,21 +137,22 @@ def features_cmd(
         events = record_events(tr, sim, policy, time_scale=time_scale, progress=update)
     spec = build_spec(fcfg)
     summary_path = fresh_summary(out)  # written last
+    _remove_parts(out)
     parts: list[str] = []
     if engine == "dask":
         with progress_bar(None, f"features on dask ({scheduler})"):
             parts, summary = _dask_features(events, fcfg, out, scheduler, workers, window_ms)
         if parts:
-            path = _join(parts, out, spec, _trace_hash(trace), fcfg.digest(), summary)
+            path = _join(parts, out, spec, _trace_hash(trace), fcfg, summary["bad_input"])
     if not parts:  # pandas, or a trace without ticks: the empty table is the same either way
         with progress_bar(None, "features"):
             df = build_feature_dataset(events, fcfg.ticks, fcfg)
-        path = write_feature_dataset(df, out, spec, _trace_hash(trace), fcfg.digest())
+        path = write_feature_dataset(df, out, spec, _trace_hash(trace), fcfg.digest(), fcfg)
         summary = summarise(df, spec)
     write_json(summary_path, summary)
     out_console.print(
         escape(f"{path}: {summary['rows']:,} rows, {summary['positives']:,} positives "
-               f"({summary['positives_rate']:.1%}), {len(spec)} features, spec {spec.digest}")
+               f"({_rates(summary)}), {len(spec)} features, spec {spec.digest}")
     )  # fmt: skip
     table = Table("feature", "unit", "null rate", title="features", title_justify="left")
     for f in spec.features:

@@ -49,6 +49,8 @@ def train_config(
     from kvcast.config import parse_config, read_yaml
     from kvcast.training.config import TrainConfig
 
+    if trace is not None and features is not None:  # features skip the replay of a trace
+        raise ValueError("give --trace or --features, not both (--features: no replay)")
     if (config is None) == (kind is None):
         raise ValueError(
             "give --config FILE (configs/train/*.yaml) or --kind KIND (embedded defaults: "

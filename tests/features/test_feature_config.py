@@ -45,6 +45,8 @@ def test_config_is_frozen() -> None:
         ({"heat_half_lives_ms": [5000.0, 5000.0]}, "heat_half_lives_ms"),
         ({"model": "gpt-9"}, "gpt-9"),
         ({"labels": {"k": 0}}, "labels.k"),
+        ({"labels": {"extra_k": [0]}}, "labels.extra_k"),  # label_burst_k0: always 1
+        ({"labels": {"extra_k": [2, 2]}}, "labels.extra_k"),  # one column, given twice
         ({"bogus": 1}, "unknown key"),
     ],
 )

@@ -38,6 +38,22 @@ def test_parquet_round_trip_keeps_rows_spec_and_hashes(
     assert back["block"].dtype == np.uint64
 
 
+def test_the_feature_config_given_is_recorded_and_read_back(
+    tmp_path: Path, cfg: FeatureConfig, make_request: Callable[..., RequestArrived]
+) -> None:
+    df = _dataset(cfg, make_request)
+    path = write_feature_dataset(df, tmp_path, build_spec(cfg), "t", cfg.digest(), cfg)
+    _, _, info = read_feature_dataset(path)
+    assert FeatureConfig.model_validate_json(info["feature_config"]) == cfg
+
+
+def test_a_missing_dataset_is_refused_naming_the_file_looked_for(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"nope: no such feature dataset"):
+        read_feature_dataset(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match=r"features\.parquet: no such feature dataset"):
+        read_feature_dataset(tmp_path)  # a folder without the table
+
+
 def test_writing_refuses_a_frame_without_the_spec_features(
     tmp_path: Path, cfg: FeatureConfig, make_request: Callable[..., RequestArrived]
 ) -> None:

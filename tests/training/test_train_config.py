@@ -61,3 +61,11 @@ def test_a_parity_tolerance_out_of_range_is_refused_naming_it(
         load_config(TrainConfig, path)
     assert re.search(r"train\.yaml: key 'export\.parity_tolerance': ", str(err.value))
     assert reason in str(err.value)
+
+
+def test_trace_and_features_options_together_are_refused(tmp_path: Path) -> None:
+    """``--features`` skips the replay: with ``--trace`` beside it the trace was ignored."""
+    with pytest.raises(ValueError, match="--trace or --features, not both"):
+        train_config(None, "bundled:synthetic", tmp_path / "f", None, False, "rule")
+    cfg = train_config(None, "bundled:synthetic", None, None, False, "rule")
+    assert cfg.data.trace == "bundled:synthetic" and cfg.data.features is None

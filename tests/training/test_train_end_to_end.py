@@ -102,3 +102,22 @@ def test_values_that_would_fail_only_after_training_are_refused_up_front(
 
     with pytest.raises(ConfigError, match=needle):
         parse_config(TrainConfig, {section: data})
+
+
+def test_a_tracked_run_logs_its_own_artefacts_not_the_rest_of_its_output_folder(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """``--out .`` beside the store (or a features folder, or any folder in use) gave MLflow
+    every file there: the store copied itself into its own artefacts until the path was too
+    long, the run failed and the trace and the database went up with it."""
+    from mlflow import MlflowClient
+    from tiny_training import tiny_config
+
+    from kvcast.training.pipeline import run_training
+
+    (tmp_path / "notes.txt").write_text("not a training artefact\n")
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"  # sqlite: artefacts in mlruns/ beside it
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-own"}
+    result = run_training(tiny_config("rule", tiny_tables, tmp_path, tracking=tracking))
+    logged = {a.path for a in MlflowClient(uri).list_artifacts(result.run_id)}
+    assert logged == {*ARTEFACTS, "feature_spec.json"}

@@ -46,7 +46,7 @@ def test_a_label_without_positives_ends_the_cli_in_one_line(tmp_path: Path) -> N
     trace = tmp_path / "t.jsonl"
     from kvcast.data import bundled_trace_path
 
-    trace.write_text("".join(bundled_trace_path("conversation").read_text().splitlines(True)[:500]))
+    trace.write_text("".join(bundled_trace_path("conversation").read_text().splitlines(True)[:700]))
     fk = tmp_path / "features.yaml"
     fk.write_text("labels:\n  extra_k: [2, 10000]\n")
     cfg = tmp_path / "train.yaml"
@@ -210,3 +210,15 @@ def test_a_rerun_that_fails_after_the_export_leaves_no_stale_metrics_beside_the_
     assert (out / "model.onnx").read_bytes() != old_model  # the new model was exported
     assert not (out / "metrics.json").exists() and not (out / "model_card.md").exists()
     assert first.metrics["kind"] == "recency"
+
+
+def test_an_output_folder_that_is_a_file_is_refused_before_the_data_is_built(
+    tmp_path: Path,
+) -> None:
+    """It failed after the replay, as "[Errno 17] File exists: 'x'"."""
+    taken = tmp_path / "x"
+    taken.write_text("")
+    missing = {"sampled": tmp_path / "no_table_here.parquet"}  # never read: checked first
+    cfg = tiny_config("rule", missing, taken)
+    with pytest.raises(ValueError, match=rf"out_dir: {re.escape(str(taken))} exists and is not a"):
+        run_training(cfg)

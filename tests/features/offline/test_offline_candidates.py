@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kvcast.features.config import FeatureConfig, TickConfig
-from kvcast.features.events import RequestArrived
+from kvcast.features.events import RequestArrived, TelemetrySample
 from kvcast.features.offline.pipeline import build_feature_dataset
 
 
@@ -45,3 +45,17 @@ def test_a_tick_config_sets_the_grid_instead_of_explicit_times(
     ticks = TickConfig(period_ms=2000.0, start_ms=1000.0, lookback_ms=10000.0)
     df = build_feature_dataset(events, ticks, cfg)
     assert sorted(set(df.tick_ms)) == [1000.0, 3000.0]
+
+
+def test_ticks_stop_where_the_label_window_would_run_past_the_last_request(
+    cfg: FeatureConfig,
+    make_request: Callable[..., RequestArrived],
+    make_telemetry: Callable[..., TelemetrySample],
+) -> None:
+    """Events after the last arrival (a replay's drain: telemetry, stores, removals) cannot
+    show a request: a tick whose (t, t+H] runs past the last request is censored too."""
+    cfg = cfg.model_copy(update={"labels": cfg.labels.model_copy(update={"drop_censored": True})})
+    events = [make_request(t, [1]) for t in (0.0, 4000.0, 9000.0)]
+    events += [make_telemetry(t, 0) for t in (10000.0, 15000.0, 20000.0)]
+    df = build_feature_dataset(events, None, cfg)
+    assert df.tick_ms.max() == 4000.0  # last request 9000 - H 5000, not last event 20000 - H
