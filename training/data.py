@@ -7,6 +7,7 @@ the scorer feeds it), the labels, the sampling weights and the time split.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from kvcast.features.traces import Trace, load_trace
 from kvcast.predictor.windows import window_index
 from kvcast.training.config import DataConfig, SplitConfig
 from kvcast.training.splits import TimeSplit, time_split
+
+log = logging.getLogger(__name__)
 
 
 def open_trace(spec: str, fmt: str = "auto", skip_bad: bool = False) -> tuple[Trace, str]:
@@ -72,6 +75,13 @@ def load_frame(cfg: DataConfig) -> tuple[pd.DataFrame, FeatureSpec, dict[str, st
     """The table named by the data section (replayed, or read from ``cfg.features``)."""
     if cfg.features is not None:
         df, spec, info = read_feature_dataset(cfg.features)
+        if not info.get("feature_config"):  # written elsewhere, or by kvcast before it recorded it
+            log.warning(
+                "%s records no feature config: the split purges split.purge_ms only, whatever "
+                "the table's label horizon, and the model records no horizon (the sidecar and "
+                "the simulator cannot check it); rebuild the table with kvcast features",
+                cfg.features,
+            )
         return df, spec, {"feature_config": ""} | info  # "": a file that records none
     fcfg = load_feature_config(cfg.features_config)
     if cfg.negative_keep is not None:

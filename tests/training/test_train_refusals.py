@@ -222,3 +222,19 @@ def test_an_output_folder_that_is_a_file_is_refused_before_the_data_is_built(
     cfg = tiny_config("rule", missing, taken)
     with pytest.raises(ValueError, match=rf"out_dir: {re.escape(str(taken))} exists and is not a"):
         run_training(cfg)
+
+
+def test_a_features_table_without_its_feature_config_is_trained_on_with_a_warning(
+    tiny_tables: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table written without its feature config (by kvcast before it recorded one, or by
+    hand) gives no label horizon to purge by or record: training says so."""
+    from kvcast.training.config import DataConfig
+    from kvcast.training.data import label_horizon, load_frame
+
+    table = tiny_tables["full"]  # written without a feature config
+    with caplog.at_level("WARNING", logger="kvcast.training.data"):
+        _, _, info = load_frame(DataConfig(features=str(table)))
+    assert label_horizon(info) is None
+    (record,) = [r for r in caplog.records if "records no feature config" in r.getMessage()]
+    assert str(table) in record.getMessage() and "rebuild the table" in record.getMessage()
