@@ -21,6 +21,7 @@ PARTS = ("train", "validation", "test")
 class TimeSplit:
     bounds: dict[str, tuple[float, float]]  # part -> [start, end) in tick ms
     index: dict[str, np.ndarray]  # part -> row indices, ascending
+    purge_ms: float = 0.0  # the purge applied before each boundary
 
     def rows(self, part: str) -> np.ndarray:
         if part not in self.index:
@@ -48,4 +49,4 @@ def time_split(tick_ms: np.ndarray, cfg: SplitConfig) -> TimeSplit:
                 f"(ticks span {lo:.0f}-{hi:.0f} ms; shorten purge_ms or use more data)"
             )
         index[part] = rows
-    return TimeSplit(bounds, index)
+    return TimeSplit(bounds, index, cfg.purge_ms)

@@ -57,5 +57,6 @@ def test_the_purge_covers_the_label_horizon_the_table_was_made_with() -> None:
     data = TrainingData.build(df, spec, SplitConfig(purge_ms=5000.0), info=info)
     e1, e2 = data.split.bounds["validation"][0], data.split.bounds["test"][0]
     assert t[data.rows("train")].max() + h < e1 and t[data.rows("validation")].max() + h < e2
+    assert data.split.purge_ms == h  # as applied: what the tracked run records
     with pytest.raises(ValueError, match="unknown label 'tick_ms'"):  # only label columns
         TrainingData.build(df, spec, SplitConfig(), label="tick_ms", info=info)

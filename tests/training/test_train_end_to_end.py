@@ -121,3 +121,29 @@ def test_a_tracked_run_logs_its_own_artefacts_not_the_rest_of_its_output_folder(
     result = run_training(tiny_config("rule", tiny_tables, tmp_path, tracking=tracking))
     logged = {a.path for a in MlflowClient(uri).list_artifacts(result.run_id)}
     assert logged == {*ARTEFACTS, "feature_spec.json"}
+
+
+def test_a_tracked_run_records_the_purge_it_applied_not_only_the_one_configured(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """A table made with a 15 s label horizon raises the split's 10 s purge to 15 s: the run's
+    parameters say 15 s, the purge its windows were cut with."""
+    from mlflow import MlflowClient
+    from tiny_training import tiny_config
+
+    from kvcast.features.config import FeatureConfig
+    from kvcast.training.data import TrainingData
+    from kvcast.training.pipeline import load_data, run_training
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-purge"}
+    cfg = tiny_config("rule", tiny_tables, tmp_path, tracking=tracking)
+    loaded = load_data(cfg)
+    made_with = FeatureConfig.model_validate({"labels": {"horizon_ms": 15_000.0}})
+    horizon = made_with.labels.horizon_ms
+    assert cfg.split.purge_ms < horizon
+    info = loaded.info | {"feature_config": made_with.model_dump_json()}
+    data = TrainingData.build(loaded.frame, loaded.spec, cfg.split, info=info)
+    result = run_training(cfg, data=data)
+    params = MlflowClient(uri).get_run(result.run_id).data.params
+    assert float(params["split.purge_ms"]) == horizon
