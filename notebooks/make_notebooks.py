@@ -3,7 +3,7 @@
 Run ``python notebooks/make_notebooks.py`` after editing a cell here; the ``.ipynb`` files are
 generated, never edited by hand (``tests/notebooks`` checks they match this script). Every
 notebook runs end to end on the bundled trace samples, in a minute or less on two cores, and
-writes nothing outside a temporary directory.
+writes nothing outside a temporary directory, which it removes before it ends.
 """
 
 from __future__ import annotations
@@ -335,7 +335,8 @@ from kvcast.training.report import pr_steps
 %matplotlib inline
 
 KINDS = ("recency", "rule", "lgbm")
-work = Path(tempfile.mkdtemp(prefix="kvcast-nb-"))
+work_dir = tempfile.TemporaryDirectory(prefix="kvcast-nb-")  # the last cell removes it
+work = Path(work_dir.name)
 cfgs = {
     kind: parse_config(
         TrainConfig,
@@ -420,6 +421,14 @@ for ax, kind in zip(axes, ("rule", "lgbm"), strict=True):
     ax.barh(imp.index, imp.to_numpy())
     ax.set(title=f"{kind}: feature importance", xlabel="importance")
 fig.tight_layout()
+"""),
+    md("""
+## Clean up
+
+The trained models and their reports go with the temporary directory.
+"""),
+    py("""
+work_dir.cleanup()
 """),
 ]
 
@@ -510,9 +519,10 @@ The TTFT CDF at load 1 and P99 TTFT / SLO attainment against load, as `kvcast ev
 writes them, then what the replicating policies moved.
 """),
     py("""
-plots = Path(tempfile.mkdtemp(prefix="kvcast-nb-"))
-display(Image(filename=str(plot_ttft_cdf(ev, plots / "ttft_cdf.png", time_scale=1.0))))
-display(Image(filename=str(plot_p99_vs_load(ev, plots / "p99_vs_load.png"))))
+with tempfile.TemporaryDirectory(prefix="kvcast-nb-") as tmp:  # Image reads each file now
+    plots = Path(tmp)
+    display(Image(filename=str(plot_ttft_cdf(ev, plots / "ttft_cdf.png", time_scale=1.0))))
+    display(Image(filename=str(plot_p99_vs_load(ev, plots / "p99_vs_load.png"))))
 """),
     py("""
 rep = table[table["policy"].isin(["oracle", "predictive_recency"])]

@@ -7,8 +7,9 @@ import asyncio
 import os
 import signal
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +22,7 @@ cluster_app = typer.Typer(
     help="A local cluster on loopback: sidecar + agents, and trace replay against it.",
     no_args_is_help=True, add_completion=False,
 )  # fmt: skip
+T = TypeVar("T")
 out = Console(highlight=False, width=140, emoji=False)
 MODEL_HELP = "ONNX path or models:/name@alias (default: the trained recency model)."
 ENGINES_HELP = "Engine PUB endpoints to bind, node order (default: KV events over HTTP)."
@@ -208,6 +210,7 @@ def replay_cmd(
     from kvcast.serving.cluster.config_gen import DECIDER_FILE, DECISION_LOG
     from kvcast.serving.cluster.layout import ReplayTargets, read_layout
     from kvcast.serving.cluster.replay import (
+        ReplayInterrupted,
         ReplaySpec,
         played_trace,
         requests_of,
@@ -247,12 +250,32 @@ def replay_cmd(
     console.print(f"replaying {len(requests)} requests of {trace} against {targets.sidecar}")
     import httpx
 
+    signals: list[int] = []  # SIGINT / SIGTERM received while replaying
+    replayed: list[dict[str, Any]] = []  # the replay's counts, once it has finished
+
+    async def replay_then_final() -> tuple[dict[str, Any], dict[str, Any]]:
+        replayed.append(await run_replay(requests, targets, spec, loaded.block_size, update))
+        return replayed[0], await _final(replayed[0], targets, settle_s)
+
     try:
         with progress_bar(len(requests), "replay") as update:
-            stats = asyncio.run(run_replay(requests, targets, spec, loaded.block_size, update))
-        summary = asyncio.run(_final(stats, targets, settle_s))
+            stats, summary = asyncio.run(_on_signals(replay_then_final(), signals))
     except httpx.HTTPError as err:
         raise fail(f"the cluster did not answer: {type(err).__name__}: {err}") from None
+    except (ReplayInterrupted, asyncio.CancelledError) as err:
+        if not signals:
+            raise
+        if isinstance(err, ReplayInterrupted):
+            played = f"{err.requests} of {err.total} requests played, {err.posted} arrivals posted"
+        elif replayed:  # while collecting the summary, after the replay itself
+            r = replayed[0]
+            played = (f"{r['requests']} of {len(requests)} requests played, "
+                      f"{r['arrivals_posted']} arrivals posted")  # fmt: skip
+        else:  # before the first request
+            played = "no request played"
+        name = signal.Signals(signals[0]).name
+        console.print(f"replay interrupted by {name}: {played} to {targets.sidecar}; no summary")
+        raise typer.Exit(128 + signals[0]) from None
     out.print(_summary_table(summary))
     if out_file is not None:
         write_json_file(out_file, summary)
@@ -276,6 +299,26 @@ def replay_cmd(
     failed = {k: r[k] for k in ("put_failures", "arrival_failures", "requests_unfinished")}
     if any(failed.values()):  # the cluster did not take the replay: say so in the exit code
         raise fail(f"replay incomplete: {failed}")
+
+
+async def _on_signals(work: Coroutine[Any, Any, T], signals: list[int]) -> T:
+    """Await ``work``, cancelling it on SIGINT or SIGTERM (whose numbers go to ``signals``)."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+
+    def cancel(signum: int) -> None:
+        if not signals:
+            signals.append(signum)
+            task.cancel()
+
+    handled = (signal.SIGINT, signal.SIGTERM)
+    for s in handled:
+        loop.add_signal_handler(s, cancel, s)
+    try:
+        return await work
+    finally:
+        for s in handled:
+            loop.remove_signal_handler(s)
 
 
 async def _final(stats: dict[str, Any], targets: Any, settle_s: float) -> dict[str, Any]:

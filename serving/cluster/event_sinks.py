@@ -105,7 +105,9 @@ async def await_subscribers(
     """Send heartbeats from one sink at a time until the sidecar counts a batch received from
     it; the name the sidecar gives each sink's node, in order (its metrics' ``node`` label,
     whatever the sinks are called). A ValueError naming the silent ones after ``timeout_s``
-    (each sink after the first gets at least a second, so all of them are named)."""
+    (every sink, the first included, gets at least a second of its own, even past
+    ``timeout_s``: one that is slow to be heard does not leave the next no time, and a silent
+    one is named as silent only after it had that second)."""
     deadline = time.monotonic() + timeout_s
     names: list[str] = []
     silent: list[ZmqSink] = []

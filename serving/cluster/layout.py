@@ -5,6 +5,9 @@ when they have stopped; ``kvcast cluster replay --cluster DIR`` reads it. It hol
 process ids and the *name* of the token's environment variable, never the token itself; with
 ``cluster up --tls``, the paths of the cluster CA and of the replay client's certificate and
 key (:class:`TlsPaths`; the agents then speak ``https://`` only and require a certificate).
+Its ``mode`` and ``model`` are those the sidecar was started with, written once: a
+``POST /v1/mode`` or ``POST /v1/model`` at run time does not change them (the sidecar's
+``GET /v1/mode`` and ``GET /v1/model`` say what it runs now).
 Every address is checked to be a loopback one on both sides. :class:`ReplayTargets` is what
 ``kvcast cluster replay`` plays against: these addresses (or those given on its command line),
 the token and the client certificate.
@@ -64,8 +67,8 @@ class ClusterLayout:
 
     sidecar: str  # http://127.0.0.1:P
     nodes: tuple[NodeAddresses, ...]
-    mode: str = "shadow"
-    model: str = ""
+    mode: str = "shadow"  # the mode the sidecar was started in (GET /v1/mode: the current one)
+    model: str = ""  # the model it was started with (GET /v1/model: the one loaded now)
     block_bytes: int = 64 << 10  # KV bytes of one block, as the sidecar prices them
     token_env: str | None = None  # the environment variable holding the token (None: no auth)
     workdir: str = ""

@@ -43,6 +43,16 @@ from kvcast.serving.cluster.summary import kv_received
 Progress = Callable[[int, int], None]
 
 
+class ReplayInterrupted(Exception):
+    """The replay was cancelled (``kvcast cluster replay`` cancels it on SIGINT or SIGTERM)
+    after ``requests`` of ``total`` requests were routed and ``posted`` arrivals were posted
+    to the sidecar."""
+
+    def __init__(self, requests: int, total: int, posted: int) -> None:
+        super().__init__(f"{requests} of {total} requests played, {posted} arrivals posted")
+        self.requests, self.total, self.posted = requests, total, posted
+
+
 @dataclass(frozen=True)
 class ReplaySpec:
     """What to play and how; times in seconds (trace time for the window)."""
@@ -209,28 +219,31 @@ async def _play(
     t0, lag, stopped, done = loop.time(), 0.0, None, 0
     t0_unix_ms = time.time() * 1000.0  # trace time 0 on the wall clock the sidecar stamps
     posts: set[asyncio.Task[bool]] = set()
-    for req in requests:
-        if loop.time() - t0 > spec.max_wall_s:
-            stopped = f"max_wall_s={spec.max_wall_s:g}"
-            break
-        due = t0 + req.arrival_ms / spec.speed / 1000.0
-        if (wait := due - loop.time()) > 0:
-            await asyncio.sleep(wait)
-        lag = max(lag, loop.time() - due)  # behind schedule, a late wake-up included
-        node = router.route(req.arrival_ms, req)
-        adm = nodes[node].admit(req.arrival_ms, req.tenant, req.block_hashes, req.input_tokens,
-                                req.output_tokens)  # fmt: skip
-        body = arrival_body(req, node, adm.queue_depth, time.time() * 1000.0)
-        task = asyncio.create_task(router.post(http, targets.sidecar, headers, [body]))
-        posts.add(task)
-        task.add_done_callback(posts.discard)
-        engines[node].submit(adm, req.tenant)
-        done += 1
-        if progress is not None:
-            progress(done, len(requests))
-    dispatched_s = loop.time() - t0
-    await asyncio.wait_for(asyncio.gather(*posts, *(e.close(spec.drain_s) for e in engines)),
-                           spec.drain_s + 10.0)  # fmt: skip
+    try:
+        for req in requests:
+            if loop.time() - t0 > spec.max_wall_s:
+                stopped = f"max_wall_s={spec.max_wall_s:g}"
+                break
+            due = t0 + req.arrival_ms / spec.speed / 1000.0
+            if (wait := due - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            lag = max(lag, loop.time() - due)  # behind schedule, a late wake-up included
+            node = router.route(req.arrival_ms, req)
+            adm = nodes[node].admit(req.arrival_ms, req.tenant, req.block_hashes, req.input_tokens,
+                                    req.output_tokens)  # fmt: skip
+            body = arrival_body(req, node, adm.queue_depth, time.time() * 1000.0)
+            task = asyncio.create_task(router.post(http, targets.sidecar, headers, [body]))
+            posts.add(task)
+            task.add_done_callback(posts.discard)
+            engines[node].submit(adm, req.tenant)
+            done += 1
+            if progress is not None:
+                progress(done, len(requests))
+        dispatched_s = loop.time() - t0
+        await asyncio.wait_for(asyncio.gather(*posts, *(e.close(spec.drain_s) for e in engines)),
+                               spec.drain_s + 10.0)  # fmt: skip
+    except asyncio.CancelledError:  # a signal: say what was played so far
+        raise ReplayInterrupted(done, len(requests), router.posted) from None
     stats = [e.stats for e in engines]
     return {
         "requests": done,

@@ -4,6 +4,7 @@ outputs, exactly as ``notebooks/make_notebooks.py`` writes it."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -41,7 +42,9 @@ def test_notebook_is_saved_with_outputs_cleared(name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs_end_to_end_without_a_cell_error(name: str, tmp_path: Path) -> None:
+def test_notebook_runs_end_to_end_without_a_cell_error(
+    name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     client = NotebookClient(
         nb,
@@ -49,8 +52,10 @@ def test_notebook_runs_end_to_end_without_a_cell_error(name: str, tmp_path: Path
         timeout=CELL_TIMEOUT_S,
         resources={"metadata": {"path": str(tmp_path)}},  # the kernel's working directory
     )
-    client.execute()  # raises CellExecutionError, naming the cell, on any error
+    temp = tmp_path_factory.mktemp("kernel-tmp")  # the kernel's own temporary directory
+    client.execute(env={**os.environ, "TMPDIR": str(temp)})  # a cell error: CellExecutionError
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]  # fmt: skip
     assert errors == []
     assert list(tmp_path.iterdir()) == []  # the notebook wrote nothing in its working dir
+    assert list(temp.glob("kvcast-nb-*")) == []  # and removed the temporary files it made

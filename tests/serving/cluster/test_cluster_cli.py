@@ -124,3 +124,37 @@ def test_up_stops_every_child_on_ctrl_c_mid_start_and_on_sigterm_or_sighup(tmp_p
         assert any("cluster stopped: 2 processes exited 0" in line for line in up.log), up.log
         assert not any(_alive(pid) for pid in pids.values())
         assert not (workdir / "cluster.json").exists()
+
+
+INTERRUPTED = re.compile(
+    r"replay interrupted by (SIGINT|SIGTERM): (\d+) of (\d+) requests played, (\d+) arrivals posted"
+)
+
+
+def test_replay_says_what_it_played_when_interrupted_by_ctrl_c_or_sigterm(tmp_path: Path) -> None:
+    model = str(write_recency_model(tmp_path / "m.onnx", build_spec(FeatureConfig())))
+    env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"}
+    workdir = tmp_path / "cluster"
+    up = start(["cluster", "up", "--agents", "1", "--model", model, "--capacity", "8MiB",
+                "--speculative-quota", "2MiB", "--block-bytes", "16KiB",
+                "--workdir", str(workdir)], env)  # fmt: skip
+    try:
+        up.wait_ready(re.compile(r"cluster ready: sidecar=(\S+) "), timeout_s=60.0)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            replay = start(["cluster", "replay", "--cluster", str(workdir), "--window-s", "120",
+                            "--speed", "5", "--settle-s", "0"], env)  # fmt: skip
+            try:
+                replay.wait_ready(re.compile(r"replaying \d+ requests"), timeout_s=60.0)
+                time.sleep(2.0)  # some requests played, most not
+                assert replay.stop(sig) == 128 + sig, "".join(replay.log)
+            finally:
+                replay.kill()
+            text = " ".join("".join(replay.log).split())  # the console wraps long lines
+            assert "Traceback" not in text, text
+            match = INTERRUPTED.search(text)
+            assert match is not None and match.group(1) == sig.name, text
+            played, total, posted = (int(g) for g in match.groups()[1:])
+            assert 0 < played < total and posted <= played, text
+        assert up.stop(signal.SIGTERM) == 0, "".join(up.log)
+    finally:
+        up.kill()
