@@ -1,7 +1,10 @@
 """kvcast's own Parquet form of a trace: the canonical columns plus trace-wide metadata.
 
 The file's schema metadata holds ``kvcast.block_size`` and ``kvcast.name``; writing then
-reading gives back the same table, name and block size.
+reading gives back the same table, name and block size. A file from elsewhere needs only the
+columns a request cannot do without (``arrival_ms``, ``input_tokens``, ``output_tokens``,
+``block_hashes``); the others are filled as the JSONL loader fills them when absent (ids
+made up, the default tenant, no session or chat ids).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ SCHEMA = pa.schema(
     ]
 )
 _NULLABLE = frozenset({"session", "chat_id", "parent_chat_id"})
+OPTIONAL = frozenset({"request_id", "tenant", *_NULLABLE})  # filled when the file lacks them
 
 
 def _flat_hashes(lists: list[list[int]], total: int) -> pa.Array:
@@ -164,15 +168,16 @@ def read_parquet(
     except (OSError, pa.ArrowException) as exc:
         raise TraceError(f"{p}: not a readable Parquet file ({exc})") from None
     table = _decoded(table)
-    for column in COLUMNS:
+    given = [c for c in COLUMNS if c not in OPTIONAL or c in table.column_names]
+    for column in given:
         _check_column(p, table, column)
     if len(table) == 0:
         raise TraceError(f"{p}: contains no requests")
     arrival = table.column("arrival_ms").to_numpy().astype(np.float64)
     counts = {c: table.column(c).to_numpy() for c in ("input_tokens", "output_tokens")}
     _check_values(p, arrival, counts)
-    ids = table.column("request_id").to_pylist()
-    if len(set(ids)) != len(ids):
+    ids = table.column("request_id").to_pylist() if "request_id" in given else None
+    if ids is not None and len(set(ids)) != len(ids):
         raise TraceError(f"{p}: column 'request_id' has duplicate ids")
     df = make_table(
         arrival_ms=arrival,
@@ -183,6 +188,7 @@ def read_parquet(
         **{
             c: table.column(c).to_pylist()
             for c in ("tenant", "session", "chat_id", "parent_chat_id")
+            if c in given
         },
     )
     requests, reordered = sort_by_arrival(df)

@@ -65,11 +65,27 @@ def test_reader_overrides_name_and_block_size_when_asked(tmp_path: Path) -> None
     assert (back.name, back.block_size) == ("n", 8)
 
 
-def test_missing_column_raises_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("column", ["arrival_ms", "input_tokens", "output_tokens", "block_hashes"])
+def test_a_missing_column_a_request_needs_raises_naming_it(tmp_path: Path, column: str) -> None:
     path = write_parquet(full_trace(), tmp_path / "x.parquet")
-    pq.write_table(pq.read_table(path).drop_columns(["tenant"]), path)
-    with pytest.raises(TraceError, match=r"x.parquet: missing column 'tenant'"):
+    pq.write_table(pq.read_table(path).drop_columns([column]), path)
+    with pytest.raises(TraceError, match=rf"x.parquet: missing column '{column}'"):
         read_parquet(path)
+
+
+def test_a_file_with_only_the_needed_columns_gets_the_others_as_a_jsonl_trace_would(
+    tmp_path: Path,
+) -> None:
+    path = write_parquet(full_trace(), tmp_path / "x.parquet")
+    optional = ["request_id", "tenant", "session", "chat_id", "parent_chat_id"]
+    pq.write_table(pq.read_table(path).drop_columns(optional), path)
+    back = read_parquet(path).requests
+    full = read_parquet(write_parquet(full_trace(), tmp_path / "y.parquet")).requests
+    assert back["request_id"].is_unique and (back["tenant"] == "default").all()
+    assert back["session"].isna().all() and back["chat_id"].isna().all()
+    kept = ["arrival_ms", "input_tokens", "output_tokens"]
+    assert back[kept].equals(full[kept])
+    assert back["block_hashes"].tolist() == full["block_hashes"].tolist()
 
 
 def test_mistyped_column_raises_naming_it(tmp_path: Path) -> None:
