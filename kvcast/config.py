@@ -19,7 +19,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -221,13 +221,19 @@ def with_overrides(cfg: C, **overrides: Any) -> C:
 
 
 def with_options(cfg: C, **options: Any) -> C:
-    """:func:`with_overrides` for command-line options named as their keys (``duration_s``:
-    ``--duration-s``), which an error names: ``command line (--nodes): key 'nodes': ...``."""
-    return _overridden(cfg, options, _command_line)
+    """:func:`with_overrides` for command-line options named as their keys (:func:`option`),
+    which an error names: ``command line (--nodes): key 'nodes': ...``."""
+    return _overridden(cfg, options, lambda keys: command_line(map(option, keys)))
 
 
-def _command_line(keys: list[str]) -> str:
-    return f"command line ({', '.join('--' + key.replace('_', '-') for key in keys)})"
+def option(key: str) -> str:
+    """The command-line option that sets config key ``key`` (``duration_s``: ``--duration-s``)."""
+    return "--" + key.replace("_", "-")
+
+
+def command_line(options: Iterable[str]) -> str:
+    """How an error names settings given as ``options``: ``command line (--nodes, --seed)``."""
+    return f"command line ({', '.join(options)})"
 
 
 def _overridden(cfg: C, overrides: dict[str, Any], source: Callable[[list[str]], str]) -> C:

@@ -31,7 +31,9 @@ def settings_source(config: Path | None, flags: list[str]) -> str:
     """How an error names where the settings came from: the config file and the options given
     over it (``sidecar.yaml with command line (--mode)``), so that an option's bad value is
     not blamed on a file that does not hold it."""
-    given = f"command line ({', '.join(flags)})" if flags else "command line"
+    from kvcast.config import command_line
+
+    given = command_line(flags) if flags else "command line"
     if config is None:
         return given
     return f"{config} with {given}" if flags else str(config)
@@ -45,7 +47,7 @@ def agent_settings(
 ) -> Any:
     """The :class:`AgentConfig` from ``config`` (YAML), overridden by ``flags`` and ``sizes``
     (``--capacity 64GiB``) when given, the token from the environment variable ``token_env``."""
-    from kvcast.config import ConfigError, parse_config, read_yaml
+    from kvcast.config import ConfigError, option, parse_config, read_yaml
     from kvcast.serving.agent.config import AgentConfig
     from kvcast.serving.http.auth import token_from_env
 
@@ -58,7 +60,7 @@ def agent_settings(
             "; ".join(f"{config}: key '{k}': unknown key" for k in unknown[:3]) + more
         )
     data |= {k: v for k, v in flags.items() if v is not None}
-    given = ["--" + k.replace("_", "-") for k, v in flags.items() if v is not None]
+    given = [option(k) for k, v in flags.items() if v is not None]
     for key, (flag, text) in sizes.items():
         if text is not None:
             data[key] = flag_size(flag, text)
@@ -168,7 +170,7 @@ def sidecar_cmd(
     lookups (GET /v1/blocks/..., /v1/decisions) need "Authorization: Bearer TOKEN", and the
     sidecar sends it to the agents.
     """
-    from kvcast.config import parse_config, read_yaml
+    from kvcast.config import option, parse_config, read_yaml
     from kvcast.serving.http.auth import token_from_env
     from kvcast.serving.sidecar.config import SidecarConfig
     from kvcast.serving.sidecar.service import run_sidecar
@@ -183,7 +185,7 @@ def sidecar_cmd(
         if value is not None and not value.strip():  # was taken for not given
             raise ValueError(f"--{key} must not be empty, got {value!r}")
     data |= {k: v for k, v in flags.items() if v is not None}
-    given = [f"--{k}" for k, v in flags.items() if v is not None]
+    given = [option(k) for k, v in flags.items() if v is not None]
     if (token := token_from_env(os.environ.get(token_env), token_env)) is not None:
         data["token"] = token
     cfg = parse_config(SidecarConfig, data, source=settings_source(config, given))
