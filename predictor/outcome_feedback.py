@@ -120,11 +120,14 @@ class OutcomeFeedback:
         expiry instant, as the ledger evicts them)."""
         if now_ms < self._next_expiry:  # nothing is due: no pass over every watch
             return
-        gone = [(b, node) for b, copies in self._watch.items()
-                for node, w in copies.items() if w.expiry_ms <= now_ms]  # fmt: skip
-        self._next_expiry = min((w.expiry_ms for copies in self._watch.values()
-                                 for w in copies.values() if w.expiry_ms > now_ms),
-                                default=float("inf"))  # fmt: skip
+        gone, soonest = [], float("inf")
+        for b, copies in self._watch.items():
+            for node, w in copies.items():
+                if w.expiry_ms <= now_ms:
+                    gone.append((b, node))
+                elif w.expiry_ms < soonest:
+                    soonest = w.expiry_ms
+        self._next_expiry = soonest
         for b, node in gone:
             w = self._pop(b, node)
             assert w is not None
