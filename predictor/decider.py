@@ -115,17 +115,26 @@ class Decider:
         order = rows[np.argsort(-plans.priority(view)[rows], kind="stable")]
         order = order[: cfg.targets.max_chains_per_tick]
         weighed = plans.plans(order)
-        copies, terms = self._copy_terms(plans, order, weighed, view)
+        # the copy terms, for the chains that may be copied as the tick starts; one that
+        # may be once the tick's own commands moved the queues gets its terms then, alone
+        batched = self._may_copy(plans, order, weighed, forecast)
+        row = dict(zip(batched, range(len(batched)), strict=True))
+        terms = TickTerms.of(view, cfg, self.feedback.factor(now))
+        copies = self._copy_terms(plans, order[batched], [weighed[i] for i in batched], view, terms)
         rank = 0
+        promote = cfg.promote and bool(view.lower)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             for i, plan in enumerate(weighed):
+                if not rank and not promote and i not in row:
+                    continue  # nothing moved since it was ruled out, and no promotion to weigh
                 for _ in range(cfg.targets.max_targets_per_chain):
-                    copy: tuple[CopyTerms, int] | None = (copies, i)
+                    j = row.get(i)
+                    copy = None if copies is None or j is None else (copies, j)
                     real = plan.held
                     if self._touched(plan):  # a copy of some of its blocks is on its way
                         plan.held = prefix_lengths(plan.blocks, view.n, view.hbm, ledger.pending)
                         real = prefix_lengths(plan.blocks, view.n, view.hbm, None)
-                        if not _placed_as(copies, i, plan.held, real):
+                        if copy is not None and not _placed_as(*copy, plan.held, real):
                             copy = None
                     opt = self._best_option(plan, view, forecast, real, terms, copy)
                     if opt is None:
@@ -142,10 +151,41 @@ class Decider:
         pending = self.ledger.pending
         return bool(pending) and any(map(pending.__contains__, plan.blocks))
 
+    def _may_copy(
+        self, plans: PlanBatch, rows: np.ndarray, weighed: list[ChainPlan], forecast: LoadForecast
+    ) -> list[int]:
+        """Which of the chains ``weighed`` (``rows`` of ``plans``) :meth:`_best_option` could
+        weigh copying as the tick starts: every chain with a copy on its way (its placement
+        is read then), else those with a held prefix, no live replica and worth a look
+        (:meth:`_worth_a_look` over every chain at once; a chain it lets through is still
+        checked one by one). What rules a chain out here only changes with the tick's own
+        commands (a replica is never dropped within a tick)."""
+        depth = plans.depth[rows]
+        queue = forecast.queues_without(rows)
+        most = np.where(plans.held[rows] >= depth[:, None], queue, -np.inf).max(axis=1)
+        with np.errstate(invalid="ignore"):
+            looks = ~(most <= queue.min(axis=1)) & (depth > 0)  # NaN: let the check decide
+        has_replica, touched = self.ledger.has_replica, self._touched
+        return [
+            i
+            for i, (plan, d, look) in enumerate(
+                zip(weighed, depth.tolist(), looks.tolist(), strict=True)
+            )
+            if touched(plan) or (look and not has_replica(plan.blocks[d - 1]))
+        ]
+
     def _copy_terms(
-        self, plans: PlanBatch, rows: np.ndarray, weighed: list[ChainPlan], view: ClusterView
-    ) -> tuple[CopyTerms, TickTerms]:
-        """The copy terms of the weighed chains (``rows`` of ``plans``), as placed now."""
+        self,
+        plans: PlanBatch,
+        rows: np.ndarray,
+        weighed: list[ChainPlan],
+        view: ClusterView,
+        terms: TickTerms,
+    ) -> CopyTerms | None:
+        """The copy terms of the chains ``weighed`` (``rows`` of ``plans``), as placed now
+        (None: no chain)."""
+        if not weighed:
+            return None
         n, hbm = view.n, view.hbm
         held = plans.held[rows]
         real = held.copy()
@@ -154,8 +194,7 @@ class Decider:
                 real[i] = prefix_lengths(p.blocks, n, hbm, None)
         cands, index = plans.cands, plans.index[rows]
         public = cands.public_blocks[index] if len(cands.public_blocks) else np.zeros(len(rows))
-        terms = TickTerms.of(view, self.cfg, self.feedback.factor(view.now_ms))
-        copies = copy_terms(
+        return copy_terms(
             view,
             self.cfg,
             terms,
@@ -169,7 +208,6 @@ class Decider:
             time_left_ms=plans.time_left_ms[rows],
             known=plans.known[rows],
         )
-        return copies, terms
 
     # -- choice ------------------------------------------------------------------------------
     def _best_option(

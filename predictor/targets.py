@@ -51,11 +51,14 @@ class LoadForecast:
         self._row = np.full(len(plans.cands), -1)
         self._row[plans.index[go]] = np.flatnonzero(go)
         self._w = w
+        self._work = work  # [P] the request's work on each of its homes
         self._home_mask = homes
         self.homes: dict[int, list[int]] = {}  # filled as plans are looked at or moved
         self._base: list[float] = np.asarray(view.queue_ms).tolist()  # [n] queues now
         self._q: list[float] | None = None  # the predicted queue (None: stale)
         self._hot: list[bool] | None = None
+        # chain -> (its prefixes, queue_without for them), until a chain moves
+        self._without: dict[int, tuple[list[int], list[float]]] = {}
 
     def _homes_of(self, plan: ChainPlan) -> list[int] | None:
         """The nodes the chain's request is expected on (None: none, it is not expected)."""
@@ -85,14 +88,27 @@ class LoadForecast:
 
     def queue_without(self, plan: ChainPlan) -> list[float]:
         """Predicted queue per node, leaving out the chain's own request (it does not wait
-        behind itself); a new list."""
+        behind itself). Read only: the same list until a chain moves or its prefixes change."""
+        kept = self._without.get(plan.index)
+        if kept is not None and kept[0] == plan.held:
+            return kept[1]
         q = self._queue().copy()
         homes = self._homes_of(plan)
         if homes:
             w = self.cfg.load_weight * self.weight(plan)
             for home in homes:
                 q[home] -= w * plan.work_ms(self.view, home) / len(homes)
+        self._without[plan.index] = (plan.held.copy(), q)
         return q
+
+    def queues_without(self, rows: np.ndarray) -> np.ndarray:
+        """``[len(rows), n]``: :meth:`queue_without` of the chains at ``rows`` of the plans as
+        they were built (before any move), all at once: the same arithmetic, term by term and
+        in the same order, so the same values (the decider's screen relies on it)."""
+        homes = self._home_mask[rows]
+        w = self.cfg.load_weight * self._w[rows]
+        own = np.where(w > 0.0, w * self._work[rows] / homes.sum(axis=1), 0.0)
+        return np.asarray(self._queue()) - np.where(homes, own[:, None], 0.0)
 
     def hot(self) -> list[bool]:
         """Nodes predicted hot (read only: the same list until a chain moves)."""
@@ -112,3 +128,4 @@ class LoadForecast:
         work[target] += w * plan.work_ms(view, target)
         self.homes[plan.index] = [target]
         self._q = self._hot = None
+        self._without.clear()

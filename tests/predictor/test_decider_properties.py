@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from kvcast.features.config import FeatureConfig
 from kvcast.features.spec import FeatureSpec, build_spec
-from kvcast.predictor.chains import prefix_lengths
+from kvcast.predictor.chains import build_plans, prefix_lengths
 from kvcast.predictor.cluster_view import (
     ChainCandidates,
     ClusterView,
@@ -45,6 +45,7 @@ from kvcast.predictor.decider import Decider
 from kvcast.predictor.decider_config import GIB, DeciderConfig
 from kvcast.predictor.model_meta import ModelMeta
 from kvcast.predictor.scorer import OnnxScorer
+from kvcast.predictor.targets import LoadForecast
 
 onnx = pytest.importorskip("onnx")
 BLOCK = 32 << 20
@@ -352,3 +353,49 @@ def test_the_checker_catches_a_quota_overrun() -> None:
     with pytest.raises(AssertionError, match="quota"):
         Ledger(case).check(cmd)
     assert math.isclose(cfg.budgets.quota_bytes(80.0 * GIB), 0.05 * GIB)
+
+
+class EveryChain(Decider):
+    """The decider without its tick screen: every weighed chain gets its copy terms and is
+    weighed in turn (what the screen must never change)."""
+
+    def _may_copy(self, plans: Any, rows: Any, weighed: list[Any], forecast: Any) -> list[int]:
+        return list(range(len(weighed)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(), data=st.data(), ticks=st.integers(1, 4))
+def test_the_tick_screen_gives_the_commands_of_weighing_every_chain(
+    case: Case, data: st.DataObject, ticks: int
+) -> None:
+    """The decider rules out, as a tick starts, the chains it could not copy (no held prefix,
+    a live replica, no holder queued above the least queued node) and skips them unless a
+    command of the same tick moved something: the same commands as weighing every chain,
+    tick after tick (the ledger kept, so later ticks see copies on their way)."""
+    n = case.cands.total_blocks
+    probs = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
+    screened, every = Decider(case.cfg), EveryChain(case.cfg)
+    for _ in range(ticks):
+        assert screened.decide(case.cands, probs, case.view) == every.decide(
+            case.cands, probs, case.view
+        )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(), data=st.data())
+def test_every_chains_queue_without_it_at_once_equals_one_by_one(
+    case: Case, data: st.DataObject
+) -> None:
+    """The screen's predicted queues (all chains at once, numpy) are bit for bit those each
+    chain's own check reads (one by one, Python floats)."""
+    n = case.cands.total_blocks
+    probs = np.array(data.draw(st.lists(wild_floats(), min_size=n, max_size=n)))
+    cfg = case.cfg
+    plans = build_plans(
+        case.cands, probs, case.view, {}, window_ms=cfg.window_ms, min_p=cfg.costs.min_p
+    )
+    forecast = LoadForecast(case.view, plans, cfg.targets, cfg.window_ms)
+    rows = np.arange(len(plans))
+    at_once = forecast.queues_without(rows).tolist()
+    one_by_one = [forecast.queue_without(plan) for plan in plans.plans(rows)]
+    assert repr(at_once) == repr(one_by_one)  # (repr: NaN equals NaN, -0.0 differs from 0.0)
