@@ -21,9 +21,10 @@ ModelParams = Annotated[
 
 
 class DataConfig(FrozenConfig):
-    """Where the training table comes from: a trace replay, or an existing features.parquet."""
+    """Where the training table comes from: a trace replay, or an existing features.parquet
+    (``features``: the keys of :data:`REPLAY_KEYS` must then keep their defaults)."""
 
-    trace: str = "bundled:conversation"  # trace path or bundled:NAME (unused with `features`)
+    trace: str = "bundled:conversation"  # trace path or bundled:NAME
     format: Literal["auto", "mooncake", "azure", "parquet"] = "auto"
     skip_bad: bool = False
     simulator_config: Path | None = None  # None: embedded simulator defaults
@@ -34,13 +35,50 @@ class DataConfig(FrozenConfig):
     features: Path | None = None  # an existing features.parquet (or its folder): no replay
     label: str = "label_burst"  # or label_burst_k2 ...
 
+    @model_validator(mode="after")
+    def _no_replay_setting_beside_a_table(self) -> DataConfig:
+        """``features`` skips the replay: a replay setting beside it would be ignored, so one
+        that differs from its default is refused, not dropped."""
+        if self.features is None:
+            return self
+        given = [
+            f"data.{key}={_shown(getattr(self, key))}"
+            for key in REPLAY_KEYS
+            if getattr(self, key) != DataConfig.model_fields[key].default
+        ]
+        if given:
+            one = len(given) == 1
+            raise ValueError(
+                f"{', '.join(given)} set{'s' if one else ''} the trace replay, which "
+                f"data.features={_shown(self.features)} skips (the table is read as it is): "
+                f"leave {'it' if one else 'them'} out, or set features: null to replay"
+            )
+        return self
+
+
+# the data keys that only a replay reads (a features table was made with its own)
+REPLAY_KEYS = (
+    "trace",
+    "format",
+    "skip_bad",
+    "simulator_config",
+    "features_config",
+    "policy",
+    "time_scale",
+    "negative_keep",
+)
+
+
+def _shown(value: object) -> str:
+    return repr(str(value)) if isinstance(value, Path) else repr(value)
+
 
 class SplitConfig(FrozenConfig):
     """Train, validation, test: consecutive windows of the tick range, never random."""
 
     train: float = Field(0.6, gt=0, lt=1)
-    validation: float = Field(0.2, gt=0, lt=1)
-    test: float = Field(0.2, gt=0, lt=1)
+    validation: float = Field(0.2, gt=0, lt=1)  # early stopping and calibration
+    test: float = Field(0.2, gt=0, lt=1)  # reported metrics, the champion comparison
     purge_ms: float = Field(30000.0, ge=0)  # drop rows whose label window crosses a boundary
 
     @model_validator(mode="after")
@@ -85,7 +123,10 @@ class ExportConfig(FrozenConfig):
 
 class EvaluationConfig(FrozenConfig):
     budget_k: int = Field(64, ge=1)  # blocks replicated per tick for precision/recall@budget
-    ece_bins: int = Field(15, ge=2)
+    ece_bins: int = Field(15, ge=2)  # bins of ece (equal width), ece_quantile and the diagram
+    # the reliability diagram's bins (kvcast.training.reliability): quantile (equal mass, the
+    # points where the rows are) or uniform (equal width, as the recorded ece)
+    reliability_bins: Literal["quantile", "uniform"] = "quantile"
 
 
 class TrackingConfig(FrozenConfig):
@@ -94,7 +135,7 @@ class TrackingConfig(FrozenConfig):
     experiment: str = "kvcast-train"
     registered_model: str = "kvcast-{kind}"  # one registered model per kind
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z0-9_-]+$")
-    champion_metric: Literal["pr_auc", "roc_auc"] = "pr_auc"  # validation window, higher wins
+    champion_metric: Literal["pr_auc", "roc_auc"] = "pr_auc"  # test window, higher wins
 
     @field_validator("champion_alias")
     @classmethod

@@ -11,11 +11,16 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from kvcast.predictor.metrics import evaluate
+from kvcast.predictor.metrics import METRIC_NAMES, evaluate
 from kvcast.predictor.windows import gather_windows
+from kvcast.training.reliability import reliability_bins
 
 Predict = Callable[[np.ndarray], np.ndarray]
 CHUNK = 65_536
+# what a training run and `kvcast score` record: the predictor's metrics, and after `ece`
+# (equal-width bins) the same error over equal-mass bins (:mod:`kvcast.training.reliability`)
+_AFTER_ECE = METRIC_NAMES.index("ece") + 1
+METRICS = (*METRIC_NAMES[:_AFTER_ECE], "ece_quantile", *METRIC_NAMES[_AFTER_ECE:])
 
 
 def predict_rows(
@@ -48,8 +53,9 @@ def metrics_of(
     budget_k: int,
     ece_bins: int,
 ) -> dict[str, float | int]:
-    """Every metric for probabilities of rows ``idx`` (labels ``y``, weights ``w`` full)."""
-    return evaluate(
+    """Every metric of :data:`METRICS` for probabilities of rows ``idx`` (labels ``y``,
+    weights ``w`` full); both calibration errors over ``ece_bins`` bins."""
+    out = evaluate(
         prob,
         y[idx],
         w[idx],
@@ -59,3 +65,5 @@ def metrics_of(
         budget_k=budget_k,
         ece_bins=ece_bins,
     )
+    equal_mass = reliability_bins(y[idx], prob, w[idx], ece_bins, "quantile").ece
+    return {name: equal_mass if name == "ece_quantile" else out[name] for name in METRICS}

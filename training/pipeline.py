@@ -135,7 +135,12 @@ def run_training(
                     data.y[idx], data.w[idx], {cfg.kind: p, "recency": base}, out / "pr_curve.png"
                 )
                 report.plot_reliability(
-                    data.y[idx], data.w[idx], p, ev.ece_bins, out / "reliability.png"
+                    data.y[idx],
+                    data.w[idx],
+                    p,
+                    ev.ece_bins,
+                    out / "reliability.png",
+                    ev.reliability_bins,
                 )
         report.plot_importance(fitted.importance(data), out / "feature_importance.png")
         summary: dict[str, Any] = {

@@ -6,7 +6,7 @@ from typing import Any
 
 from kvcast.predictor.model_meta import ModelMeta
 from kvcast.training import report
-from kvcast.training.champion import decide
+from kvcast.training.champion import WINDOW, decide
 from kvcast.training.config import TrainConfig
 from kvcast.training.data import TrainingData
 from kvcast.training.tracking import Tracker
@@ -47,7 +47,7 @@ def publish(
         }
     )
     metric = cfg.tracking.champion_metric
-    new = float(summary["validation"][metric])
+    new = float(summary[WINDOW][metric])  # the window neither model tuned on (champion.py)
     prev = tracker.champion_version()  # the alias is read once: that version is compared
     decision = decide(
         new, tracker.version_uri(prev) if prev else None, prev, data, metric,
@@ -56,7 +56,7 @@ def publish(
     version = tracker.register(proto)
     if decision.promote:
         tracker.promote(version)
-    tags = decision.tags(metric) | {f"val_{metric}": f"{new:.6g}"}
+    tags = decision.tags(metric) | {f"{WINDOW}_{metric}": f"{new:.6g}"}
     tracker.tags(tags)
     tracker.params({"champion_decision": tags["champion.decision"]})
     tracker.version_tags(version, tags | {"run_id": tracker.run_id})

@@ -12,7 +12,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from kvcast.features.spec import FeatureSpec
-from kvcast.predictor.metrics import METRIC_NAMES, pr_curve, reliability
+from kvcast.predictor.metrics import pr_curve
+from kvcast.training.evaluate import METRICS
+from kvcast.training.reliability import Reliability, reliability_bins
 
 Scores = dict[str, np.ndarray]  # curve name -> probabilities of the same rows
 
@@ -41,22 +43,30 @@ def plot_pr(y: np.ndarray, w: np.ndarray, scores: Scores, path: Path) -> Path:
     return path
 
 
-def plot_reliability(y: np.ndarray, w: np.ndarray, p: np.ndarray, bins: int, path: Path) -> Path:
-    mean_p, rate, ww = reliability(y, p, w, bins)
-    used = ww > 0
+def plot_reliability(
+    y: np.ndarray, w: np.ndarray, p: np.ndarray, bins: int, path: Path, strategy: str = "quantile"
+) -> Reliability:
+    """The reliability diagram over ``bins`` bins of ``strategy`` (:mod:`.reliability`: equal
+    mass by default, so the points sit where the rows are); returns the bins drawn. The axes
+    end just past the largest point: probabilities below 0.2 are not squeezed into a corner."""
+    rel = reliability_bins(y, p, w, bins, strategy)
+    top = min(1.0, 1.1 * max(0.05, *rel.mean_p, *rel.rate)) if len(rel.rows) else 1.0
+    kind = "equal-mass" if strategy == "quantile" else "equal-width"
     fig, ax = plt.subplots(figsize=(5, 4))
-    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", label="perfect")
-    ax.plot(mean_p[used], rate[used], marker="o", label="model")
+    ax.plot([0, top], [0, top], color="grey", linestyle="--", label="perfect")
+    ax.plot(rel.mean_p, rel.rate, marker="o", label=f"model (ECE {rel.ece:.3g})")
     ax.set(
-        xlabel="predicted probability",
+        xlabel="predicted probability (bin mean)",
         ylabel="observed burst rate",
-        title="reliability (test window)",
+        title=f"reliability (test window, {len(rel.rows)} {kind} bins)",
+        xlim=(0, top),
+        ylim=(0, top),
     )
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return path
+    return rel
 
 
 def plot_importance(importance: dict[str, float], path: Path, top: int = 20) -> Path:
@@ -71,7 +81,7 @@ def plot_importance(importance: dict[str, float], path: Path, top: int = 20) -> 
 
 
 def _row(name: str, m: dict[str, Any]) -> str:
-    cells = [f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k)) for k in METRIC_NAMES]
+    cells = [f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k)) for k in METRICS]
     return f"| {name} | " + " | ".join(cells) + " |"
 
 
@@ -93,8 +103,8 @@ def model_card(
         "",
         "## Metrics",
         "",
-        "| model | " + " | ".join(METRIC_NAMES) + " |",
-        "|---" * (len(METRIC_NAMES) + 1) + "|",
+        "| model | " + " | ".join(METRICS) + " |",
+        "|---" * (len(METRICS) + 1) + "|",
     ]
     lines += [_row(name, m) for name, m in metrics.items()]
     lines += [

@@ -1,6 +1,8 @@
 """Time-ordered splits: train, then validation, then test windows of the tick range.
 
-Never random: a model is always judged on ticks later than any it learned from. The windows
+Never random: a model is always judged on ticks later than any it learned from. The training
+window fits a model, validation stops and calibrates it, and the test window, which nothing
+tunes on, gives every reported metric and the champion comparison (:mod:`.champion`). The windows
 are fractions of ``[first tick, last tick]``; rows whose label window ``(t, t + H]`` would
 reach into the next window are purged (``purge_ms``, default H), so no label of an earlier
 window looks at events a later window is scored on.

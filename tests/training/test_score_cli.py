@@ -9,7 +9,7 @@ from tiny_training import tiny_config
 from typer.testing import CliRunner
 
 from kvcast.cli.app import app
-from kvcast.predictor.metrics import METRIC_NAMES
+from kvcast.training.evaluate import METRICS
 from kvcast.training.pipeline import run_training
 
 runner = CliRunner()
@@ -26,8 +26,8 @@ def test_score_writes_model_and_recency_metrics_side_by_side(
     )
     assert r.exit_code == 0, r.output
     metrics = json.loads((out / "metrics.json").read_text())
-    assert list(metrics["model"]) == list(METRIC_NAMES)
-    assert list(metrics["recency"]) == list(METRIC_NAMES)
+    assert list(metrics["model"]) == list(METRICS)  # ece_quantile beside ece
+    assert list(metrics["recency"]) == list(METRICS)
     assert metrics["model"]["rows"] == metrics["recency"]["rows"] > 0
     assert metrics["kind"] == "lgbm"
 

@@ -1,5 +1,6 @@
-"""The train config's ONNX parity tolerance: a default per kind, shown in every
-configs/train file, and out-of-range values refused naming the key and the value."""
+"""The train config: the ONNX parity tolerance (a default per kind, shown in every
+configs/train file, out-of-range values refused naming the key and the value), and the
+replay settings that a features table would make a run ignore (refused, naming them)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from kvcast.cli.train import train_config
 from kvcast.config import ConfigError, load_config, parse_config
-from kvcast.training.config import PARITY_TOLERANCE, TrainConfig
+from kvcast.training.config import PARITY_TOLERANCE, REPLAY_KEYS, DataConfig, TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
 
@@ -69,3 +70,64 @@ def test_trace_and_features_options_together_are_refused(tmp_path: Path) -> None
         train_config(None, "bundled:synthetic", tmp_path / "f", None, False, "rule")
     cfg = train_config(None, "bundled:synthetic", None, None, False, "rule")
     assert cfg.data.trace == "bundled:synthetic" and cfg.data.features is None
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ("negative_keep: 0.5", "data.negative_keep=0.5"),
+        ("negative_keep: 1.0", "data.negative_keep=1.0"),
+        ("trace: other.jsonl", "data.trace='other.jsonl'"),
+        ("format: mooncake", "data.format='mooncake'"),
+        ("skip_bad: true", "data.skip_bad=True"),
+        ("simulator_config: sim.yaml", "data.simulator_config='sim.yaml'"),
+        ("features_config: f.yaml", "data.features_config='f.yaml'"),
+        ("policy: llmd_precise", "data.policy='llmd_precise'"),
+        ("time_scale: 2", "data.time_scale=2.0"),
+    ],
+)
+def test_a_replay_setting_beside_a_features_table_is_refused_naming_key_value_and_file(
+    line: str, named: str, tmp_path: Path
+) -> None:
+    """``data.features`` skips the replay: a replay setting beside it was silently ignored
+    (a table sampled at 0.25 trained on as if ``negative_keep: 1.0`` had been applied)."""
+    path = tmp_path / "train.yaml"
+    path.write_text(f"data:\n  features: t.parquet\n  {line}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(TrainConfig, path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+    assert named in message and "data.features='t.parquet'" in message
+    path.write_text(f"data:\n  {line}\n")  # the same setting with a replay is taken
+    load_config(TrainConfig, path)
+
+
+def test_replay_settings_left_at_their_defaults_beside_a_features_table_are_accepted(
+    tmp_path: Path,
+) -> None:
+    """The bundled configs show every key with its default: only a setting that would change
+    the replay is refused."""
+    path = tmp_path / "train.yaml"
+    path.write_text(
+        "data:\n  features: t.parquet\n  trace: bundled:conversation\n  format: auto\n"
+        "  skip_bad: false\n  simulator_config: null\n  features_config: null\n"
+        "  policy: dynamo_kv\n  time_scale: 1.0\n  negative_keep: null\n  label: label_burst_k2\n"
+    )
+    cfg = load_config(TrainConfig, path)
+    assert cfg.data.features == Path("t.parquet") and cfg.data.label == "label_burst_k2"
+    assert set(DataConfig.model_fields) - set(REPLAY_KEYS) == {"features", "label"}
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_train_config_file_loads_with_a_trace_and_over_a_features_table(
+    path: Path, tmp_path: Path
+) -> None:
+    """Each bundled config trains on its trace, and with ``--features`` on a table instead:
+    none sets a replay setting the table would make it ignore."""
+    cfg = load_config(TrainConfig, path)
+    assert cfg.data.features is None
+    if cfg.kind == "tcn":  # its windows need every candidate row: null resolves to 1.0
+        assert cfg.data.negative_keep == 1.0
+    features = tmp_path / "features.parquet"
+    cfg = train_config(path, None, features, None, False)
+    assert cfg.data.features == features

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from tiny_training import SPLIT, TINY_MODELS, table_for
 
-from kvcast.predictor.metrics import METRIC_NAMES
 from kvcast.predictor.scorer import OnnxScorer
 from kvcast.training.config import PARITY_TOLERANCE
+from kvcast.training.evaluate import METRICS
 from kvcast.training.train import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,9 +48,7 @@ def test_train_py_writes_a_scorable_model_and_every_test_metric(
     out = tmp_path / "out"
     assert all((out / name).is_file() for name in ARTEFACTS)
     metrics = json.loads((out / "metrics.json").read_text())
-    assert set(METRIC_NAMES) <= set(metrics["test"]) and set(METRIC_NAMES) <= set(
-        metrics["test_recency"]
-    )
+    assert set(METRICS) <= set(metrics["test"]) and set(METRICS) <= set(metrics["test_recency"])
     assert metrics["onnx_parity_max_abs"] <= 1e-5  # native vs ONNX on the test window
     assert metrics["onnx_parity_tolerance"] == PARITY_TOLERANCE[kind]  # held to, and recorded
     scorer = OnnxScorer.load(out / "model.onnx")
