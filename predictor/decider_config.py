@@ -77,11 +77,15 @@ class FeedbackConfig(FrozenConfig):
     """P(hit) corrected by what became of the decider's own copies
     (:mod:`kvcast.predictor.outcome_feedback`): times ``(strength + used) / (strength +
     expected)``, the sums over settled copies losing half their weight every
-    ``half_life_ms`` (so that the decider tries again once it has stopped copying)."""
+    ``half_life_ms`` (so that the decider tries again once it has stopped copying); with
+    ``count_live``, ``expected`` also holds the P of the copies still live."""
 
     enabled: bool = True
     strength: float = Field(5.0, gt=0)  # the prior: this many expected hits at a factor of 1
     half_life_ms: float = Field(600_000.0, gt=0)
+    # copies not settled yet count as expected and not (yet) used: a burst of copies made
+    # before any outcome is back is held back by its own expectation
+    count_live: bool = True
 
 
 class LoopConfig(FrozenConfig):

@@ -18,11 +18,34 @@ from kvcast.predictor.outcome_feedback import OutcomeFeedback
 HOUR = 3_600_000.0
 
 
-def test_without_outcomes_the_factor_is_one() -> None:
-    fb = OutcomeFeedback(FeedbackConfig())
-    assert fb.factor(0.0) == 1.0
+def test_without_copies_the_factor_is_one() -> None:
+    assert OutcomeFeedback(FeedbackConfig()).factor(0.0) == 1.0
+    fb = OutcomeFeedback(FeedbackConfig(count_live=False))
     fb.watch(7, node=1, expiry_ms=1_000.0, p=0.5)
-    assert fb.factor(500.0) == 1.0 and len(fb) == 1  # watched, not settled
+    assert fb.factor(500.0) == 1.0 and len(fb) == 1  # watched, not settled, not counted
+
+
+def test_live_copies_count_as_expected_and_not_yet_used_until_they_settle() -> None:
+    fb = OutcomeFeedback(FeedbackConfig(strength=5.0, half_life_ms=HOUR))
+    for b in range(10):  # a burst of copies, no outcome back yet
+        fb.watch(b, node=1, expiry_ms=1_000.0, p=0.5, source=0)
+    assert fb.factor(0.0) == pytest.approx(5.0 / (5.0 + 5.0))  # held back by its own bet
+    fb.observe(1, [3], 10.0)  # one used: settled, out of the live sum into both sums
+    assert fb.factor(10.0) == pytest.approx((5.0 + 1.0) / (5.0 + 0.5 + 4.5), rel=1e-6)
+    fb.forget(1, [0, 1])  # gone before their request: no longer live, and not learnt from
+    assert fb.factor(10.0) == pytest.approx((5.0 + 1.0) / (5.0 + 0.5 + 3.5), rel=1e-6)
+    fb.expire(1_000.0)  # the rest expire unused: the same weight, now settled
+    assert len(fb) == 0
+    assert fb.factor(1_000.0) == pytest.approx((5.0 + 1.0) / (5.0 + 4.0), rel=1e-4)
+
+
+def test_with_no_copy_left_the_live_sum_is_exactly_zero() -> None:
+    fb = OutcomeFeedback(FeedbackConfig(enabled=True))
+    rng = random.Random(3)
+    for b in range(1_000):
+        fb.watch(b, node=1, expiry_ms=1e9, p=rng.random())
+    fb.forget(1, range(1_000))
+    assert fb.factor(0.0) == 1.0  # no rounding left over from the running sum
 
 
 def test_a_copy_is_used_only_when_its_request_is_routed_to_its_node_while_it_lives() -> None:
