@@ -324,12 +324,13 @@ import numpy as np
 import pandas as pd
 
 from kvcast.config import parse_config
-from kvcast.predictor.metrics import average_precision, reliability
+from kvcast.predictor.metrics import average_precision
 from kvcast.predictor.scorer import OnnxScorer
 from kvcast.training.config import TrainConfig
 from kvcast.training.evaluate import predict_rows
 from kvcast.training.pipeline import load_data, run_training
 from kvcast.training.registry import model_kind
+from kvcast.training.reliability import reliability_bins
 from kvcast.training.report import pr_steps
 
 %matplotlib inline
@@ -385,24 +386,37 @@ fig.tight_layout()
 ## Reliability diagram
 
 The decider multiplies `P(hit)` by the time a hit saves, so the probabilities must be
-calibrated, not only well ranked. Points on the diagonal are calibrated; the bar below
-shows how much weight each bin holds.
+calibrated, not only well ranked. Points on the diagonal are calibrated. The bins are
+equal-mass, as in the training report (`kvcast.training.reliability`,
+`evaluation.reliability_bins: quantile`): each holds about 1/15 of the test window's weight,
+so the points sit where the burst probabilities are (mostly below 0.2) instead of one point
+there and a few sparse ones elsewhere; the axes end just past the largest point. The legend's
+ECE is over these bins (`ece_quantile` in the metrics table above; `ece` keeps equal-width
+bins). Below: where the weight lies (weighted histogram of the predictions; the last bar
+holds everything beyond the axis).
 """),
     py("""
+BINS = cfgs["lgbm"].evaluation.ece_bins  # 15, as the recorded ece and ece_quantile
+rels = {kind: reliability_bins(y, p, w, BINS, "quantile") for kind, p in probs.items()}
+top = min(1.0, 1.1 * max(0.05, *(x for r in rels.values() for x in (*r.mean_p, *r.rate))))
 fig, (ax, axw) = plt.subplots(2, 1, figsize=(6, 6), sharex=True, height_ratios=(3, 1))
-ax.plot([0, 1], [0, 1], color="grey", linestyle="--", label="perfect")
-for i, (kind, p) in enumerate(probs.items()):
-    mean_p, rate, ww = reliability(y, p, w, 15)
-    used = ww > 0
-    ax.plot(mean_p[used], rate[used], marker="o", label=kind)
-    axw.bar(
-        np.arange(15) / 15 + (i + 0.5) / (15 * len(probs)),
-        ww / ww.sum(),
-        width=1 / (15 * len(probs)),
+ax.plot([0, top], [0, top], color="grey", linestyle="--", label="perfect")
+for kind, rel in rels.items():
+    ax.plot(rel.mean_p, rel.rate, marker="o", label=f"{kind} (ECE {rel.ece:.3g})")
+    axw.hist(
+        np.minimum(probs[kind], top),  # beyond the axis: in the last bar
+        bins=np.linspace(0, top, 31),
+        weights=w / w.sum(),
+        histtype="step",
         label=kind,
     )
-ax.set(ylabel="observed burst rate", title="reliability, test window")
-axw.set(xlabel="predicted probability", ylabel="weight share")
+ax.set(
+    ylabel="observed burst rate",
+    title=f"reliability, test window ({BINS} equal-mass bins)",
+    xlim=(0, top),
+    ylim=(0, top),
+)
+axw.set(xlabel="predicted probability (points: bin mean)", ylabel="weight share")
 ax.legend()
 fig.tight_layout()
 """),

@@ -5,6 +5,10 @@ A part that its killed writer left without a footer is skipped with a warning (i
 lost), unless nothing else is left to read; columns of the wrong type, a repeated decision id
 or values that cannot be judged are refused with the file and the column named
 (:class:`DecisionLogError`). :mod:`kvcast.predictor.shadow_eval` judges what this reads.
+
+Routes (:func:`read_routes`): where each request was routed, a Parquet table with
+``request_id`` and ``node`` (``kvcast simulate``'s ``requests.parquet``), so that shadow
+evaluation can tell hits whose request went to the copy's node from the others.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ REQUIRED: dict[str, str] = {
     "saved_ms": "number", "transfer_ms": "number",
 }  # fmt: skip
 
-OPTIONAL: dict[str, str] = {"eta_ms": "number"}
+OPTIONAL: dict[str, str] = {"eta_ms": "number", "source": "integer", "target": "integer"}
 
 _CHECK: dict[str, Callable[[pa.DataType], bool]] = {
     "number": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
@@ -54,6 +58,42 @@ class TruncatedLogError(DecisionLogError):
         self.cause = f"{path}: truncated Parquet decision log (no footer: still being written, "
         self.cause += "or its writer was stopped before closing it)"
         super().__init__(f"{self.cause}; its row groups cannot be read")
+
+
+class RoutesError(ValueError):
+    """A routes table cannot be used; the message names the file (or, when the routes do
+    not cover the requests judged, what is missing)."""
+
+
+def read_routes(path: str | Path) -> pd.Series:
+    """Where each request was routed: ``node`` (int64) indexed by ``request_id`` (str), from a
+    Parquet table with those two columns (others are ignored); RoutesError otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise RoutesError(f"{p}: no such routes file")
+    try:
+        schema = pq.read_schema(p)
+        missing = [c for c in ("request_id", "node") if c not in schema.names]
+        if missing:
+            raise RoutesError(
+                f"{p}: missing column {missing[0]!r} (routes: request_id and node, as in "
+                "simulate's requests.parquet)"
+            )
+        table = pq.read_table(p, columns=["request_id", "node"])
+    except (pa.ArrowException, OSError) as exc:
+        raise RoutesError(f"{p}: not a readable Parquet routes table ({exc})") from None
+    if not pa.types.is_integer(table.schema.field("node").type):
+        raise RoutesError(f"{p}: column 'node' is {table.schema.field('node').type}, expected "
+                          "integer")  # fmt: skip
+    df = table.to_pandas()
+    ids = df["request_id"].astype(str)
+    repeated = ids.duplicated(keep="first").to_numpy()
+    bad = repeated | df["node"].isna().to_numpy() | df["request_id"].isna().to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        why = "repeats an earlier row's id" if repeated[i] else "has no request_id or node"
+        raise RoutesError(f"{p}: row {i}: request {ids.iloc[i]!r} {why}")
+    return pd.Series(df["node"].to_numpy(np.int64), index=pd.Index(ids, name="request_id"))
 
 
 def read_decisions(path: str | Path, warn: Callable[[str], None] | None = None) -> pd.DataFrame:

@@ -10,11 +10,24 @@ spreading and time-scaling as the run that made the log).
 
 Definitions (per judged decision; the copy is the last ``blocks_moved`` of ``block_hashes``):
 
-- **hit**: some request of the same tenant (any tenant when the log's is ``""``) whose
-  chain contains the copy's first block arrives in ``(t, t + ttl_ms]``: after the decision,
-  while the replica would still be alive. The trace does not say which node that request
-  would have gone to, so a hit is "the copied prefix was used while the copy lived", an
-  upper bound for a router that always uses the copy.
+- **hit** (any node): some request of the same tenant (any tenant when the log's is ``""``)
+  whose chain contains the copy's first block arrives in ``(t, t + ttl_ms]``: after the
+  decision, while the replica would still be alive. Its first such request is the hit's
+  *request*. The trace does not say which node that request went to, so a hit is "the
+  copied prefix was used while the copy lived", on any node: an upper bound for a router
+  that always uses the copy. ``hit_rate``, ``bytes_wasted`` and ``wasted_fraction`` are this
+  reading.
+- **routed to the target / source / elsewhere** (with ``routes``: where each request was
+  routed, e.g. ``simulate``'s ``requests.parquet`` of the shadow run): the node the hit's
+  request went to is the decision's ``target`` (where the copy would land: in active mode
+  only then does a copy pay), its ``source`` (the holder: the request used the original),
+  or another node. A promotion's source is its target (its own lower tier), so its hits are
+  on the target or elsewhere. In shadow mode no copy exists, so the router chose without it:
+  a KV-aware router would have sent some of the requests counted elsewhere to the copy. The
+  target reading (``hit_rate_on_target``, ``bytes_wasted_off_target``: the bytes of every
+  decision not hit on its target, misses and hits routed to the source or elsewhere) is
+  therefore the pessimistic one, the any-node reading the optimistic one; an active run
+  lies between them. As the simulator's ``copy_fates``, only the first request is followed.
 - **lead**: the first such arrival minus ``t``.
 - **transfer**: the copy's time to land: the log's ``eta_ms`` when present, else its
   weighted ``transfer_ms`` divided by the decider's ``transfer_weight`` (replicate) or
@@ -25,7 +38,8 @@ Definitions (per judged decision; the copy is the last ``blocks_moved`` of ``blo
 - **TTFT saved**: ``saved_ms`` of the hits (``p_hit x saved_ms`` over all decisions is what
   the decider expected).
 - **go-live rule** (source document 000): lead time covers the transfer time; it passes when
-  at least ``min_covered`` of the hits have ``lead >= transfer``.
+  at least ``min_covered`` of the hits (any node) have ``lead >= transfer``. The routes do
+  not change it: where a request went does not change when the copy would have landed.
 - **censored**: a miss whose TTL window runs past the last arrival (the trace cannot tell).
 """
 
@@ -41,11 +55,13 @@ import numpy as np
 import pandas as pd
 
 from kvcast.features.traces import Trace
-from kvcast.predictor.decision_log_reader import (  # noqa: F401  (read_decisions: the API)
+from kvcast.predictor.decision_log_reader import (  # noqa: F401  (read_*: the API)
     JUDGED,
     DecisionLogError,
+    RoutesError,
     TruncatedLogError,
     read_decisions,
+    read_routes,
 )
 
 
@@ -67,42 +83,49 @@ log = logging.getLogger(__name__)
 
 
 class ArrivalIndex:
-    """Per (tenant, block): the sorted arrival times of the requests whose chain has it."""
+    """Per (tenant, block): the sorted arrival times (and trace rows) of the requests whose
+    chain has it."""
 
     def __init__(self, trace: Trace) -> None:
         df = trace.requests
         lengths = df["block_hashes"].map(len).to_numpy()
         arrivals = np.repeat(df["arrival_ms"].to_numpy(np.float64), lengths)
+        rows = np.repeat(np.arange(len(df), dtype=np.int64), lengths)
         blocks = np.fromiter(
             (int(b) & 0xFFFFFFFFFFFFFFFF for chain in df["block_hashes"] for b in chain),
             dtype=np.uint64, count=int(lengths.sum()),
         )  # fmt: skip
         tenants = np.repeat(df["tenant"].to_numpy(dtype=object), lengths)
-        self.by_tenant: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.by_tenant: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for tenant in pd.unique(tenants):
             sel = tenants == tenant
-            b, a = blocks[sel], arrivals[sel]
-            order = np.lexsort((a, b))
-            self.by_tenant[str(tenant)] = (b[order], a[order])
+            b, a, r = blocks[sel], arrivals[sel], rows[sel]
+            order = np.lexsort((r, a, b))
+            self.by_tenant[str(tenant)] = (b[order], a[order], r[order])
         arr = df["arrival_ms"].to_numpy(np.float64)
         self.first_ms = float(arr[0]) if len(arr) else math.nan
         self.last_ms = float(arr[-1]) if len(arr) else math.nan
 
-    def next_use(self, tenant: str, block: int, after_ms: float) -> float:
-        """The first arrival strictly after ``after_ms`` that uses ``block`` (inf: none);
-        ``tenant == ""`` searches every tenant."""
+    def first_use(self, tenant: str, block: int, after_ms: float) -> tuple[float, int]:
+        """The first arrival strictly after ``after_ms`` that uses ``block`` and its trace row
+        (``(inf, -1)``: none; of requests arriving together, the first row); ``tenant == ""``
+        searches every tenant."""
         tables = self.by_tenant.values() if tenant == "" else [self.by_tenant.get(tenant, _EMPTY)]
-        best = math.inf
+        best = (math.inf, -1)
         key = np.uint64(block)
-        for blocks, arrivals in tables:
+        for blocks, arrivals, rows in tables:
             lo, hi = np.searchsorted(blocks, key, "left"), np.searchsorted(blocks, key, "right")
             j = lo + int(np.searchsorted(arrivals[lo:hi], after_ms, "right"))
-            if j < hi:
-                best = min(best, float(arrivals[j]))
+            if j < hi and (float(arrivals[j]), int(rows[j])) < best:
+                best = (float(arrivals[j]), int(rows[j]))
         return best
 
+    def next_use(self, tenant: str, block: int, after_ms: float) -> float:
+        """The first arrival strictly after ``after_ms`` that uses ``block`` (inf: none)."""
+        return self.first_use(tenant, block, after_ms)[0]
 
-_EMPTY = (np.zeros(0, np.uint64), np.zeros(0))
+
+_EMPTY = (np.zeros(0, np.uint64), np.zeros(0), np.zeros(0, np.int64))
 
 
 def _eta_ms(df: pd.DataFrame, cfg: ShadowConfig) -> tuple[np.ndarray, str]:
@@ -130,20 +153,30 @@ def evaluate_shadow(
     trace: Trace,
     cfg: ShadowConfig = ShadowConfig(),
     progress: Callable[[int, int], None] | None = None,
+    routes: pd.Series | None = None,
 ) -> ShadowResult:
-    """Judge every replicate / promote decision of ``decisions`` against ``trace``."""
+    """Judge every replicate / promote decision of ``decisions`` against ``trace``; with
+    ``routes`` (request id -> node, :func:`read_routes`), also where each hit's request went."""
     index = ArrivalIndex(trace)
     df = decisions[decisions["kind"].isin(JUDGED)].reset_index(drop=True)
+    if routes is not None and (
+        not {"source", "target"} <= set(df.columns)
+        or df[["source", "target"]].isna().any(axis=None)
+    ):
+        raise DecisionLogError(
+            "the log has no source and target node of each copy: the routes cannot say "
+            "whether a hit's request went to the copy's node"
+        )
     t = df["ts_ms"].to_numpy(float) - cfg.clock_offset_ms
     ttl = df["ttl_ms"].to_numpy(float)
     _check_overlap(t, ttl, index)
-    arrival = np.full(len(df), math.inf)
+    arrival, row = np.full(len(df), math.inf), np.full(len(df), -1, np.int64)
     chains, moved, tenants = df["block_hashes"], df["blocks_moved"].to_numpy(), df["tenant"]
     step = max(len(df) // 100, 1)
     for i in range(len(df)):
         chain = chains.iloc[i]
         first = int(chain[len(chain) - int(moved[i])])
-        arrival[i] = index.next_use(str(tenants.iloc[i]), first, t[i])
+        arrival[i], row[i] = index.first_use(str(tenants.iloc[i]), first, t[i])
         if progress is not None and (i + 1) % step == 0:
             progress(i + 1, len(df))
     hit = arrival <= t + ttl
@@ -159,8 +192,36 @@ def evaluate_shadow(
         "saved_ms": df["saved_ms"].to_numpy(float), "p_hit": df["p_hit"].to_numpy(float),
         "censored": ~hit & (t + ttl > index.last_ms),
     })  # fmt: skip
-    summary = _summary(out, decisions, cfg, eta_source)
+    for end in ("source", "target"):  # -1: not logged
+        out[end] = df[end].fillna(-1).to_numpy(np.int64) if end in df.columns else -1
+    out["first_use_node"], out["routed_to"] = _routed(out, trace, row, routes)
+    summary = _summary(out, decisions, cfg, eta_source, routes is not None)
     return ShadowResult(out, summary)
+
+
+def _routed(
+    out: pd.DataFrame, trace: Trace, row: np.ndarray, routes: pd.Series | None
+) -> tuple[pd.arrays.IntegerArray, np.ndarray]:
+    """Per decision, the node its hit's request was routed to (NA: no hit, or no routes) and
+    ``target``, ``source`` or ``elsewhere`` (``""``: the same). Every hit's request must
+    have a route: one without is refused (the routes are of another run)."""
+    n, hit = len(out), out["hit"].to_numpy(bool)
+    first, where = pd.array([None] * n, dtype="Int64"), np.full(n, "", dtype=object)
+    if routes is None or not hit.any():
+        return first, where
+    ids = trace.requests["request_id"].astype(str).to_numpy()[row[hit]]
+    node = routes.reindex(ids)
+    if node.isna().any():
+        missing = ids[node.isna().to_numpy()]
+        raise RoutesError(
+            f"{len(missing)} of the {int(hit.sum())} hits' requests have no route (e.g. request "
+            f"{missing[0]!r}): give the routes of the run that made the log, on the same trace"
+        )
+    node = node.to_numpy(np.int64)
+    target, source = out["target"].to_numpy()[hit], out["source"].to_numpy()[hit]
+    where[hit] = np.where(node == target, "target", np.where(node == source, "source", "elsewhere"))
+    first[hit] = node
+    return first, where
 
 
 def _first_blocks(df: pd.DataFrame) -> list[int]:
@@ -203,7 +264,7 @@ def _f(x: float) -> float | None:
 
 
 def _summary(
-    out: pd.DataFrame, decisions: pd.DataFrame, cfg: ShadowConfig, eta_source: str
+    out: pd.DataFrame, decisions: pd.DataFrame, cfg: ShadowConfig, eta_source: str, routed: bool
 ) -> dict[str, Any]:
     hits = out[out["hit"]]
     n, k = len(out), len(hits)
@@ -225,9 +286,11 @@ def _summary(
         "transfer_ms_source": eta_source,
         "mean_transfer_ms_of_hits": _f(hits["transfer_ms"].mean()) if k else None,
         "transfer_hidden_ms": float(hits["hidden_ms"].sum()),
+        **_on_target(out, routed),
         "bytes_decided": bytes_total,
         "bytes_wasted": wasted,
         "wasted_fraction": _f(wasted / bytes_total) if bytes_total else None,
+        **_wasted_off_target(out, routed, bytes_total),
         "ttft_saved_ms": float(hits["saved_ms"].sum()),
         "ttft_saved_expected_ms": None if unknown_p else float((p_hit * saved).sum()),
         "decisions_without_p_hit": unknown_p,
@@ -238,4 +301,35 @@ def _summary(
             "pass": passed,
         },
         "clock_offset_ms": cfg.clock_offset_ms,
+    }
+
+
+def _on_target(out: pd.DataFrame, routed: bool) -> dict[str, Any]:
+    """Where the hits' requests went (None without routes): counts, shares of the hits, and
+    the hit rate of the target reading (hits routed to the copy's node over decisions)."""
+    keys = ("target", "source", "elsewhere")
+    if not routed:
+        return {"hits_routed_to_target": None, "hits_routed_to_source": None,
+                "hits_routed_elsewhere": None, "routed_to_target_fraction": None,
+                "routed_to_source_fraction": None, "hit_rate_on_target": None}  # fmt: skip
+    n, k = len(out), int(out["hit"].sum())
+    count = {key: int((out["routed_to"] == key).sum()) for key in keys}
+    return {
+        "hits_routed_to_target": count["target"],
+        "hits_routed_to_source": count["source"],
+        "hits_routed_elsewhere": count["elsewhere"],
+        "routed_to_target_fraction": _f(count["target"] / k) if k else None,
+        "routed_to_source_fraction": _f(count["source"] / k) if k else None,
+        "hit_rate_on_target": _f(count["target"] / n) if n else None,
+    }
+
+
+def _wasted_off_target(out: pd.DataFrame, routed: bool, bytes_total: int) -> dict[str, Any]:
+    """The bytes of the target reading's waste: every decision not hit on its target."""
+    if not routed:
+        return {"bytes_wasted_off_target": None, "wasted_fraction_off_target": None}
+    wasted = int(out.loc[out["routed_to"] != "target", "bytes"].sum())
+    return {
+        "bytes_wasted_off_target": wasted,
+        "wasted_fraction_off_target": _f(wasted / bytes_total) if bytes_total else None,
     }

@@ -52,7 +52,8 @@ def train_models(out: Path, track: bool, trace: str = TRACE) -> dict[str, str]:
             test = result.metrics["test"]
             console.print(
                 f"trained [bold]{kind}[/]: test PR-AUC {test['pr_auc']:.3f}, "
-                f"ECE {test['ece']:.3f} -> {result.model_path}"
+                f"ECE {test['ece']:.3f} (equal-mass bins, ece_quantile "
+                f"{test['ece_quantile']:.3f}) -> {result.model_path}"
                 + (f" (MLflow {result.registered}, champion {result.champion})" if track else "")
             )
             models[kind] = str(result.model_path)

@@ -41,7 +41,8 @@ def shadow_table(s: dict[str, Any], title: str) -> Table:
     covered = s["lead_covers_transfer_fraction"]
     rows = [
         ("decisions judged", f"{s['decisions']:,} ({kinds}; {s['evictions']} evictions set aside)"),
-        ("hits (hit rate)", f"{s['hits']:,} ({rate or '-'})"),
+        ("hits (hit rate), request on any node", f"{s['hits']:,} ({rate or '-'})"),
+        *_routed_rows(s),
         ("misses censored by the trace's end", _num(s["censored"])),
         ("mean / p50 lead time", f"{_num(s['mean_lead_time_ms'], ' ms')} / "
                                  f"{_num(s['p50_lead_time_ms'], ' ms')}"),
@@ -49,7 +50,8 @@ def shadow_table(s: dict[str, Any], title: str) -> Table:
                                        f"({s['transfer_ms_source']})"),
         ("transfer time hidden", _num(s["transfer_hidden_ms"], " ms")),
         ("bytes decided", _num(s["bytes_decided"])),
-        ("bytes wasted", f"{_num(s['bytes_wasted'])} ({_num(s['wasted_fraction'])})"),
+        ("bytes wasted, any node", f"{_num(s['bytes_wasted'])} ({_num(s['wasted_fraction'])})"),
+        ("bytes wasted unless routed to the target", _off_target(s)),
         ("TTFT saved by hits", _num(s["ttft_saved_ms"], " ms")),
         ("TTFT saved, decider's expectation", _expected(s)),
         ("hits whose lead >= transfer", "-" if covered is None else f"{covered:.1%}"),
@@ -57,6 +59,33 @@ def shadow_table(s: dict[str, Any], title: str) -> Table:
     for name, value in rows:
         t.add_row(name, value)
     return t
+
+
+NO_ROUTES = "- (needs --routes)"
+
+
+def _routed_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """Where the hits' requests went, and the hit rate when only a request routed to the
+    copy's target counts (what an active copy needs)."""
+    if s["hits_routed_to_target"] is None:
+        return [("hits routed to target / source / elsewhere", NO_ROUTES),
+                ("hit rate, request routed to the target", NO_ROUTES)]  # fmt: skip
+    keys = ("hits_routed_to_target", "hits_routed_to_source", "hits_routed_elsewhere")
+    counts = " / ".join(f"{s[key]:,}" for key in keys)
+    to_target, to_source = s["routed_to_target_fraction"], s["routed_to_source_fraction"]
+    shares = "" if to_target is None else f" ({to_target:.1%} / {to_source:.1%} of hits)"
+    on_target = s["hit_rate_on_target"]
+    return [
+        ("hits routed to target / source / elsewhere", counts + shares),
+        ("hit rate, request routed to the target", "-" if on_target is None else
+         f"{s['hits_routed_to_target']:,} ({on_target:.1%})"),
+    ]  # fmt: skip
+
+
+def _off_target(s: dict[str, Any]) -> str:
+    if s["bytes_wasted_off_target"] is None:
+        return NO_ROUTES
+    return f"{_num(s['bytes_wasted_off_target'])} ({_num(s['wasted_fraction_off_target'])})"
 
 
 def _expected(s: dict[str, Any]) -> str:
@@ -114,6 +143,15 @@ def shadow_eval_cmd(
     ] = 0.9,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the summary here.")] = None,
+    routes: Annotated[
+        Path | None,
+        typer.Option(
+            "--routes",
+            help="Where each request was routed (Parquet: request_id, node; simulate's "
+            "requests.parquet of the shadow run): adds the hits whose request went to the "
+            "copy's target or source node, and the waste when only the target counts.",
+        ),
+    ] = None,
     outcomes: Annotated[
         Path | None,
         typer.Option("--outcomes", help="Also write each decision's outcome here (Parquet)."),
@@ -131,11 +169,19 @@ def shadow_eval_cmd(
     """Replay a decision log against the trace: hit rate, lead time, waste, the go-live rule.
 
     Also the transfer time the decisions would have hidden and the TTFT they would have saved;
-    the go-live rule: the lead time covers the transfer time."""
+    the go-live rule: the lead time covers the transfer time. A hit counts a request on any
+    node; with --routes, also the hits whose request went to the copy's target node (what an
+    active copy needs) or its source, and the bytes wasted when only the target counts."""
     from kvcast.features.traces.dequantize import spread_quantized
     from kvcast.features.traces.load_scaling import scale_load
     from kvcast.predictor.decider_config import load_decider_config
-    from kvcast.predictor.shadow_eval import ShadowConfig, evaluate_shadow, read_decisions
+    from kvcast.predictor.shadow_eval import (
+        RoutesError,
+        ShadowConfig,
+        evaluate_shadow,
+        read_decisions,
+        read_routes,
+    )
 
     if not time_scale > 0:
         raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
@@ -148,6 +194,7 @@ def shadow_eval_cmd(
     log = read_decisions(  # a part cut short by a killed sidecar is skipped, and said so
         decisions, warn=lambda msg: console.print(f"[yellow]warning:[/] {escape(msg)}")
     )
+    routed = None if routes is None else read_routes(routes)
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if quantum != 0.0:
         tr = spread_quantized(tr, quantum, seed=seed)
@@ -156,11 +203,13 @@ def shadow_eval_cmd(
                        costs.promote_transfer_weight)  # fmt: skip
     with progress_bar(None, "shadow-eval") as update:
         try:
-            res = evaluate_shadow(log, tr, cfg, progress=update)
+            res = evaluate_shadow(log, tr, cfg, progress=update, routes=routed)
+        except RoutesError as err:  # the routes do not cover the hits' requests
+            raise ValueError(f"{routes}: {err}") from None
         except ValueError as err:
             raise ValueError(f"{decisions}: {err}") from None
     summary = {"decisions_file": str(decisions), "trace": tr.name, "time_scale": time_scale,
-               **res.summary}  # fmt: skip
+               "routes_file": None if routes is None else str(routes), **res.summary}  # fmt: skip
     written = []
     if out is not None:
         written.append(write_json(out, summary))

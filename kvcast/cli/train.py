@@ -10,15 +10,17 @@ from rich.console import Console
 from rich.table import Table
 
 from kvcast.cli.common import console, progress_bar, user_errors, write_json
-from kvcast.predictor.metrics import METRIC_NAMES
+from kvcast.training.config import REPLAY_KEYS, TrainConfig
+from kvcast.training.evaluate import METRICS
 from kvcast.training.registry import MODEL_KINDS
 
 out_console = Console(emoji=False)
 
 
 def metrics_table(title: str, columns: dict[str, dict[str, Any]]) -> Table:
+    """One row per metric a run records (:data:`METRICS`: ``ece_quantile`` after ``ece``)."""
     table = Table("metric", *columns, title=title, title_justify="left")
-    for name in METRIC_NAMES:
+    for name in METRICS:
         cells = []
         for m in columns.values():
             v = m.get(name)
@@ -43,11 +45,15 @@ def train_config(
     out: Path | None,
     track: bool,
     kind: str | None = None,
-) -> Any:
+) -> TrainConfig:
     """The run's :class:`TrainConfig`: ``config``'s file, or with ``kind`` instead the
-    embedded defaults for that model kind (exactly one of the two), then the overrides."""
+    embedded defaults for that model kind (exactly one of the two), then the overrides.
+
+    The command line wins over the file: ``trace`` clears the file's ``data.features`` (a
+    replay), ``features`` its replay settings (``REPLAY_KEYS``: no replay, the table was made
+    with its own). A file that sets both is refused
+    (:class:`kvcast.training.config.DataConfig`)."""
     from kvcast.config import parse_config, read_yaml
-    from kvcast.training.config import TrainConfig
 
     if trace is not None and features is not None:  # features skip the replay of a trace
         raise ValueError("give --trace or --features, not both (--features: no replay)")
@@ -69,9 +75,10 @@ def train_config(
         if not isinstance(data.get(key) or {}, dict):
             raise ValueError(f"{config}: key {key!r} must be a mapping")
     section = dict(data.get("data") or {})
-    if trace is not None:
+    if trace is not None:  # a replay: the file's features table goes
         section |= {"trace": trace, "features": None}
-    if features is not None:
+    if features is not None:  # no replay: the file's replay settings go (back to defaults)
+        section = {k: v for k, v in section.items() if k not in REPLAY_KEYS}
         section["features"] = str(features)
     data = {**data, "data": section}
     if out is not None:
@@ -94,10 +101,20 @@ def train_cmd(
         ),
     ] = None,
     trace: Annotated[
-        str | None, typer.Option("--trace", help="Override data.trace (path or bundled:NAME).")
+        str | None,
+        typer.Option(
+            "--trace",
+            help="Override data.trace (path or bundled:NAME); clears the config's "
+            "data.features (the trace is replayed).",
+        ),
     ] = None,
     features: Annotated[
-        Path | None, typer.Option("--features", help="Use this features.parquet (no replay).")
+        Path | None,
+        typer.Option(
+            "--features",
+            help="Train on this features.parquet (no replay); resets the config's replay "
+            f"settings ({', '.join(f'data.{k}' for k in REPLAY_KEYS)}) to their defaults.",
+        ),
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Override out_dir.")] = None,
     track: Annotated[bool, typer.Option("--track/--no-track", help="MLflow tracking.")] = True,

@@ -93,6 +93,28 @@ def test_a_zero_speculative_quota_is_a_point_of_the_sweep(tmp_path: Path) -> Non
     assert rows[0]["bytes_replicated"] == 0
 
 
+def test_quickstart_reports_each_models_equal_mass_ece_beside_its_ece(tmp_path: Path) -> None:
+    """Training records ``ece_quantile`` beside ``ece``; quickstart's line per model showed
+    ``ece`` only."""
+    out = tmp_path / "qs"
+    r = runner.invoke(
+        app,
+        [
+            "quickstart", "--trace", str(head(tmp_path, 600)), "--no-track", "--jobs", "1",
+            "--policies", "dynamo_kv", "--time-scale", "1", "--no-capacity", "--out", str(out),
+        ],
+        terminal_width=400,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    for kind in ("rule", "lgbm"):
+        test = json.loads((out / "train" / kind / "metrics.json").read_text())["test"]
+        assert (
+            f"trained {kind}: test PR-AUC {test['pr_auc']:.3f}, ECE {test['ece']:.3f} "
+            f"(equal-mass bins, ece_quantile {test['ece_quantile']:.3f})"
+        ) in text
+
+
 def test_quickstart_trains_and_compares_the_model_policies(tmp_path: Path) -> None:
     out = tmp_path / "qs"
     r = runner.invoke(

@@ -81,31 +81,47 @@ def shadow_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert isinstance(policy, ReplicatingPolicy)
     names = tuple(f"node{i}" for i in range(cfg.nodes))
     log = DecisionLog(tmp_path_factory.mktemp("shadow") / "decisions.parquet", names, 256, 3600)
-    simulate(trace, cfg, policy, time_scale=LOAD, replicator=ShadowReplicator(policy, log))
+    res = simulate(trace, cfg, policy, time_scale=LOAD, replicator=ShadowReplicator(policy, log))
     log.close()
+    res.requests.to_parquet(routes_of(log.path), index=False)  # where each request went
     return log.path
 
 
-def brute_force(log: pd.DataFrame) -> dict[str, Any]:
-    """The definitions, naively: every judged decision against every request."""
+def routes_of(log: Path) -> Path:
+    """The shadow run's requests.parquet (request_id, node, ...), beside its log."""
+    return log.with_name("requests.parquet")
+
+
+def brute_force(log: pd.DataFrame, routes: dict[str, int] | None = None) -> dict[str, Any]:
+    """The definitions, naively: every judged decision against every request; with
+    ``routes`` (request id -> node), where each hit's first request went."""
     tr = spread_quantized(load_trace(bundled_trace_path("conversation")), seed=0)
     reqs = tr.time_scaled(LOAD).requests
     arrivals = reqs["arrival_ms"].to_numpy()
     chains = [set(int(b) for b in c) for c in reqs["block_hashes"]]
-    tenants = reqs["tenant"].tolist()
-    hits, leads, wasted = 0, [], 0
+    tenants, ids = reqs["tenant"].tolist(), reqs["request_id"].astype(str).tolist()
+    hits, leads, wasted, off_target = 0, [], 0, 0
+    routed = {"target": 0, "source": 0, "elsewhere": 0}
     for d in log[log["kind"].isin(["replicate", "promote"])].itertuples():
         first = int(d.block_hashes[len(d.block_hashes) - d.blocks_moved])
         uses = [
-            a for a, c, t in zip(arrivals, chains, tenants, strict=True)
+            (a, i) for i, (a, c, t) in enumerate(zip(arrivals, chains, tenants, strict=True))
             if d.ts_ms < a <= d.ts_ms + d.ttl_ms and first in c and t == d.tenant
         ]  # fmt: skip
+        where = ""
         if uses:
             hits += 1
-            leads.append(min(uses) - d.ts_ms)
+            a, i = min(uses)
+            leads.append(a - d.ts_ms)
+            if routes is not None:
+                node = routes[ids[i]]
+                where = {d.target: "target", d.source: "source"}.get(node, "elsewhere")
+                routed[where] += 1
         else:
             wasted += d.bytes
-    return {"hits": hits, "lead": float(np.mean(leads)) if leads else None, "wasted": wasted}
+        off_target += d.bytes if where != "target" else 0
+    return {"hits": hits, "lead": float(np.mean(leads)) if leads else None, "wasted": wasted,
+            "routed": routed, "off_target": off_target}  # fmt: skip
 
 
 def run(*args: str) -> Any:
@@ -131,6 +147,79 @@ def test_real_shadow_log_agrees_with_a_brute_force_replay(shadow_log: Path, tmp_
         assert s["mean_lead_time_ms"] == pytest.approx(want["lead"])
     assert s["hit_rate"] == pytest.approx(want["hits"] / judged)
     assert s["evictions"] == int((log["kind"] == "evict").sum())
+
+
+def test_routes_split_the_real_logs_hits_by_node_as_a_brute_force_replay(
+    shadow_log: Path,
+) -> None:
+    """With the shadow run's requests.parquet as --routes, each hit's first request is
+    found on the copy's target, its source or elsewhere, and the target reading's waste
+    counts every decision not hit on its target; the any-node figures do not change."""
+    args = ["--decisions", str(shadow_log), "--trace", "bundled:conversation",
+            "--time-scale", str(LOAD), "--json"]  # fmt: skip
+    r = run(*args, "--routes", str(routes_of(shadow_log)))
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    req = pd.read_parquet(routes_of(shadow_log))
+    want = brute_force(
+        pq.read_table(shadow_log).to_pandas(),
+        dict(zip(req["request_id"], req["node"].astype(int), strict=True)),
+    )
+    got = {k: s[f"hits_routed_{k}"] for k in ("to_target", "to_source", "elsewhere")}
+    assert got == {f"to_{k}" if k != "elsewhere" else k: v for k, v in want["routed"].items()}
+    assert sum(got.values()) == s["hits"] == want["hits"] > 0
+    assert s["hit_rate_on_target"] == pytest.approx(got["to_target"] / s["decisions"])
+    assert s["bytes_wasted_off_target"] == want["off_target"]
+    assert s["bytes_wasted"] == want["wasted"] <= want["off_target"]
+    assert s["routes_file"] == str(routes_of(shadow_log))
+    plain = json.loads(run(*args).stdout)
+    assert plain["routes_file"] is None and plain["hits_routed_to_target"] is None
+    assert {k: v for k, v in plain.items() if v is not None} == {
+        k: v for k, v in s.items() if k in plain and plain[k] is not None
+    }
+
+
+def test_table_shows_the_target_reading_with_routes_and_says_it_needs_them_without(
+    shadow_log: Path,
+) -> None:
+    args = ["--decisions", str(shadow_log), "--trace", "bundled:conversation",
+            "--time-scale", str(LOAD)]  # fmt: skip
+    plain = run(*args)
+    assert plain.exit_code == 0, plain.output
+    lines = {ln.split("│")[1].strip(): ln.split("│")[2].strip()
+             for ln in plain.stdout.splitlines() if ln.count("│") == 3}  # fmt: skip
+    assert lines["hits routed to target / source / elsewhere"] == "- (needs --routes)"
+    assert lines["bytes wasted unless routed to the target"] == "- (needs --routes)"
+    r = run(*args, "--routes", str(routes_of(shadow_log)))
+    assert r.exit_code == 0, r.output
+    s = json.loads(run(*args, "--routes", str(routes_of(shadow_log)), "--json").stdout)
+    lines = {ln.split("│")[1].strip(): ln.split("│")[2].strip()
+             for ln in r.stdout.splitlines() if ln.count("│") == 3}  # fmt: skip
+    counts = f"{s['hits_routed_to_target']:,} / {s['hits_routed_to_source']:,} / "
+    assert lines["hits routed to target / source / elsewhere"].startswith(
+        counts + f"{s['hits_routed_elsewhere']:,}"
+    )
+    assert lines["hit rate, request routed to the target"] == (
+        f"{s['hits_routed_to_target']:,} ({s['hit_rate_on_target']:.1%})"
+    )
+    assert lines["bytes wasted unless routed to the target"].startswith(
+        f"{s['bytes_wasted_off_target']:,}"
+    )
+    assert lines["hits (hit rate), request on any node"].startswith(f"{s['hits']:,} (")
+    assert r.stdout.strip().splitlines()[-1] == plain.stdout.strip().splitlines()[-1]  # go-live
+
+
+def test_bad_routes_fail_with_one_line_naming_the_routes_file(
+    shadow_log: Path, tmp_path: Path
+) -> None:
+    args = ["--decisions", str(shadow_log), "--trace", "bundled:conversation",
+            "--time-scale", str(LOAD)]  # fmt: skip
+    missing = tmp_path / "nope.parquet"
+    assert f"{missing}: no such routes file" in one_line_error(run(*args, "--routes", str(missing)))
+    few = tmp_path / "few.parquet"
+    pd.read_parquet(routes_of(shadow_log)).head(3).to_parquet(few, index=False)
+    msg = one_line_error(run(*args, "--routes", str(few)))
+    assert msg.startswith(f"error: {few}: ") and "hits' requests have no route" in msg
 
 
 def test_table_output_ends_with_the_go_live_verdict(shadow_log: Path) -> None:
@@ -216,6 +305,7 @@ def test_help_lists_the_options() -> None:
         "--out",
         "--check",
         "--load-scaling",
+        "--routes",
     ):
         assert opt in r.output
 

@@ -1,5 +1,6 @@
 """Shadow evaluation on a hand-built decision log and trace whose hits, lead times, hidden
-transfer and waste are known by construction."""
+transfer and waste are known by construction; with hand-built routes, where each hit's
+request went (the copy's target node, its source, or elsewhere)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -16,9 +18,11 @@ from kvcast.features.traces import Trace
 from kvcast.features.traces.table import make_table
 from kvcast.predictor.shadow_eval import (
     DecisionLogError,
+    RoutesError,
     ShadowConfig,
     evaluate_shadow,
     read_decisions,
+    read_routes,
 )
 from kvcast.serving.sidecar.decision_log import SCHEMA
 
@@ -42,11 +46,13 @@ def trace() -> Trace:
 def decision(
     ts: float, chain: list[int], moved: int, *, kind: str = "replicate", tenant: str = "a",
     ttl: float = 10_000.0, transfer: float = 100.0, saved: float = 0.0, p: float = 0.5,
+    source: int = 0, target: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
     nan = math.nan
     return {
         "ts_ms": ts, "decision_id": f"d{next(_IDS)}", "tick": 0, "mode": "shadow", "kind": kind,
-        "source": 0, "target": 1, "source_name": "n0", "target_name": "n1", "tenant": tenant,
+        "source": source, "target": target, "source_name": f"n{source}",
+        "target_name": f"n{target}", "tenant": tenant,
         "block_hashes": chain, "blocks_moved": moved, "bytes": moved * BLOCK,
         "p_blocks": [p] * len(chain), "p_hit": p if kind != "evict" else nan,
         "saved_ms": saved, "transfer_ms": transfer, "congestion_ms": 0.0, "memory_ms": 0.0,
@@ -71,8 +77,11 @@ LOG = {
     "G": decision(5000.0, [1, 2, 4], 1, saved=1000.0),
     # 95000 + 30000 runs past the last arrival: a censored miss
     "H": decision(95000.0, [5], 1, ttl=30_000.0, saved=1000.0),
-    # a promotion of block 4 at 4000: hit, lead 1000, transfer 40 / 0.2 = 200, covered
-    "I": decision(4000.0, [1, 2, 4], 1, kind="promote", transfer=40.0, saved=20.0),
+    # a promotion of block 4 at 4000 on node 2 (its own lower tier: source = target): hit,
+    # lead 1000, transfer 40 / 0.2 = 200, covered
+    "I": decision(
+        4000.0, [1, 2, 4], 1, kind="promote", transfer=40.0, saved=20.0, source=2, target=2
+    ),
     # evictions are set aside
     "F": decision(3000.0, [1, 2], 2, kind="evict"),
 }
@@ -315,3 +324,127 @@ def test_an_empty_or_evictions_only_log_reports_zero_decisions(tmp_path: Path) -
         summary = s.summary
         assert summary["decisions"] == 0 and summary["hit_rate"] is None
         assert summary["ttft_saved_expected_ms"] == 0.0 and summary["go_live"]["pass"] is False
+
+
+# where each request of trace() went (request ids are its rows): the request at 5000 (the
+# first use of A, B and I) to node 1, A's and B's target; the one at 20000 (D's) to node 0,
+# D's source; I promotes on node 2, so its request went elsewhere
+ROUTES = {"0": 3, "1": 1, "2": 0, "3": 2, "4": 5}
+
+
+def write_routes(path: Path, routes: dict[str, int] = ROUTES) -> Path:
+    pq.write_table(pa.table({"request_id": list(routes), "node": list(routes.values())}), path)
+    return path
+
+
+@pytest.fixture
+def routes(tmp_path: Path) -> pd.Series:
+    return read_routes(write_routes(tmp_path / "requests.parquet"))
+
+
+def test_routes_split_the_hits_by_the_node_their_request_went_to(
+    log_path: Path, routes: pd.Series
+) -> None:
+    res = evaluate_shadow(read_decisions(log_path), trace(), routes=routes)
+    where = {n: outcome(res, n)["routed_to"] for n in JUDGED}
+    assert where == {"A": "target", "B": "target", "C": "", "D": "source", "E": "", "G": "",
+                     "H": "", "I": "elsewhere"}  # fmt: skip
+    assert [outcome(res, n)["first_use_node"] for n in ("A", "D", "I")] == [1, 0, 1]
+    assert pd.isna(outcome(res, "C")["first_use_node"])  # a miss went nowhere
+    s = res.summary
+    assert (s["hits_routed_to_target"], s["hits_routed_to_source"],
+            s["hits_routed_elsewhere"]) == (2, 1, 1)  # fmt: skip
+    assert s["routed_to_target_fraction"] == pytest.approx(2 / 4)
+    assert s["routed_to_source_fraction"] == pytest.approx(1 / 4)
+    assert s["hit_rate_on_target"] == pytest.approx(2 / 8)
+    assert s["hits"] == 4 and s["hit_rate"] == pytest.approx(0.5)  # any node: as before
+
+
+def test_wasted_bytes_off_target_are_the_bytes_of_every_decision_not_hit_on_its_target(
+    log_path: Path, routes: pd.Series
+) -> None:
+    s = evaluate_shadow(read_decisions(log_path), trace(), routes=routes).summary
+    assert s["bytes_wasted"] == BLOCK * (2 + 1 + 1 + 1)  # any node: C, E, G, H
+    assert s["bytes_wasted_off_target"] == BLOCK * (2 + 1 + 1 + 1 + 1 + 1)  # and D, I
+    assert s["wasted_fraction_off_target"] == pytest.approx(7 / 10)
+
+
+def test_only_the_first_request_of_a_hit_is_followed_as_the_simulators_copy_fates(
+    tmp_path: Path,
+) -> None:
+    """Block 1 is used at 1000 (routed to node 3) and again at 5000 (to node 1, the target):
+    the copy is judged by its first use, as a copy the router passed by once."""
+    log = read_decisions(write_log(tmp_path / "d.parquet", [decision(500.0, [1], 1)]))
+    res = evaluate_shadow(log, trace(), routes=read_routes(write_routes(tmp_path / "r.parquet")))
+    assert res.outcomes["routed_to"].tolist() == ["elsewhere"]
+    assert res.summary["hits_routed_to_target"] == 0
+
+
+def test_the_go_live_rule_and_the_any_node_figures_do_not_depend_on_the_routes(
+    log_path: Path, routes: pd.Series
+) -> None:
+    log = read_decisions(log_path)
+    cfg = ShadowConfig(min_covered=0.75)
+    with_routes = evaluate_shadow(log, trace(), cfg, routes=routes).summary
+    without = evaluate_shadow(log, trace(), cfg).summary
+    assert with_routes["go_live"] == without["go_live"] and without["go_live"]["pass"] is True
+    routed = [k for k, v in with_routes.items() if without[k] != v]
+    assert sorted(routed) == sorted(ROUTED_KEYS)
+
+
+ROUTED_KEYS = (
+    "hits_routed_to_target", "hits_routed_to_source", "hits_routed_elsewhere",
+    "routed_to_target_fraction", "routed_to_source_fraction", "hit_rate_on_target",
+    "bytes_wasted_off_target", "wasted_fraction_off_target",
+)  # fmt: skip
+
+
+def test_without_routes_the_target_reading_is_unknown_not_zero(log_path: Path) -> None:
+    res = evaluate_shadow(read_decisions(log_path), trace())
+    assert all(res.summary[key] is None for key in ROUTED_KEYS)
+    assert set(res.outcomes["routed_to"]) == {""} and res.outcomes["first_use_node"].isna().all()
+
+
+def test_routes_without_a_hits_request_are_refused_naming_it(
+    log_path: Path, tmp_path: Path
+) -> None:
+    other = read_routes(write_routes(tmp_path / "r.parquet", {"0": 1, "2": 0}))
+    with pytest.raises(RoutesError, match=r"3 of the 4 hits' requests have no route .*'1'"):
+        evaluate_shadow(read_decisions(log_path), trace(), routes=other)
+
+
+def test_routes_need_the_logs_source_and_target_of_each_copy(
+    tmp_path: Path, routes: pd.Series
+) -> None:
+    schema = SCHEMA.remove(SCHEMA.get_field_index("source"))
+    rows = [{k: v for k, v in LOG["A"].items() if k != "source"}]
+    log = read_decisions(write_log(tmp_path / "d.parquet", rows, schema))
+    assert evaluate_shadow(log, trace()).summary["hits"] == 1  # judged without routes
+    with pytest.raises(DecisionLogError, match="no source and target node of each copy"):
+        evaluate_shadow(log, trace(), routes=routes)
+    unknown = read_decisions(write_log(tmp_path / "n.parquet", [{**LOG["A"], "target": None}]))
+    assert evaluate_shadow(unknown, trace()).outcomes["target"].tolist() == [-1]
+    with pytest.raises(DecisionLogError, match="no source and target node of each copy"):
+        evaluate_shadow(unknown, trace(), routes=routes)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (None, "no such routes file"),
+        ({"request_id": ["0"], "where": [1]}, "missing column 'node'"),
+        ({"request_id": ["0"], "node": [1.0]}, "column 'node' is double, expected integer"),
+        ({"request_id": ["0", "1", "0"], "node": [1, 2, 3]},
+         "row 2: request '0' repeats an earlier row's id"),
+        ({"request_id": ["0", "1"], "node": [1, None]}, "row 1: request '1' has no request_id"),
+    ],
+)  # fmt: skip
+def test_a_bad_routes_file_is_refused_naming_it(
+    tmp_path: Path, table: dict[str, list[Any]] | None, message: str
+) -> None:
+    path = tmp_path / "routes.parquet"
+    if table is not None:
+        pq.write_table(pa.table(table), path)
+    with pytest.raises(RoutesError) as err:
+        read_routes(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value)

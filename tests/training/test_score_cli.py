@@ -1,11 +1,13 @@
-"""``kvcast score`` writes metrics.json with every metric name, model beside recency."""
+"""``kvcast score`` writes metrics.json with every metric name, model beside recency; the
+tables ``kvcast train`` and ``kvcast score`` print show every metric recorded."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tiny_training import tiny_config
+import yaml
+from tiny_training import SPLIT, TINY_MODELS, tiny_config
 from typer.testing import CliRunner
 
 from kvcast.cli.app import app
@@ -47,3 +49,51 @@ def test_score_on_a_trace_with_nothing_to_score_is_one_line(
     one.write_text(tiny_trace.read_text().splitlines(keepends=True)[0])
     r = runner.invoke(app, ["score", "--trace", str(one), "--model", str(result.model_path)])
     assert r.exit_code == 2 and "no block to score" in r.output, r.output
+
+
+def table_rows(output: str) -> dict[str, list[str]]:
+    """A printed metrics table: metric name -> its cells, in column order."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│┃").split("│")]
+        if len(cells) > 1 and cells[0] in METRICS:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_train_and_score_tables_show_ece_quantile_after_ece(
+    tiny_tables: dict[str, Path], tiny_trace: Path, tmp_path: Path
+) -> None:
+    """Runs record ``ece_quantile`` (equal-mass bins) beside ``ece``: the tables printed
+    listed the predictor's metrics only, so it never showed."""
+    out = tmp_path / "m"
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"features": str(tiny_tables["sampled"])},
+                "split": SPLIT,
+                "model": TINY_MODELS["rule"],
+                "out_dir": str(out),
+            }
+        )
+    )
+    r = runner.invoke(app, ["train", "--config", str(cfg), "--no-track"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "metrics.json").read_text())
+    rows = table_rows(r.output)
+    assert list(rows) == list(METRICS)  # ece_quantile right after ece
+    for name in ("ece", "ece_quantile"):
+        assert rows[name] == [f"{m['test'][name]:.4g}", f"{m['test_recency'][name]:.4g}"]
+    score = tmp_path / "score"
+    r = runner.invoke(
+        app,
+        ["score", "--trace", str(tiny_trace), "--model", str(out), "--out", str(score)],
+        terminal_width=200,
+    )
+    assert r.exit_code == 0, r.output
+    s = json.loads((score / "metrics.json").read_text())
+    rows = table_rows(r.output)
+    assert list(rows) == list(METRICS)
+    for name in ("ece", "ece_quantile"):
+        assert rows[name] == [f"{s['model'][name]:.4g}", f"{s['recency'][name]:.4g}"]

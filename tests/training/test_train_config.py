@@ -8,7 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from kvcast.cli.app import app
 from kvcast.cli.train import train_config
 from kvcast.config import ConfigError, load_config, parse_config
 from kvcast.training.config import PARITY_TOLERANCE, REPLAY_KEYS, DataConfig, TrainConfig
@@ -70,6 +72,37 @@ def test_trace_and_features_options_together_are_refused(tmp_path: Path) -> None
         train_config(None, "bundled:synthetic", tmp_path / "f", None, False, "rule")
     cfg = train_config(None, "bundled:synthetic", None, None, False, "rule")
     assert cfg.data.trace == "bundled:synthetic" and cfg.data.features is None
+
+
+def test_features_on_the_command_line_resets_the_configs_replay_settings(
+    tmp_path: Path,
+) -> None:
+    """``--features`` wins over the file's replay settings as ``--trace`` wins over its
+    ``features``: a config made for a replay (its own trace, policy, sampling ...) trains on
+    the table given instead of being refused for settings the table makes moot."""
+    path = tmp_path / "train.yaml"
+    path.write_text(
+        "model:\n  kind: rule\ndata:\n  trace: other.jsonl\n  format: mooncake\n"
+        "  skip_bad: true\n  simulator_config: sim.yaml\n  features_config: f.yaml\n"
+        "  policy: llmd_precise\n  time_scale: 2\n  negative_keep: 0.5\n"
+        "  features: old.parquet\n  label: label_burst_k2\n"
+    )
+    table = tmp_path / "features.parquet"
+    cfg = train_config(path, None, table, None, False)
+    assert cfg.data.features == table and cfg.data.label == "label_burst_k2"  # label kept
+    for key in REPLAY_KEYS:
+        assert getattr(cfg.data, key) == DataConfig.model_fields[key].default, key
+    with pytest.raises(ConfigError, match=re.escape("data.trace='other.jsonl'")):  # the file alone
+        train_config(path, None, None, None, False)
+
+
+def test_train_help_says_which_file_settings_each_data_option_resets() -> None:
+    r = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", r.output).split())
+    assert "clears the config's data.features" in text
+    keys = ", ".join(f"data.{key}" for key in REPLAY_KEYS)
+    assert f"resets the config's replay settings ({keys}) to their defaults" in text
 
 
 @pytest.mark.parametrize(
