@@ -63,6 +63,7 @@ from kvcast.predictor.decision_log_reader import (  # noqa: F401  (read_*: the A
     read_decisions,
     read_routes,
 )
+from kvcast.predictor.shadow_routes import on_target, route_of_hits, wasted_off_target
 
 
 @dataclass(frozen=True)
@@ -194,34 +195,9 @@ def evaluate_shadow(
     })  # fmt: skip
     for end in ("source", "target"):  # -1: not logged
         out[end] = df[end].fillna(-1).to_numpy(np.int64) if end in df.columns else -1
-    out["first_use_node"], out["routed_to"] = _routed(out, trace, row, routes)
+    out["first_use_node"], out["routed_to"] = route_of_hits(out, trace, row, routes)
     summary = _summary(out, decisions, cfg, eta_source, routes is not None)
     return ShadowResult(out, summary)
-
-
-def _routed(
-    out: pd.DataFrame, trace: Trace, row: np.ndarray, routes: pd.Series | None
-) -> tuple[pd.arrays.IntegerArray, np.ndarray]:
-    """Per decision, the node its hit's request was routed to (NA: no hit, or no routes) and
-    ``target``, ``source`` or ``elsewhere`` (``""``: the same). Every hit's request must
-    have a route: one without is refused (the routes are of another run)."""
-    n, hit = len(out), out["hit"].to_numpy(bool)
-    first, where = pd.array([None] * n, dtype="Int64"), np.full(n, "", dtype=object)
-    if routes is None or not hit.any():
-        return first, where
-    ids = trace.requests["request_id"].astype(str).to_numpy()[row[hit]]
-    node = routes.reindex(ids)
-    if node.isna().any():
-        missing = ids[node.isna().to_numpy()]
-        raise RoutesError(
-            f"{len(missing)} of the {int(hit.sum())} hits' requests have no route (e.g. request "
-            f"{missing[0]!r}): give the routes of the run that made the log, on the same trace"
-        )
-    node = node.to_numpy(np.int64)
-    target, source = out["target"].to_numpy()[hit], out["source"].to_numpy()[hit]
-    where[hit] = np.where(node == target, "target", np.where(node == source, "source", "elsewhere"))
-    first[hit] = node
-    return first, where
 
 
 def _first_blocks(df: pd.DataFrame) -> list[int]:
@@ -286,11 +262,11 @@ def _summary(
         "transfer_ms_source": eta_source,
         "mean_transfer_ms_of_hits": _f(hits["transfer_ms"].mean()) if k else None,
         "transfer_hidden_ms": float(hits["hidden_ms"].sum()),
-        **_on_target(out, routed),
+        **on_target(out, routed),
         "bytes_decided": bytes_total,
         "bytes_wasted": wasted,
         "wasted_fraction": _f(wasted / bytes_total) if bytes_total else None,
-        **_wasted_off_target(out, routed, bytes_total),
+        **wasted_off_target(out, routed, bytes_total),
         "ttft_saved_ms": float(hits["saved_ms"].sum()),
         "ttft_saved_expected_ms": None if unknown_p else float((p_hit * saved).sum()),
         "decisions_without_p_hit": unknown_p,
@@ -301,35 +277,4 @@ def _summary(
             "pass": passed,
         },
         "clock_offset_ms": cfg.clock_offset_ms,
-    }
-
-
-def _on_target(out: pd.DataFrame, routed: bool) -> dict[str, Any]:
-    """Where the hits' requests went (None without routes): counts, shares of the hits, and
-    the hit rate of the target reading (hits routed to the copy's node over decisions)."""
-    keys = ("target", "source", "elsewhere")
-    if not routed:
-        return {"hits_routed_to_target": None, "hits_routed_to_source": None,
-                "hits_routed_elsewhere": None, "routed_to_target_fraction": None,
-                "routed_to_source_fraction": None, "hit_rate_on_target": None}  # fmt: skip
-    n, k = len(out), int(out["hit"].sum())
-    count = {key: int((out["routed_to"] == key).sum()) for key in keys}
-    return {
-        "hits_routed_to_target": count["target"],
-        "hits_routed_to_source": count["source"],
-        "hits_routed_elsewhere": count["elsewhere"],
-        "routed_to_target_fraction": _f(count["target"] / k) if k else None,
-        "routed_to_source_fraction": _f(count["source"] / k) if k else None,
-        "hit_rate_on_target": _f(count["target"] / n) if n else None,
-    }
-
-
-def _wasted_off_target(out: pd.DataFrame, routed: bool, bytes_total: int) -> dict[str, Any]:
-    """The bytes of the target reading's waste: every decision not hit on its target."""
-    if not routed:
-        return {"bytes_wasted_off_target": None, "wasted_fraction_off_target": None}
-    wasted = int(out.loc[out["routed_to"] != "target", "bytes"].sum())
-    return {
-        "bytes_wasted_off_target": wasted,
-        "wasted_fraction_off_target": _f(wasted / bytes_total) if bytes_total else None,
     }
