@@ -26,6 +26,12 @@ def py(text: str) -> Cell:
     return ("py", text.strip("\n"))
 
 
+def params(text: str) -> Cell:
+    """The notebook's parameters: a code cell tagged ``parameters`` (papermill's ``-p NAME
+    VALUE`` overrides them; by hand, edit the cell)."""
+    return ("params", text.strip("\n"))
+
+
 TRACE_EXPLORATION: list[Cell] = [
     md("""
 # Trace exploration: arrival bursts, reuse gaps, prefix trees
@@ -35,18 +41,32 @@ The bundled samples are 10-minute excerpts of the Mooncake FAST'25 traces (`conv
 512-token prompt block. A block is *bursty* when several requests that contain it arrive
 close together: that is what kvcast predicts (`burst(b, t) = 1` if at least `k` requests
 containing `b` arrive in `(t, t + H]`, H = 30 s by default).
+
+To explore your own traces, set `TRACES` in the parameters cell below (or run the notebook with
+papermill: `papermill 01_trace_exploration.ipynb out.ipynb -p TRACES '["my.jsonl"]'`).
+"""),
+    params("""
+# the traces to explore: bundled:NAME or a trace file (Mooncake JSONL, Azure CSV, Parquet)
+TRACES = ["bundled:conversation", "bundled:synthetic"]
+TREE_TRACE = TRACES[0]  # the one whose prefix tree is drawn
+H_MS = 30_000.0  # the label window
 """),
     py("""
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kvcast.data import BUNDLED_TRACES, bundled_trace_path
+from kvcast.data import trace_file
 from kvcast.features.traces import load_trace
 from kvcast.features.traces.dequantize import detect_quantum_ms, spread_quantized
 
-H_MS = 30_000.0  # the label window
-traces = {name: load_trace(bundled_trace_path(name), name=name) for name in BUNDLED_TRACES}
+
+def named(spec):  # the trace's file and its name (a bundled sample's, else the file's stem)
+    path, name = trace_file(spec)
+    return path, name or path.stem
+
+
+traces = {name: load_trace(path, name=name) for path, name in map(named, TRACES)}
 overview = pd.DataFrame(
     {
         name: {
@@ -256,7 +276,7 @@ pd.DataFrame(
     py("""
 import networkx as nx
 
-tree = trees["conversation"]
+tree = trees[named(TREE_TRACE)[1]]
 children = tree.groupby("parent").groups
 # the node below the roots where the most reused branches fork (the roots fork too much)
 forks = tree[tree["requests"] >= 2].groupby("parent").size()
@@ -308,7 +328,12 @@ every artefact in a temporary directory. All scores are the *served* ones: the t
 is scored through each exported ONNX file by `OnnxScorer`, calibration included.
 
 To evaluate registered models instead, point `MLFLOW_TRACKING_URI` at your store and load
-`models:/kvcast-lgbm@champion` with `kvcast.predictor.model_uri.download_model`.
+`models:/kvcast-lgbm@champion` with `kvcast.predictor.model_uri.download_model`. Another trace:
+set `TRACE` in the parameters cell below (or `papermill -p TRACE my.jsonl`).
+"""),
+    params("""
+TRACE = "bundled:conversation"  # bundled:NAME or a trace file: trained and tested on it
+KINDS = ("recency", "rule", "lgbm")
 """),
     py("""
 import warnings
@@ -335,14 +360,13 @@ from kvcast.training.report import pr_steps
 
 %matplotlib inline
 
-KINDS = ("recency", "rule", "lgbm")
 work_dir = tempfile.TemporaryDirectory(prefix="kvcast-nb-")  # the last cell removes it
 work = Path(work_dir.name)
 cfgs = {
     kind: parse_config(
         TrainConfig,
         {
-            "data": {"trace": "bundled:conversation"},
+            "data": {"trace": TRACE},
             "model": {"kind": kind},
             "tracking": {"enabled": False},
             "out_dir": str(work / kind),
@@ -456,6 +480,19 @@ Replays the bundled conversation sample through the default 8-node Llama-3-70B c
 routers, the `oracle` (knows future arrivals; same budgets) and `predictive_recency` (the
 decider fed by an online recency scorer), at three loads. This is
 `kvcast evaluate --trace bundled:conversation --policies ... --time-scale 0.5,1,2` in Python.
+Another trace, other policies or loads: the parameters cell below (or `papermill -p TRACE ...`).
+"""),
+    params("""
+TRACE = "bundled:conversation"  # bundled:NAME or a trace file
+POLICIES = [
+    "round_robin",
+    "dynamo_kv",
+    "llmd_precise",
+    "mooncake_conductor",
+    "oracle",
+    "predictive_recency",
+]
+LOADS = [0.5, 1.0, 2.0]  # time-scales: 2 = twice the arrival rate
 """),
     py("""
 import tempfile
@@ -466,7 +503,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Image, display
 
-from kvcast.data import bundled_trace_path
+from kvcast.data import trace_file
 from kvcast.features.traces import load_trace
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.evaluation import evaluate
@@ -474,16 +511,8 @@ from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf
 
 %matplotlib inline
 
-POLICIES = [
-    "round_robin",
-    "dynamo_kv",
-    "llmd_precise",
-    "mooncake_conductor",
-    "oracle",
-    "predictive_recency",
-]
-LOADS = [0.5, 1.0, 2.0]
-trace = load_trace(bundled_trace_path("conversation"), name="conversation")
+path, name = trace_file(TRACE)
+trace = load_trace(path, name=name or path.stem)
 cfg = SimConfig()
 t0 = time.perf_counter()
 ev = evaluate(trace, cfg, POLICIES, LOADS)
@@ -573,6 +602,8 @@ def build(cells: list[Cell]) -> NotebookNode:
     for i, (kind, src) in enumerate(cells):
         new = nbformat.v4.new_markdown_cell if kind == "md" else nbformat.v4.new_code_cell
         cell = new(src)
+        if kind == "params":
+            cell.metadata["tags"] = ["parameters"]
         cell["id"] = f"cell-{i:02d}"  # stable ids: regenerating changes nothing
         nb.cells.append(cell)
     return nb

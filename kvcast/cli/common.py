@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcast.config import ConfigError
-from kvcast.data import BUNDLED_TRACES, bundled_trace_path
+from kvcast.data import trace_file
 
 if TYPE_CHECKING:
     from kvcast.features.traces import Trace
@@ -139,10 +139,8 @@ def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace
     from kvcast.features.traces import load_trace  # pandas: only when a command needs it
 
     if spec.startswith("bundled:"):
-        name = spec.removeprefix("bundled:")
-        if name not in BUNDLED_TRACES:
-            raise ValueError(f"unknown bundled trace {name!r}; valid: {', '.join(BUNDLED_TRACES)}")
-        return load_trace(bundled_trace_path(name), fmt, skip_bad=skip_bad, name=name)
+        path, name = trace_file(spec)  # ValueError for an unknown name, listing the valid ones
+        return load_trace(path, fmt, skip_bad=skip_bad, name=name)
     trace = load_trace(spec, fmt, skip_bad=skip_bad)
     if trace.report.skipped_bad or trace.report.reordered:  # what the loader changed
         console.print(f"[yellow]warning:[/] {escape(f'{spec}: {trace.report.summary()}')}")

@@ -35,13 +35,10 @@ if TYPE_CHECKING:
 
 
 def _trace_hash(spec: str) -> str:
+    from kvcast.data import trace_file
     from kvcast.features.dataset import file_hash
 
-    if spec.startswith("bundled:"):
-        from kvcast.data import bundled_trace_path
-
-        return file_hash(bundled_trace_path(spec.removeprefix("bundled:")))
-    return file_hash(spec)
+    return file_hash(trace_file(spec)[0])
 
 
 def _dask_features(

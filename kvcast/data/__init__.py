@@ -29,3 +29,13 @@ def bundled_trace_path(name: str = "conversation") -> Path:
     if isinstance(resource, Path):
         return resource
     return Path(_EXTRACTED.enter_context(as_file(resource)))  # zipped install: a temp copy
+
+
+def trace_file(spec: str | Path) -> tuple[Path, str | None]:
+    """Where a trace named on a command line or in a notebook is: ``bundled:NAME`` is the
+    bundled sample ``NAME`` (and that name), anything else a path (and no name)."""
+    text = str(spec)
+    if text.startswith("bundled:"):
+        name = text.removeprefix("bundled:")
+        return bundled_trace_path(name), name
+    return Path(text), None
