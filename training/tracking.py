@@ -10,6 +10,8 @@ comparison is like for like even if the data changed); the run is tagged with th
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import time
@@ -160,14 +162,20 @@ class Tracker:
         mlflow.log_text(text, name)
 
     def register(self, proto: onnx.ModelProto) -> str:
-        """Log the ONNX model and register it; returns the new version number."""
-        info = mlflow.onnx.log_model(
-            proto,
-            name="model",
-            registered_model_name=self.name,
-            pip_requirements=["onnxruntime"],
-            save_as_external_data=False,
-        )
+        """Log the ONNX model and register it; returns the new version number. MLflow's own
+        lines about it ("Registered model ... already exists. Creating a new version ...",
+        printed to stderr, not logged) go to this module's debug log: the run's summary says
+        which version it made."""
+        with contextlib.redirect_stderr(io.StringIO()) as chatter:
+            info = mlflow.onnx.log_model(
+                proto,
+                name="model",
+                registered_model_name=self.name,
+                pip_requirements=["onnxruntime"],
+                save_as_external_data=False,
+            )
+        if chatter.getvalue().strip():
+            log.debug("mlflow: %s", chatter.getvalue().strip())
         return str(info.registered_model_version)
 
     def champion_version(self) -> str | None:

@@ -89,3 +89,24 @@ def test_a_full_disk_under_the_store_gives_one_line_and_keeps_the_champion(
     line = " ".join(result.output.split())  # rich may wrap the one line on narrow terminals
     assert line.startswith("error: MLflow store") and uri in line and "Traceback" not in line
     assert champion_and_versions(uri) == ("1", ["1"])
+
+
+def test_registering_versions_prints_none_of_mlflows_own_lines(
+    tiny_tables: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The run's summary names the version it registered; MLflow's own "Successfully
+    registered model" / "already exists. Creating a new version" / "Created version" lines
+    (printed to stderr, not logged) are not shown beside it."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-quiet"}
+    runs = [
+        run_training(tiny_config("recency", tiny_tables, tmp_path / x, tracking=tracking))
+        for x in ("a", "b")
+    ]
+    assert [r.registered for r in runs] == ["kvcast-quiet/1", "kvcast-quiet/2"]
+    err = capfd.readouterr().err
+    assert "registered model" not in err.lower() and "created version" not in err.lower()
