@@ -62,7 +62,11 @@ class Decider:
 
     def observe_arrival(self, node: int, blocks: Sequence[int], now_ms: float) -> None:
         """A request was routed to ``node``: settles whether the copies it reads were used
-        where they were made (see :mod:`kvcast.predictor.outcome_feedback`)."""
+        where they were made (see :mod:`kvcast.predictor.outcome_feedback`), and hands the
+        replicas of its blocks that landed on ``node`` over to it (claimed: the node holds
+        them until the request reads them; the ledger orders no eviction of them, and counts
+        them as their chains' copies until their TTL, see :meth:`BudgetLedger.claim`)."""
+        self.ledger.claim(node, blocks, now_ms)
         self.feedback.observe(node, blocks, now_ms)
 
     def forget(self, node: int, blocks: Sequence[int]) -> None:

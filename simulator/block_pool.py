@@ -34,6 +34,7 @@ class BlockPool:
         "bit",
         "cached",
         "capacity",
+        "claimed",
         "dram",
         "dram_capacity",
         "evictions",
@@ -48,6 +49,7 @@ class BlockPool:
         "sourcing",
         "spec",
         "spec_active_evictions",
+        "spec_claimed_evicted",
         "spec_evicted",
         "spec_hits",
         "spec_lead_ms",
@@ -79,6 +81,10 @@ class BlockPool:
         # speculative (a copy is not a use) and are not evicted until the reads end
         self.sourcing: dict[int, int] = {}
         self._drop_after_source: set[int] = set()  # evicted by command while being read
+        # replicas claimed by routed requests not yet started -> how many claim each (an entry
+        # outlives the replica's leaving until its claimers release it; it holds only a
+        # replica, i.e. while the block is in ``spec``)
+        self.claimed: dict[int, int] = {}
         self.dram: OrderedDict[int, None] = OrderedDict()
         self.nvme: OrderedDict[int, None] = OrderedDict()
         self.dram_capacity = dram_capacity
@@ -92,6 +98,7 @@ class BlockPool:
         self.spec_wasted = 0
         self.spec_lead_ms = 0.0
         self.spec_active_evictions = 0  # invariant check: must stay 0
+        self.spec_claimed_evicted = 0  # claimed replicas evicted for room (the last resort)
         # replicas evicted to make room before their TTL (the replicator drains it each tick,
         # as the live sidecar reads its agents' removals)
         self.spec_evicted: list[int] = []
@@ -204,10 +211,11 @@ class BlockPool:
             return True
         if deficit > self.evictable:
             return False
-        sourcing = self.sourcing
+        sourcing, claimed = self.sourcing, self.claimed
         if spec:
             released = [b for b, (_, _, hold) in spec.items()
-                        if hold <= now and b not in sourcing][:deficit]  # fmt: skip
+                        if hold <= now and b not in sourcing and b not in claimed]  # fmt: skip
+            del released[deficit:]
             for b in released:
                 del spec[b]
                 self.spec_wasted += 1
@@ -219,8 +227,11 @@ class BlockPool:
         for _ in range(deficit):
             if cached:
                 block, _ = cached.popitem(last=False)
-            else:
-                block = next(b for b in spec if b not in sourcing)
+            else:  # held replicas, then claimed ones (the last resort)
+                block = next((b for b in spec if b not in sourcing and b not in claimed), None)
+                if block is None:
+                    block = next(b for b in spec if b not in sourcing)
+                    self.spec_claimed_evicted += 1
                 del spec[block]
                 self.spec_wasted += 1
                 self.spec_evicted.append(block)
@@ -329,6 +340,30 @@ class BlockPool:
                 later.discard(b)
                 self.drop_speculative([b])
 
+    def claim(self, blocks: Sequence[int]) -> list[int]:
+        """A request routed here counts these resident blocks as its cached prefix: the
+        replicas among them are held for it until :meth:`unclaim`; returns those replicas
+        (what the request must release)."""
+        spec, claimed = self.spec, self.claimed
+        if not spec:
+            return []
+        mine = [b for b in blocks if b in spec]
+        for b in mine:
+            claimed[b] = claimed.get(b, 0) + 1
+        return mine
+
+    def unclaim(self, blocks: Sequence[int]) -> None:
+        """The request that :meth:`claim` ed ``blocks`` started: its claims end. A replica it
+        read is active by now; one it did not read (a gap before it), no longer claimed by
+        anyone, is a plain replica again and expires by its TTL (at once if that passed)."""
+        claimed = self.claimed
+        for b in blocks:
+            r = claimed[b] - 1
+            if r:
+                claimed[b] = r
+            else:
+                del claimed[b]
+
     def take_lower(self, blocks: Sequence[int]) -> None:
         """Remove blocks from the node's lower tiers (they are being promoted into HBM); the
         shared pool keeps its copy."""
@@ -384,8 +419,10 @@ class BlockPool:
 
     def expire(self, now: float) -> int:
         """Reclaim speculative replicas whose TTL has passed."""
-        sourcing = self.sourcing  # a replica being read expires once the read ends
-        expired = [b for b, (_, exp, _) in self.spec.items() if exp <= now and b not in sourcing]
+        # a replica being read expires once the read ends, a claimed one once its claims end
+        sourcing, claimed = self.sourcing, self.claimed
+        expired = [b for b, (_, exp, _) in self.spec.items()
+                   if exp <= now and b not in sourcing and b not in claimed]  # fmt: skip
         for b in expired:
             del self.spec[b]
             self.spec_wasted += 1
@@ -393,8 +430,12 @@ class BlockPool:
         return len(expired)
 
     def drop_speculative(self, blocks: Sequence[int]) -> int:
+        """Drop replicas on command; a claimed one is kept (its request is being served: it
+        expires by its TTL once released), one being read is dropped once the read ends."""
         n = 0
         for b in blocks:
+            if b in self.claimed:
+                continue
             if b in self.sourcing and b in self.spec:  # dropped once the transfer has read it
                 self._drop_after_source.add(b)
             elif b in self.spec:

@@ -4,7 +4,9 @@ commands they return are carried out by :mod:`kvcast.simulator.replication_hooks
 
 Walk of one request: ``_arrive`` matches its block chain against every node's HBM through the
 shared ``holders`` index, asks the routing policy for a node (and maybe a pull of KV from
-another node), and either enqueues it at once or when the pull lands (``_pull_done``). The
+another node), claims the speculative replicas of the cached prefix it was routed for (held
+until its prefill starts and reads them), and either enqueues it at once or when the pull
+lands (``_pull_done``). The
 node's scheduler (:mod:`kvcast.simulator.node`) runs prefill iterations; when its prefill ends
 the first token is out (TTFT) and decode begins; when decode ends its blocks are released to
 the node's LRU. Every step can be watched through the event stream of
@@ -209,6 +211,13 @@ class Simulator(ReplicationHooks):
         node = nodes[d.node]
         node.outstanding += 1
         node.queue_len += 1
+        local = match[d.node]
+        hit = min(local, max(nb - 1, 0))
+        req = LiveRequest(r, blocks, inp, max(inp - hit * bt, 1), out_tokens, out_blocks)
+        # the replicas the router counted as its cached prefix are held for it until its
+        # prefill reads them (a pull below adds to that prefix on landing; it claims nothing)
+        if hit and node.pool.spec:
+            req.claimed = node.pool.claim(blocks[:hit])
         if self._on_arrival is not None:
             self._on_arrival(d.node, blocks, now)
         if self.observers:
@@ -224,9 +233,6 @@ class Simulator(ReplicationHooks):
                     tuple(blocks),
                 )
             )
-        local = match[d.node]
-        hit = min(local, max(nb - 1, 0))
-        req = LiveRequest(r, blocks, inp, max(inp - hit * bt, 1), out_tokens, out_blocks)
         if d.pull_from is not None and d.pull_from != d.node and d.pull_blocks > local:
             src = nodes[d.pull_from].pool
             moved = []

@@ -7,9 +7,11 @@ and the blocks it must compute are allocated then (head-of-line blocking when me
 short); computed blocks are published when its prefill ends. An iteration costs
 ``a + sum_i (b*k_i + c*((p_i+k_i)^2 - p_i^2))`` for a piece of k_i tokens starting at offset
 p_i of request i's uncached tokens, so a request prefilled in one piece costs exactly
-``a + b*n + c*n^2``. Decode is modelled as the node's decode pool: a finished prefill decodes
-``output_tokens`` at ``step_ms + per_seq_ms x running`` per token and holds its blocks (and
-the output's KV) pinned until done.
+``a + b*n + c*n^2``. A request routed to the node claims the speculative replicas of its
+cached prefix (:meth:`BlockPool.claim`, done by the engine at arrival) and releases them here
+once it started, having pinned those it reads. Decode is modelled as the node's decode pool:
+a finished prefill decodes ``output_tokens`` at ``step_ms + per_seq_ms x running`` per token
+and holds its blocks (and the output's KV) pinned until done.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class LiveRequest:
 
     __slots__ = (
         "blocks",
+        "claimed",
         "est_ms",
         "est_tokens",
         "hit",
@@ -63,6 +66,7 @@ class LiveRequest:
         self.new_blocks = 0
         self.started = False
         self.start_ms = 0.0
+        self.claimed: list[int] = []  # replicas on its node it claimed when routed there
 
 
 class Node:
@@ -159,7 +163,10 @@ class Node:
         need = nb - m
         if not pool.make_room(need, now):
             pool.release(hit)
-            return None
+            return None  # its claims stay: it starts (and reads them) later
+        if req.claimed:  # read (pinned above) or passed over: the replicas are not its now
+            pool.unclaim(req.claimed)
+            req.claimed = []
         d, v, sh = pool.lower_prefix(blocks, m)
         room = max(nb - 1 - m, 0)  # the last block is always recomputed
         d = min(d, room)

@@ -16,6 +16,7 @@ in :mod:`.control`, Prometheus metrics in :mod:`.agent_metrics`. Those need Fast
 from kvcast.serving.agent.agent import Agent
 from kvcast.serving.agent.block_store import BlockStore
 from kvcast.serving.agent.blocks import (
+    BlockHeld,
     BlockInfo,
     BlockKey,
     BlockNotFound,
@@ -42,6 +43,7 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "BlockBuffer",
+    "BlockHeld",
     "BlockInfo",
     "BlockKey",
     "BlockNotFound",

@@ -17,6 +17,8 @@ COMMAND_PATHS = {
     "/v1/evict": "evict",
     "/v1/pin": "pin",
     "/v1/unpin": "unpin",
+    "/v1/hold": "hold",
+    "/v1/release": "release",
     "/v1/engine-stats": "engine_stats",
     "/v1/blocks": "put_block",
 }
@@ -71,6 +73,10 @@ def agent_families(control: AgentControl) -> list[Family]:
     removals = Family("counter", P + "store_removals_total", "Blocks removed", ("reason",))
     for reason in ("evicted_cached", "evicted_speculative", "expired", "removed"):
         removals.add(getattr(store.stats, reason), reason)
+    holds = Family("counter", P + "store_holds_total",
+                   "Replicas held for a routed request, and held ones evicted for room all the "
+                   "same", ("event",))  # fmt: skip
+    holds.add(store.stats.holds, "held").add(store.stats.held_evicted, "evicted")
     rejections = Family(
         "counter", P + "store_rejections_total", "Blocks refused by the store", ("reason",)
     )
@@ -80,6 +86,7 @@ def agent_families(control: AgentControl) -> list[Family]:
     engines = control.engines()
     return [
         info,
+        holds,
         *command_families(control),
         _counter("replicate_duplicates_total", "Repeated command ids (nothing moved)",
                  agent.client.commands.duplicates),

@@ -1,9 +1,10 @@
 """The agent's HTTP control API (FastAPI) for the router sidecar.
 
-Routes that move, store, delete or pin data, or list what is held or was (replicate, PUT
-blocks, evict, pin, unpin, inventory, removals, engine-stats), require the shared token when
-one is configured; health, readiness, telemetry and metrics stay open. No route returns block
-contents. Handlers are ``async``: they run on the event loop that owns the block store.
+Routes that move, store, delete, pin or hold data, or list what is held or was (replicate,
+PUT blocks, evict, pin, unpin, hold, release, inventory, removals, engine-stats), require the
+shared token when one is configured; health, readiness, telemetry and metrics stay open. No
+route returns block contents. Handlers are ``async``: they run on the event loop that owns the
+block store.
 Middleware, outer first: command counting by status, the token guard (401 before the body is
 read), body size.
 """
@@ -24,9 +25,13 @@ from kvcast.serving.agent.api_models import (
     EngineStats,
     EvictResult,
     Health,
+    HoldRequest,
+    HoldResult,
     Inventory,
     PinResult,
     Readiness,
+    ReleaseRequest,
+    ReleaseResult,
     Removals,
     ReplicateRequest,
     ReplicateResult,
@@ -72,6 +77,18 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
     async def unpin(body: BlockRefs) -> PinResult:
         """Release one pin per block; at zero pins a block becomes cached."""
         return await control.pin(body, pin=False)
+
+    @router.post("/hold", responses=error_responses(*BODY_REFUSALS))
+    async def hold(body: HoldRequest) -> HoldResult:
+        """Hold speculative replicas of one tenant for a request routed to this node: no
+        expiry, no evict command, evicted for room only after every cached block, until
+        released or ``hold_s`` passes (then their TTL applies again)."""
+        return control.hold(body)
+
+    @router.post("/release", responses=error_responses(*BODY_REFUSALS))
+    async def release(body: ReleaseRequest) -> ReleaseResult:
+        """End a routed request's holds (its engine stored the blocks)."""
+        return control.release(body)
 
     @router.get("/inventory")
     async def inventory(tenant: Annotated[Tenant | None, Query()] = None) -> Inventory:

@@ -53,6 +53,25 @@ class BlockRefs(Request):
     block_hashes: Hashes
 
 
+class HoldRequest(Request):
+    """Hold speculative replicas of one tenant for a request routed to this node
+    (``claim_id``, e.g. its request id), until released or for ``hold_s`` seconds at most.
+    Holding again under the same id renews the hold; it is never counted twice."""
+
+    claim_id: CommandId
+    tenant: Tenant
+    block_hashes: Hashes
+    hold_s: float = Field(gt=0, le=3600, description="the longest the hold may last")
+
+
+class ReleaseRequest(Request):
+    """End the holds of ``claim_id`` on these blocks of one tenant (a repeat is a no-op)."""
+
+    claim_id: CommandId
+    tenant: Tenant
+    block_hashes: Hashes
+
+
 class EngineStats(Request):
     """What an engine on this node reports about its load."""
 
@@ -70,6 +89,7 @@ class BlockEntry(BaseModel):
     checksum: int = Field(description="xxh3-64 of the block's bytes")
     pins: int
     ttl_remaining_s: float | None = None
+    holds: int = Field(0, description="routed requests holding this replica")
 
 
 class ReplicateResult(BaseModel):
@@ -95,6 +115,21 @@ class EvictResult(BaseModel):
     evicted: list[JsonBlockHash]
     absent: list[JsonBlockHash]
     pinned: list[JsonBlockHash] = Field(description="active blocks, refused")
+    held: list[JsonBlockHash] = Field(
+        default_factory=list, description="replicas held for a routed request, refused"
+    )
+
+
+class HoldResult(BaseModel):
+    held: list[JsonBlockHash] = Field(description="speculative replicas now held")
+    not_speculative: list[JsonBlockHash] = Field(
+        description="absent, cached or active blocks: nothing to hold"
+    )
+
+
+class ReleaseResult(BaseModel):
+    released: list[JsonBlockHash]
+    not_held: list[JsonBlockHash] = Field(description="no hold of this claim on them")
 
 
 class PinResult(BaseModel):

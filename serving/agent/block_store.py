@@ -4,6 +4,13 @@ Kept whatever the caller does: a block is visible only once its bytes matched th
 an active (pinned) block is never evicted and no stored block is overwritten; speculative
 replicas go first, expire after their TTL, stay within the quota and only displace each other;
 total bytes never exceed the capacity.
+
+A request routed to this node may *hold* the replicas it will read (:meth:`BlockStore.hold`,
+the sidecar's claim, by the request's id): a held replica does not expire, is not evicted on
+command, and is evicted for room only after every cached block, until each request holding
+it releases it (:meth:`BlockStore.release`: its engine stored the block) or its hold runs
+out (a maximum, so that a lost release never holds memory for ever); then its TTL applies
+again (at once if it passed). Pinning it (the engine reads it) makes it active as before.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from collections.abc import Callable
 
 from kvcast.serving.agent.block_table import BlockTable, Entry
 from kvcast.serving.agent.blocks import (
+    BlockHeld,
     BlockInfo,
     BlockKey,
     BlockNotFound,
@@ -101,13 +109,17 @@ class BlockStore:
             return self._restate(key, entry, state, expires_at)
         try:
             victims = plan_evictions(
-                self._table, buffer.nbytes, state, self.capacity_bytes, self.speculative_quota_bytes
-            )
+                self._table, buffer.nbytes, state, self.capacity_bytes,
+                self.speculative_quota_bytes, self._clock(),
+            )  # fmt: skip
         except StoreFull as err:  # QuotaExceeded is a StoreFull
             self.stats.note_rejection(err)
             raise
         for victim in victims:
-            self._remove(victim, "evicted_" + self._table.entries[victim].state.value)
+            gone = self._table.entries[victim]
+            if gone.holds and gone.held(self._clock()):
+                self.stats.held_evicted += 1
+            self._remove(victim, "evicted_" + gone.state.value)
         try:
             buffer.commit()  # device memory: staged bytes to the device
         except RuntimeError as err:  # e.g. the device is out of memory
@@ -184,13 +196,39 @@ class BlockStore:
         return self._info(key, entry)
 
     def evict(self, tenant: str, block_hash: BlockHash) -> bool:
-        """Remove a block on request: False if absent, :class:`BlockPinned` if active."""
+        """Remove a block on request: False if absent, :class:`BlockPinned` if active,
+        :class:`BlockHeld` if a replica held for a routed request."""
         key = BlockKey(tenant, block_hash)
         if (entry := self._live(key)) is None:
             return False
         if entry.state is ACTIVE:
             raise BlockPinned(f"block {block_hash!r} of tenant {tenant!r} is active")
+        if entry.held(self._clock()):
+            raise BlockHeld(f"block {block_hash!r} of tenant {tenant!r} is held for a request")
         self._remove(key, "removed")
+        return True
+
+    def hold(self, tenant: str, block_hash: BlockHash, claim: str, hold_s: float) -> bool:
+        """Hold a speculative replica for the routed request ``claim`` until :meth:`release`
+        or for ``hold_s`` seconds at most (holding it again renews that); whether it is one
+        (an absent, cached or active block needs no hold)."""
+        entry = self._live(BlockKey(tenant, block_hash))
+        if entry is None or entry.state is not SPECULATIVE:
+            return False
+        now = self._clock()
+        holds = entry.holds = {c: t for c, t in (entry.holds or {}).items() if t > now}
+        if claim not in holds:
+            self.stats.holds += 1
+        holds[claim] = now + hold_s
+        return True
+
+    def release(self, tenant: str, block_hash: BlockHash, claim: str) -> bool:
+        """End ``claim``'s hold on a replica; whether it held one. Held by no request any
+        more, the replica expires by its TTL (at the next sweep if that passed)."""
+        entry = self._table.entries.get(BlockKey(tenant, block_hash))
+        if entry is None or not entry.holds or entry.holds.pop(claim, None) is None:
+            return False
+        self._table.note_end(entry.ends_at())
         return True
 
     def sweep(self) -> int:
@@ -214,7 +252,7 @@ class BlockStore:
     def _live(self, key: BlockKey) -> Entry | None:
         """The entry for ``key`` unless absent or expired (an expired one is reclaimed now)."""
         entry = self._table.entries.get(key)
-        if entry is not None and entry.expires_at is not None and entry.expires_at <= self._clock():
+        if entry is not None and entry.expires_at is not None and entry.ends_at() <= self._clock():
             self._remove(key, "expired")
             return None
         return entry
@@ -225,6 +263,7 @@ class BlockStore:
             raise BlockNotFound(f"no block {block_hash!r} for tenant {tenant!r}")
         return key, entry
 
-    @staticmethod
-    def _info(key: BlockKey, e: Entry) -> BlockInfo:
-        return BlockInfo(*key, e.state, e.buffer.nbytes, e.checksum, e.pins, e.expires_at)
+    def _info(self, key: BlockKey, e: Entry) -> BlockInfo:
+        now = self._clock()
+        holds = sum(t > now for t in e.holds.values()) if e.holds else 0
+        return BlockInfo(*key, e.state, e.buffer.nbytes, e.checksum, e.pins, e.expires_at, holds)

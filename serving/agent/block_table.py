@@ -24,6 +24,18 @@ class Entry:
     state: BlockState
     pins: int = 0
     expires_at: float | None = None
+    # a speculative replica's holds: claim id of a request routed here -> until when (clock)
+    holds: dict[str, float] | None = None
+
+    def held(self, now: float) -> bool:
+        """Whether a routed request holds this replica at ``now``."""
+        return self.holds is not None and any(until > now for until in self.holds.values())
+
+    def ends_at(self) -> float:
+        """When the replica leaves by itself: its TTL, or its last hold's end if later
+        (inf: not a replica)."""
+        end = math.inf if self.expires_at is None else self.expires_at
+        return max(end, *self.holds.values()) if self.holds else end
 
 
 class BlockTable:
@@ -57,13 +69,18 @@ class BlockTable:
         self.entries[key].expires_at = expires_at
         self._next_expiry = min(self._next_expiry, expires_at)
 
+    def note_end(self, at: float) -> None:
+        """A replica may now leave as early as ``at`` (a hold on it ended)."""
+        self._next_expiry = min(self._next_expiry, at)
+
     def expired(self, now: float) -> list[BlockKey]:
-        """Speculative blocks whose expiry is <= ``now`` (O(1) while none is)."""
+        """Speculative blocks whose expiry (or last hold, if later) is <= ``now`` (O(1) while
+        none is)."""
         if now < self._next_expiry:
             return []
         out, self._next_expiry = [], math.inf
         for key, entry in self.lru(BlockState.SPECULATIVE):
-            at = math.inf if entry.expires_at is None else entry.expires_at
+            at = entry.ends_at()
             if at <= now:
                 out.append(key)
             else:
@@ -81,8 +98,8 @@ class BlockTable:
             del self.entries[key]
             return
         entry.state = state
-        if state is not BlockState.SPECULATIVE:
-            entry.expires_at = None
+        if state is not BlockState.SPECULATIVE:  # no longer a replica: no TTL, nothing held
+            entry.expires_at = entry.holds = None
         self._link(key, entry)
 
     def touch(self, key: BlockKey) -> None:

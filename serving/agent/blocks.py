@@ -20,7 +20,9 @@ class BlockKey(NamedTuple):
 class BlockState(StrEnum):
     """``active``: in use by a request, pinned, never evicted or overwritten.
     ``cached``: evictable (LRU). ``speculative``: a replica placed ahead of demand; evicted
-    first, expires after its TTL, and counted against the speculative quota."""
+    first, expires after its TTL, and counted against the speculative quota; while *held* for
+    a request routed to the node it neither expires nor is evicted on command, and is evicted
+    for room only after every cached block."""
 
     ACTIVE = "active"
     CACHED = "cached"
@@ -38,6 +40,7 @@ class BlockInfo:
     checksum: int
     pins: int
     expires_at: float | None
+    holds: int = 0  # routed requests holding this replica now
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,8 @@ class StoreStats:
     expired: int = 0
     removed: int = 0
     speculative_used: int = 0
+    holds: int = 0  # replicas held for a routed request (one per request and block)
+    held_evicted: int = 0  # held replicas evicted for room all the same (the last resort)
     rejected_checksum: int = 0
     rejected_capacity: int = 0
     rejected_quota: int = 0
@@ -99,6 +104,11 @@ class QuotaExceeded(StoreFull):
 
 class BlockPinned(StoreError):
     """The block is active (pinned): it cannot be evicted."""
+
+
+class BlockHeld(StoreError):
+    """The replica is held for a request routed to this node: it cannot be evicted on
+    command (it expires by its TTL once released)."""
 
 
 class BlockNotFound(StoreError, KeyError):

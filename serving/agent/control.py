@@ -19,8 +19,12 @@ from kvcast.serving.agent.api_models import (
     EngineReport,
     EngineStats,
     EvictResult,
+    HoldRequest,
+    HoldResult,
     Inventory,
     PinResult,
+    ReleaseRequest,
+    ReleaseResult,
     Removals,
     RemovedBlock,
     ReplicateRequest,
@@ -29,6 +33,7 @@ from kvcast.serving.agent.api_models import (
     Telemetry,
 )
 from kvcast.serving.agent.blocks import (
+    BlockHeld,
     BlockInfo,
     BlockNotFound,
     BlockPinned,
@@ -112,9 +117,27 @@ class AgentControl:
                     (out.evicted if self.agent.store.evict(req.tenant, h) else out.absent).append(h)
                 except BlockPinned:
                     out.pinned.append(h)
+                except BlockHeld:
+                    out.held.append(h)
             return out
 
         return await self._once("evict", req, run)
+
+    def hold(self, req: HoldRequest) -> HoldResult:
+        """Hold the tenant's speculative replicas for a routed request (idempotent by claim
+        id: holding again renews the hold)."""
+        out, store = HoldResult(held=[], not_speculative=[]), self.agent.store
+        for h in _unique(req.block_hashes):
+            ok = store.hold(req.tenant, h, req.claim_id, req.hold_s)
+            (out.held if ok else out.not_speculative).append(h)
+        return out
+
+    def release(self, req: ReleaseRequest) -> ReleaseResult:
+        """End a routed request's holds on the tenant's blocks."""
+        out, store = ReleaseResult(released=[], not_held=[]), self.agent.store
+        for h in _unique(req.block_hashes):
+            (out.released if store.release(req.tenant, h, req.claim_id) else out.not_held).append(h)
+        return out
 
     async def pin(self, req: BlockRefs, pin: bool = True) -> PinResult:
         """Pin (mark active) or unpin the tenant's blocks, one pin per block per command."""
@@ -189,7 +212,7 @@ class AgentControl:
         ttl = None if info.expires_at is None else max(0.0, info.expires_at - self._clock())
         return BlockEntry(
             tenant=info.tenant, block_hash=info.block_hash, state=info.state, nbytes=info.nbytes,
-            checksum=info.checksum, pins=info.pins, ttl_remaining_s=ttl,
+            checksum=info.checksum, pins=info.pins, ttl_remaining_s=ttl, holds=info.holds,
         )  # fmt: skip
 
     def _claim(self, kind: str, command_id: str, fingerprint: str) -> None:

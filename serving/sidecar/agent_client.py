@@ -15,6 +15,10 @@ from pydantic import BaseModel
 from kvcast.serving.agent.api_models import (
     BlockRefs,
     EvictResult,
+    HoldRequest,
+    HoldResult,
+    ReleaseRequest,
+    ReleaseResult,
     Removals,
     ReplicateRequest,
     ReplicateResult,
@@ -71,3 +75,12 @@ class AgentClient:
     async def evict(self, base: str, req: BlockRefs) -> EvictResult | AgentCallError:
         url, body = f"{base}/v1/evict", req.model_dump_json()
         return await self._call("POST", url, EvictResult, self.timeout_s, content=body)
+
+    async def hold(self, base: str, req: HoldRequest) -> HoldResult | AgentCallError:
+        """Ask the agent at ``base`` to hold replicas for a routed request."""
+        url, body = f"{base}/v1/hold", req.model_dump_json()
+        return await self._call("POST", url, HoldResult, self.timeout_s, content=body)
+
+    async def release(self, base: str, req: ReleaseRequest) -> ReleaseResult | AgentCallError:
+        url, body = f"{base}/v1/release", req.model_dump_json()
+        return await self._call("POST", url, ReleaseResult, self.timeout_s, content=body)

@@ -88,6 +88,7 @@ def _writes(sc: Sidecar) -> APIRouter:
         for node, depth, ts_ms in queues:
             sc.loads.note_router_queue(node, depth, ts_ms)
         fresh = [e for e in events if sc.seen_requests.first_time(e.request_id)]
+        sc.claim_routed(fresh)  # active mode: their nodes hold the replicas they count
         return accepted(len(fresh), sc.queue.put(fresh, "http"), len(events) - len(fresh))
 
     @router.post("/kv-events", status_code=202, responses=refusals)

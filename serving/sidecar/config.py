@@ -67,6 +67,9 @@ class AgentClientConfig(FiniteConfig):
     min_deadline_s: float = Field(1.0, gt=0)  # least, even when the first use is nearer
     max_in_flight: int = Field(64, ge=1)  # commands sent and not yet answered
     retry_elsewhere: bool = True  # a failed replication is retried once from another holder
+    # active mode: the replicas a routed request counts are held on its node's agent until
+    # its engine stores those blocks (a BlockStored), or for this long at most
+    claim_hold_s: float = Field(30.0, gt=0, le=3600)
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentClientConfig:

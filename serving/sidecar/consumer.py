@@ -32,7 +32,7 @@ from kvcast.features.online.state import FeatureState
 from kvcast.serving.sidecar.event_queue import EventQueue
 from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains
-from kvcast.serving.sidecar.replicas import ReplicaTracker
+from kvcast.serving.sidecar.replicas import Release, ReplicaTracker
 
 log = logging.getLogger("kvcast.serving.sidecar")
 R = TypeVar("R")
@@ -56,6 +56,9 @@ class StateKeeper:
         self.restamped = 0  # events re-stamped to keep the stream in order
         self.gpu_removals = np.zeros(state.cfg.nodes)  # blocks leaving each node's HBM
         self.routed: deque[Routed] = deque(maxlen=ROUTED_KEPT)  # since the last snapshot
+        # told (node, claims) when an engine stored blocks that routed requests claimed: the
+        # executor's release (set by the sidecar; None: claims are left to their max hold)
+        self.on_release: Callable[[int, list[Release]], None] | None = None
         self._tol = state.cfg.reorder_tolerance_ms
         self._floor = float("-inf")  # the earliest time the feature state still accepts
         self._newest = float("-inf")
@@ -153,7 +156,10 @@ class StateKeeper:
 
     def _on_stored(self, ev: BlockStored) -> None:
         if self.replicas and ev.medium == "GPU" and not ev.speculative:
-            self.replicas.on_stored(ev.node, ev.block_hashes)  # the engine adopted a replica
+            # the engine adopted a replica: the requests that claimed it have read it
+            released = self.replicas.on_stored(ev.node, ev.block_hashes)
+            if released and self.on_release is not None:
+                self.on_release(ev.node, released)
 
     def _on_removed(self, ev: BlockRemoved) -> None:
         if ev.medium == "GPU" and 0 <= ev.node < len(self.gpu_removals):

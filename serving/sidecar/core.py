@@ -13,12 +13,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import httpx
 from pydantic import ValidationError
 
-from kvcast.features.events import BlockRemoved
+from kvcast.features.events import BlockRemoved, RequestArrived
 from kvcast.features.online.state import FeatureState
 from kvcast.predictor.decider import Decider
 from kvcast.serving.sidecar.agent_client import AgentClient
@@ -105,6 +105,7 @@ class Sidecar:
             cfg.agents, agents, self.loads, self.queue, self.replicas, self.keeper,
             AgentClient(self.client, cfg.token_value, cfg.agents.timeout_s), clock_ms,
         )  # fmt: skip
+        self.keeper.on_release = self.executor.release
         self.poller = TelemetryPoller(
             agents, self.loads, self.queue, self.client,
             period_s=cfg.agents.telemetry_period_s, timeout_s=cfg.agents.timeout_s,
@@ -152,6 +153,23 @@ class Sidecar:
         if events:
             self.queue.put(events, REPLICA_SOURCE)
         return sum(map(len, by_node.values()))
+
+    def claim_routed(self, events: Iterable[RequestArrived]) -> int:
+        """Active mode: each routed request claims the replicas of its tenant among its
+        blocks on its node that the engine has not stored yet, and the node's agent is asked
+        to hold them for it until the engine stores those blocks (or ``claim_hold_s``), so
+        that they outlive their TTL while the request waits in the engine's queue. Returns
+        how many replicas were claimed."""
+        if self.mode != "active" or not self.replicas:
+            return 0
+        hold_s, n = self.cfg.agents.claim_hold_s, 0
+        for ev in events:
+            hashes = self.replicas.claim(ev.node, ev.tenant, ev.block_hashes, ev.request_id,
+                                         hold_s)  # fmt: skip
+            if hashes:
+                self.executor.hold(ev.node, ev.request_id, ev.tenant, hashes)
+                n += len(hashes)
+        return n
 
     def replicas_left_agent(self, node: int, refs: list[tuple[str, int]]) -> list[int]:
         """The agent of ``node`` removed these (tenant, hash) blocks on its own: the replicas

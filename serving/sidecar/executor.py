@@ -13,6 +13,11 @@
 - ``evict``: the node's agent evicts the named replicas, per tenant; what is gone (evicted or
   already absent) leaves the event stream's residency through a ``BlockRemoved``.
 - ``promote``: no agent executes one (the view offers no lower tiers): ``unsupported``.
+- claims (not decisions: the sidecar's answer to a routed request, :meth:`Executor.hold`):
+  the agent of the request's node holds the replicas the request counts until the engine
+  there stores those blocks (:meth:`Executor.release`) or ``claim_hold_s`` passes. They do
+  not wait for a command slot (a request is waiting on them); beyond the backlog they are
+  dropped, counted (the replicas then keep their plain TTL).
 
 At most ``max_in_flight`` commands run at once; beyond four times that waiting, new ones are
 dropped (``backlog``). Agent calls go through :mod:`.agent_client`.
@@ -21,25 +26,42 @@ dropped (``backlog``). Agent calls go through :mod:`.agent_client`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
 
 from kvcast.features.events import BlockRemoved, ReplicationDone
-from kvcast.serving.agent.api_models import BlockRefs, ReplicateRequest
+from kvcast.serving.agent.api_models import (
+    BlockRefs,
+    HoldRequest,
+    ReleaseRequest,
+    ReplicateRequest,
+)
+from kvcast.serving.agent.transfer import MAX_HASHES_PER_PULL
 from kvcast.serving.sidecar.agent_client import AgentCallError, AgentClient, ints
 from kvcast.serving.sidecar.config import AgentClientConfig
 from kvcast.serving.sidecar.consumer import StateKeeper
 from kvcast.serving.sidecar.decisions import Decision
 from kvcast.serving.sidecar.event_queue import EventQueue
 from kvcast.serving.sidecar.node_loads import NodeLoads
-from kvcast.serving.sidecar.replicas import ReplicaTracker
+from kvcast.serving.sidecar.replicas import Release, ReplicaTracker
 from kvcast.serving.sidecar.tick_input import chain_holders
 
 SOURCE = "executor"
 log = logging.getLogger("kvcast.serving.sidecar")
+_COMMAND_ID = re.compile(r"[\x21-\x7e]{1,128}")  # what an agent takes as a claim id
+
+
+def claim_id(request_id: str) -> str:
+    """The agents' id of a routed request's claim: its request id, or a digest of it when
+    the id is not printable ASCII of at most 128 characters."""
+    if _COMMAND_ID.fullmatch(request_id):
+        return request_id
+    return "request-" + hashlib.blake2b(request_id.encode(), digest_size=16).hexdigest()
 
 
 class Executor:
@@ -54,6 +76,7 @@ class Executor:
         self.issued = self.done = self.retried = self.moved_bytes = self.evictions = 0
         self.evicted_blocks = 0  # replicas the agents evicted on command
         self.failed: Counter[str] = Counter()  # failed attempts by reason
+        self.claims: Counter[str] = Counter()  # replicas held / released / failed, by outcome
         self.dropped: Counter[str] = Counter()  # decisions given up, by reason
         self._slots = asyncio.Semaphore(cfg.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -206,6 +229,57 @@ class Executor:
             if (mask >> node) & 1 and node not in exclude and node != d.target and usable:
                 return node
         return None
+
+    # -- claims ----------------------------------------------------------------------------
+    def hold(self, node: int, request_id: str, tenant: str, hashes: list[int]) -> None:
+        """Have ``node``'s agent hold these replicas for the routed request ``request_id``
+        (any thread)."""
+        claim, hold_s = claim_id(request_id), self.cfg.claim_hold_s
+        for i in range(0, len(hashes), MAX_HASHES_PER_PULL):
+            part = hashes[i : i + MAX_HASHES_PER_PULL]
+            req = HoldRequest(claim_id=claim, tenant=tenant, block_hashes=part, hold_s=hold_s)
+            self._claim_task(node, "hold", req)
+
+    def release(self, node: int, releases: list[Release]) -> None:
+        """Have ``node``'s agent end these claims (by request id): its engine stored the
+        blocks (any thread)."""
+        for request_id, tenant, hashes in releases:
+            claim = claim_id(request_id)
+            for i in range(0, len(hashes), MAX_HASHES_PER_PULL):
+                part = hashes[i : i + MAX_HASHES_PER_PULL]
+                req = ReleaseRequest(claim_id=claim, tenant=tenant, block_hashes=part)
+                self._claim_task(node, "release", req)
+
+    def _claim_task(self, node: int, kind: str, req: HoldRequest | ReleaseRequest) -> None:
+        assert self._loop is not None, "bind() the executor to the event loop first"
+        self._loop.call_soon_threadsafe(self._spawn_claim, node, kind, req)
+
+    def _spawn_claim(self, node: int, kind: str, req: HoldRequest | ReleaseRequest) -> None:
+        url = self.agents[node] if 0 <= node < len(self.agents) else None
+        if url is None or not self.loads.agent_up[node]:
+            self.claims[f"{kind}_failed"] += len(req.block_hashes)
+            return
+        if len(self._tasks) >= 4 * self.cfg.max_in_flight:
+            self.claims[f"{kind}_dropped"] += len(req.block_hashes)
+            return
+        task = asyncio.create_task(self._send_claim(url, kind, req))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_claim(self, url: str, kind: str, req: HoldRequest | ReleaseRequest) -> None:
+        done: int | AgentCallError
+        if isinstance(req, HoldRequest):
+            held = await self.client.hold(url, req)
+            done = held if isinstance(held, AgentCallError) else len(held.held)
+        else:
+            gone = await self.client.release(url, req)
+            done = gone if isinstance(gone, AgentCallError) else len(gone.released)
+        if isinstance(done, AgentCallError):
+            self.claims[f"{kind}_failed"] += len(req.block_hashes)
+            log.info("%s of %d replicas for %s failed: %s", kind, len(req.block_hashes),
+                     req.claim_id, done.detail)  # fmt: skip
+            return
+        self.claims["held" if kind == "hold" else "released"] += done
 
     # -- evict -----------------------------------------------------------------------------
     async def _evict(self, d: Decision, url: str) -> None:

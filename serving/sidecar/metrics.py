@@ -125,6 +125,9 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
         _labelled("counter", "replications_failed_total", "Failed attempts, by reason", "reason",
                   dict(ex.failed)),
         _one("counter", "replications_retried_total", "Retried from another holder", ex.retried),
+        _labelled("counter", "replica_claims_total", "Replicas held on their agent for a routed "
+                  "request, released when its engine stored them, or failed or dropped "
+                  "(by kind)", "outcome", dict(ex.claims)),
         _labelled("counter", "commands_dropped_total", "Commands given up, by reason", "reason",
                   dict(ex.dropped)),
         _one("counter", "replicated_bytes_total", "Bytes the agents copied", ex.moved_bytes),

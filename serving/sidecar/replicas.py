@@ -7,9 +7,18 @@ replicas whose fate is known. A replica is *adopted* when its node's engine stor
 itself (a non-speculative ``BlockStored``): from then on the engine's own KV events say when
 it leaves. At its expiry a replica that was not adopted, used or not, is reported gone (the
 agent reclaims it by itself): a request routed to it that never reached the engine's cache
-(aborted, failed over) must not leave it in the sidecar's view for ever. Thread-safe: the
-executor places and removes, the consumer thread reports requests and stores. Memory is
-bounded by the live replicas (expired ones are swept).
+(aborted, failed over) must not leave it in the sidecar's view for ever.
+
+A replica is *claimed* (:meth:`ReplicaTracker.claim`, active mode) by a request routed to its
+node, of its tenant, before the engine stored the block: the sidecar asks the node's agent to
+hold it for that request (``/v1/hold``), so that its TTL does not run out while the request
+waits in the engine's queue. A claim ends when the engine stores the block
+(:meth:`ReplicaTracker.on_stored` returns the claims to release on the agent) or at its
+maximum hold; meanwhile the sweep keeps the replica, as its agent does. Several requests may
+claim one replica (one claim each, by request id). Thread-safe: the executor places and
+removes, the consumer thread reports requests and stores, the HTTP handlers claim. Memory is
+bounded by the live replicas (expired ones are swept) and their claims (each at most
+``claim_hold_s``).
 """
 
 from __future__ import annotations
@@ -28,6 +37,13 @@ class Replica:
     expires_at: float
     used: bool = False
     adopted: bool = False  # the engine stored it: its own events report its removal
+    claims: dict[str, float] | None = None  # request id -> end of its hold (clock seconds)
+
+    def held(self, now: float) -> bool:
+        return self.claims is not None and any(t > now for t in self.claims.values())
+
+
+Release = tuple[str, str, list[int]]  # (claim id, tenant, hashes) to release on an agent
 
 
 class ReplicaTracker:
@@ -52,10 +68,13 @@ class ReplicaTracker:
         now = self._clock()
         with self._lock:
             for h in hashes:
-                if (node, h) not in self._live:
+                old = self._live.get((node, h))
+                if old is None:
                     self.placed += 1
                     self.placed_bytes += nbytes
-                self._live[(node, h)] = Replica(tenant, nbytes, now, now + ttl_s)
+                r = self._live[(node, h)] = Replica(tenant, nbytes, now, now + ttl_s)
+                if old is not None and old.tenant == tenant:
+                    r.claims = old.claims  # its agent keeps the holds on a renewed replica
 
     def on_request(self, node: int, hashes: Iterable[int]) -> None:
         with self._lock:
@@ -66,14 +85,44 @@ class ReplicaTracker:
                     r.used = True
                     self.used += 1
 
-    def on_stored(self, node: int, hashes: Iterable[int]) -> None:
-        """The engine on ``node`` stored these blocks in its own cache."""
+    def claim(
+        self, node: int, tenant: str, hashes: Iterable[int], claim_id: str, hold_s: float
+    ) -> list[int]:
+        """A request (``claim_id``) of ``tenant`` was routed to ``node``: the live replicas of
+        that tenant among ``hashes`` that the engine has not stored yet are claimed for it,
+        for ``hold_s`` at most; returns their hashes (to hold on the agent)."""
+        now = self._clock()
+        out = []
         with self._lock:
             live = self._live
             for h in hashes:
                 r = live.get((node, h))
-                if r is not None:
-                    r.adopted = True
+                if r is None or r.adopted or r.tenant != tenant or r.expires_at <= now:
+                    continue
+                if r.claims is None:
+                    r.claims = {}
+                r.claims[claim_id] = now + hold_s
+                out.append(h)
+        return out
+
+    def on_stored(self, node: int, hashes: Iterable[int]) -> list[Release]:
+        """The engine on ``node`` stored these blocks in its own cache; returns the claims
+        on them to release on the node's agent (the engine read or computed the blocks)."""
+        now = self._clock()
+        out: dict[tuple[str, str], list[int]] = {}
+        with self._lock:
+            live = self._live
+            for h in hashes:
+                r = live.get((node, h))
+                if r is None:
+                    continue
+                r.adopted = True
+                if r.claims:
+                    for c, until in r.claims.items():
+                        if until > now:
+                            out.setdefault((c, r.tenant), []).append(h)
+                    r.claims = None
+        return [(c, tenant, hs) for (c, tenant), hs in out.items()]
 
     def remove(self, node: int, hashes: Iterable[int]) -> None:
         """The replicas left their node (evicted on command or reported gone)."""
@@ -100,8 +149,8 @@ class ReplicaTracker:
         """Forget expired replicas; return the (node, block) of those the engine did not
         adopt: the agent reclaims them itself, and nothing else will say they left."""
         now = self._clock()
-        with self._lock:
-            gone = [k for k, r in self._live.items() if r.expires_at <= now]
+        with self._lock:  # a claimed replica is kept as its agent keeps it: until released
+            gone = [k for k, r in self._live.items() if r.expires_at <= now and not r.held(now)]
             left = []
             for k in gone:
                 r = self._drop(k)

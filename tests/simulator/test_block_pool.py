@@ -214,3 +214,49 @@ def test_replicas_evicted_for_room_are_listed_for_the_replicator_and_no_others()
     p.add_speculative([5], now=70.0, ttl_ms=1e9)
     p.drop_speculative([5])  # on command: the decider ordered it
     assert p.spec_evicted == [7, 8]
+
+
+def test_a_claimed_replica_outlives_its_ttl_and_an_evict_command_until_released() -> None:
+    p = pool(4, spec_quota=2)
+    p.add_speculative([9], now=0.0, ttl_ms=100.0)
+    assert p.claim([9]) == [9]
+    assert p.expire(200.0) == 0 and 9 in p.spec  # past its TTL, but a request claims it
+    assert p.drop_speculative([9]) == 0 and 9 in p.spec  # the claim wins over the command
+    p.unclaim([9])
+    assert p.expire(200.0) == 1 and 9 not in p.spec and p.spec_wasted == 1
+
+
+def test_claims_are_counted_and_the_replica_is_held_until_the_last_is_released() -> None:
+    p = pool(4, spec_quota=2)
+    p.add_speculative([9], now=0.0, ttl_ms=100.0)
+    assert p.claim([9]) == [9] and p.claim([9]) == [9]
+    assert p.claimed == {9: 2}
+    p.unclaim([9])
+    assert p.expire(200.0) == 0 and p.claimed == {9: 1}
+    p.unclaim([9])
+    assert p.claimed == {} and p.expire(200.0) == 1
+
+
+def test_only_speculative_replicas_are_claimed() -> None:
+    p = pool(6, spec_quota=2)
+    fill_cached(p, [1])
+    p.make_room(1, 0.0)
+    p.add_active([2])
+    p.add_speculative([3], now=0.0, ttl_ms=100.0)
+    assert p.claim([1, 2, 3, 4]) == [3] and p.claimed == {3: 1}
+
+
+def test_a_claimed_replica_is_evicted_for_room_after_cached_and_held_ones() -> None:
+    p = pool(4, spec_quota=3)
+    fill_cached(p, [1])
+    p.add_speculative([7], now=0.0, ttl_ms=1e9, hold_until=1e6)  # held
+    p.add_speculative([8], now=0.0, ttl_ms=1e9)  # claimed, past its hold
+    p.add_speculative([9], now=0.0, ttl_ms=1e9)  # past its hold
+    p.claim([8])
+    assert p.make_room(2, 10.0)  # 9 (past its hold), then 1 (cached)
+    assert p.spec_evicted == [9] and 1 not in p.cached and 8 in p.spec
+    assert p.make_room(3, 10.0)  # then 7 although held, before the claimed one
+    assert p.spec_evicted == [9, 7] and 8 in p.spec
+    assert p.make_room(4, 10.0)  # a request being served wins over a claim, as last resort
+    assert p.spec_evicted == [9, 7, 8] and p.spec_claimed_evicted == 1
+    assert p.spec_active_evictions == 0

@@ -32,7 +32,8 @@ def test_no_get_route_ever_returns_block_bytes(run, control_api) -> None:
                 assert not any(e in body for e in encodings), path
             inventory = (await api.get("/v1/inventory")).json()
             assert set(inventory["blocks"][0]) == {
-                "tenant", "block_hash", "state", "nbytes", "checksum", "pins", "ttl_remaining_s"
+                "tenant", "block_hash", "state", "nbytes", "checksum", "pins", "ttl_remaining_s",
+                "holds",
             }  # fmt: skip
 
     run(scenario())
@@ -48,7 +49,7 @@ def test_evict_and_pin_touch_only_the_named_tenants_blocks(run, control_api) -> 
             assert [b["tenant"] for b in r["blocks"]] == ["alice"] and r["blocks"][0]["pins"] == 1
             assert store.info("bob", 7).state is BlockState.CACHED
             r = (await api.post("/v1/evict", json={"tenant": "bob", "block_hashes": [7]})).json()
-            assert r == {"evicted": [7], "absent": [], "pinned": []}
+            assert r == {"evicted": [7], "absent": [], "pinned": [], "held": []}
             assert store.info("alice", 7) is not None and store.info("bob", 7) is None
             r = (await api.post("/v1/evict", json={"tenant": "alice", "block_hashes": [7]})).json()
             assert r["pinned"] == [7] and store.info("alice", 7).state is BlockState.ACTIVE
@@ -118,8 +119,9 @@ def test_openapi_schema_documents_every_route_and_bearer_auth(run, control_api) 
         async with control_api() as (api, _):
             schema = (await api.get("/openapi.json")).json()
             assert {
-                "/v1/replicate", "/v1/evict", "/v1/pin", "/v1/unpin", "/v1/inventory",
-                "/v1/telemetry", "/v1/engine-stats", "/healthz", "/readyz", "/metrics",
+                "/v1/replicate", "/v1/evict", "/v1/pin", "/v1/unpin", "/v1/hold", "/v1/release",
+                "/v1/inventory", "/v1/telemetry", "/v1/engine-stats", "/healthz", "/readyz",
+                "/metrics",
             } <= set(schema["paths"])  # fmt: skip
             replicate = schema["paths"]["/v1/replicate"]["post"]
             assert replicate["security"] == [{"HTTPBearer": []}]
@@ -205,5 +207,28 @@ def test_a_wrong_json_type_is_a_422_never_converted(run, control_api) -> None:
             assert r.status_code == 422 and "body.deadline_s" in r.json()["error"], r.text
             r = await api.post("/v1/engine-stats", json={"queue_depth": 3, "kv_usage": 1})
             assert r.status_code == 204, r.text  # an integer serves for a float
+
+    run(scenario())
+
+
+def test_hold_and_release_touch_only_the_named_tenants_replicas(run, control_api) -> None:
+    async def scenario() -> None:
+        async with control_api() as (api, control):
+            store = control.agent.store
+            store.put("alice", 7, *_block(b"a" * 64), state=BlockState.SPECULATIVE)
+            store.put("bob", 7, *_block(b"b" * 64), state=BlockState.SPECULATIVE)
+            hold = {"claim_id": "r-1", "tenant": "alice", "block_hashes": [7, 8], "hold_s": 30.0}
+            r = (await api.post("/v1/hold", json=hold)).json()
+            assert r == {"held": [7], "not_speculative": [8]}
+            assert store.info("alice", 7).holds == 1 and store.info("bob", 7).holds == 0
+            r = (await api.post("/v1/evict", json={"tenant": "alice", "block_hashes": [7]})).json()
+            assert r["held"] == [7] and store.info("alice", 7) is not None
+            release = {"claim_id": "r-1", "tenant": "bob", "block_hashes": [7]}
+            assert (await api.post("/v1/release", json=release)).json()["not_held"] == [7]
+            release["tenant"] = "alice"
+            assert (await api.post("/v1/release", json=release)).json()["released"] == [7]
+            assert store.info("alice", 7).holds == 0
+            bad = hold | {"hold_s": 0}
+            assert (await api.post("/v1/hold", json=bad)).status_code == 422
 
     run(scenario())

@@ -15,6 +15,8 @@ DATA_ROUTES = [
     ("POST", "/v1/evict"),
     ("POST", "/v1/pin"),
     ("POST", "/v1/unpin"),
+    ("POST", "/v1/hold"),
+    ("POST", "/v1/release"),
     ("POST", "/v1/engine-stats"),
     ("GET", "/v1/inventory"),
     ("GET", "/v1/removals"),
@@ -115,6 +117,10 @@ def test_without_a_token_configured_every_route_is_open(
             if path.endswith("replicate"):
                 kwargs["json"] |= {"command_id": "c", "source": control.agent.address}
                 kwargs["json"] |= {"deadline_s": 2.0}
+            if path.endswith(("hold", "release")):
+                kwargs["json"] |= {"claim_id": "r-1"}
+            if path.endswith("hold"):
+                kwargs["json"] |= {"hold_s": 5.0}
             r = await api.request(method, path, **kwargs)
             assert r.status_code in (200, 204), r.text
             assert control.http_auth_failures == 0
