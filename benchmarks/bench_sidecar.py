@@ -23,7 +23,8 @@ the consumer thread does for a tick (candidates, feature rows, GPU holders).
     python benchmarks/bench_sidecar.py [--events 200000] [--ticks 200] [--model PATH]
 
 Also the decider settling its copies with the requests routed between ticks, per request
-(``feedback``), against looking up every block of every request.
+(``feedback``: the outcome feedback and the ledger's claims), against looking up every block
+of every request.
 
 Goals (issue 6): ingestion >= 100,000 KV events/s on one core; tick <= 2 ms p99.
 """
@@ -340,25 +341,27 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
 
 def routed_settle(repeat: int = 20) -> dict[str, float]:
     """The decider settling its copies with the routed requests (what each tick does for the
-    requests since the last one): 100 live copies at 20 depths, 400 requests of 100 blocks
-    that read none of them (the common case). Baseline: the same with the copies' depths
-    unknown, i.e. every block of every request looked up."""
-    from kvcast.predictor.decider_config import FeedbackConfig
-    from kvcast.predictor.outcome_feedback import OutcomeFeedback
+    requests since the last one, :meth:`Decider.observe_arrival`: the outcome feedback and
+    the ledger's claims): 100 live copies at 20 depths, landed on the node the requests are
+    routed to, 400 requests of 100 blocks that read none of them (the common case). Baseline:
+    the same with the copies' depths unknown, i.e. every block of every request looked up."""
+    from kvcast.predictor.budgets import Transfer
 
     rng = random.Random(2)
-    chains = [[rng.getrandbits(60) for _ in range(100)] for _ in range(500)]
+    chains = [tuple(rng.getrandbits(60) for _ in range(100)) for _ in range(500)]
     depths = [rng.randrange(10, 30) for _ in range(100)]
 
     def per_request(known: bool) -> float:
-        fb = OutcomeFeedback(FeedbackConfig())
-        for c, d in zip(chains, depths, strict=False):
-            fb.watch(c[d], 1, float("inf"), 0.2, 0, d if known else -1)
+        d = Decider()
+        for c, depth in zip(chains, depths, strict=False):
+            d.feedback.watch(c[depth], 2, float("inf"), 0.2, 0, depth if known else -1)
+            d.ledger.record(Transfer(0.0, 0.0, 0, 2, 1, c[: depth + 1]), float("inf"))
+        d.ledger.settle(1.0)  # landed: claimable
         reqs = chains[100:]
 
         def settle() -> None:
             for r in reqs:
-                fb.observe(2, r, 0.0)
+                d.observe_arrival(2, r, 1.0)
 
         return cpu(lambda: [settle() for _ in range(repeat)]) / (repeat * len(reqs)) * 1e6
 
