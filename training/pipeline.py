@@ -91,7 +91,7 @@ def run_training(
         say("calibrate and export")
         raw_val = predict_rows(fitted.predict_raw, data.x, va, fitted.window, windows)
         calib = fit_calibration(
-            raw_val, data.y[va], data.w[va], cfg.calibration.method, cfg.calibration.max_points,
+            raw_val, data.y[va], data.w[va], cfg.calibration_method, cfg.calibration.max_points,
             link=fitted.output,
         )  # fmt: skip
         tr = data.rows("train")

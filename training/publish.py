@@ -24,6 +24,7 @@ def publish(
     model and apply the champion rule; returns ("name/version", "promoted" | "kept")."""
     config = cfg.model_dump(mode="json")
     config["export"]["parity_tolerance"] = cfg.parity_tolerance  # as applied (unset: the kind's)
+    config["calibration"]["method"] = cfg.calibration_method  # likewise
     config["split"]["purge_ms"] = data.split.purge_ms  # as applied (raised to the label horizon)
     tracker.params(config)
     tracker.params({"fitted": fitted.summary()})

@@ -13,7 +13,13 @@ from typer.testing import CliRunner
 from kvcast.cli.app import app
 from kvcast.cli.train import train_config
 from kvcast.config import ConfigError, load_config, parse_config
-from kvcast.training.config import PARITY_TOLERANCE, REPLAY_KEYS, DataConfig, TrainConfig
+from kvcast.training.config import (
+    CALIBRATION,
+    PARITY_TOLERANCE,
+    REPLAY_KEYS,
+    DataConfig,
+    TrainConfig,
+)
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
 
@@ -40,6 +46,25 @@ def test_a_configured_parity_tolerance_overrides_the_kinds_default(tmp_path: Pat
 def test_every_train_config_file_shows_its_kinds_default_tolerance(path: Path) -> None:
     cfg = load_config(TrainConfig, path)
     assert cfg.export.parity_tolerance == PARITY_TOLERANCE[cfg.kind]
+
+
+def test_lgbm_is_calibrated_by_platt_and_the_other_kinds_by_isotonic_unless_configured(
+    tmp_path: Path,
+) -> None:
+    """LightGBM's default is the Platt fit (its isotonic tables had a few levels: deep blocks
+    kept their root's P, and the decider copied whole chains; measurements beside
+    CALIBRATION); a configured method wins, and the bundled files show each kind's default."""
+    assert CALIBRATION == {"recency": "isotonic", "rule": "isotonic", "lgbm": "platt",
+                           "tcn": "isotonic"}  # fmt: skip
+    for kind, method in CALIBRATION.items():
+        assert parse_config(TrainConfig, {"model": {"kind": kind}}).calibration_method == method
+        assert train_config(None, None, None, None, False, kind).calibration_method == method
+    path = tmp_path / "train.yaml"
+    path.write_text("model:\n  kind: lgbm\ncalibration:\n  method: isotonic\n")
+    assert load_config(TrainConfig, path).calibration_method == "isotonic"
+    for file in sorted(CONFIGS.glob("*.yaml")):
+        cfg = load_config(TrainConfig, file)
+        assert cfg.calibration.method == CALIBRATION[cfg.kind], file.name
 
 
 @pytest.mark.parametrize(
