@@ -1,4 +1,5 @@
-"""Mutual TLS between the sidecar and the agents, and between agents (optional).
+"""TLS for kvcast's servers: mutual TLS between the sidecar and the agents, and between agents
+(optional), and TLS on the sidecar's own HTTP API.
 
 Every process holds a certificate and key signed by one cluster CA and accepts only peers
 that present one too: the agents' HTTP control API and transfer server require a client
@@ -10,6 +11,10 @@ Set by three environment variables (all or none) that ``kvcast serve agent`` and
 serve sidecar`` read at start: ``KVCAST_TLS_CERT``, ``KVCAST_TLS_KEY``, ``KVCAST_TLS_CA``
 (PEM files). The shared token still applies on top: TLS says who may connect, the token what
 may be commanded.
+
+:class:`ServerTls` is what one server presents and requires: its certificate and key, and, for
+mutual TLS, the CA its clients' certificates must be signed by (``TlsFiles.server()`` is the
+agents' mutual one; the sidecar's own API takes one from the ``tls:`` section of its config).
 """
 
 from __future__ import annotations
@@ -24,17 +29,49 @@ ENV = {"cert": "KVCAST_TLS_CERT", "key": "KVCAST_TLS_KEY", "ca": "KVCAST_TLS_CA"
 
 
 @dataclass(frozen=True, slots=True)
+class ServerTls:
+    """TLS on a server: its certificate chain and key (PEM), and ``client_ca``: the CA whose
+    client certificates it requires (mutual TLS; None: any client may connect, and verifies
+    the server's certificate against a CA of its own)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    @property
+    def mutual(self) -> bool:
+        return self.client_ca is not None
+
+    def context(self) -> ssl.SSLContext:
+        """Serves TLS; with ``client_ca``, requires a client certificate signed by it."""
+        cafile = None if self.client_ca is None else str(self.client_ca)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=cafile)
+        ctx.load_cert_chain(str(self.cert), str(self.key))
+        ctx.verify_mode = ssl.CERT_REQUIRED if self.mutual else ssl.CERT_NONE
+        return ctx
+
+    def checked(self, names: str) -> ServerTls:
+        """This, once its files load; else a ValueError naming ``names`` (where they were set)."""
+        try:
+            self.context()
+        except (ssl.SSLError, OSError) as err:
+            raise ValueError(f"{names}: cannot load: {err}") from None
+        return self
+
+
+@dataclass(frozen=True, slots=True)
 class TlsFiles:
     cert: Path  # this process's certificate chain (PEM), signed by ``ca``
     key: Path  # its private key (PEM)
     ca: Path  # the CA certificate(s) peers must be signed by (PEM)
 
+    def server(self) -> ServerTls:
+        """Serving with these files: mutual TLS, clients' certificates signed by the CA."""
+        return ServerTls(self.cert, self.key, client_ca=self.ca)
+
     def server_context(self) -> ssl.SSLContext:
         """Serves TLS and requires a client certificate signed by the CA."""
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.ca))
-        ctx.load_cert_chain(str(self.cert), str(self.key))
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        return ctx
+        return self.server().context()
 
     def client_context(self) -> ssl.SSLContext:
         """Presents this certificate and verifies the server's (chain and host name)."""
@@ -57,8 +94,5 @@ def tls_from_env(environ: Mapping[str, str] | None = None) -> TlsFiles | None:
         if not Path(v).is_file():
             raise ValueError(f"{ENV[k]}={v}: no such file")
     files = TlsFiles(Path(given["cert"]), Path(given["key"]), Path(given["ca"]))
-    try:
-        files.server_context()
-    except (ssl.SSLError, OSError) as err:
-        raise ValueError(f"{ENV['cert']}/{ENV['key']}/{ENV['ca']}: cannot load: {err}") from None
+    files.server().checked(f"{ENV['cert']}/{ENV['key']}/{ENV['ca']}")
     return files

@@ -32,8 +32,8 @@ PLAYED_HELP = (
 )
 TLS_HELP = (
     "Mutual TLS between every process: make a cluster CA and a certificate + key per process "
-    "(and one for `cluster replay`) in WORKDIR/tls/; agents then serve https:// only and "
-    "refuse clients without a certificate of that CA."
+    "(and one for `cluster replay`) in WORKDIR/tls/; the sidecar and the agents then serve "
+    "https:// only and refuse clients without a certificate of that CA."
 )
 TokenEnv = Annotated[
     str, typer.Option("--token-env", help="Environment variable holding the shared token.")
@@ -170,7 +170,9 @@ def replay_cmd(
     cluster: Annotated[
         Path | None, typer.Option("--cluster", help="Workdir of `kvcast cluster up`.")
     ] = None,
-    sidecar: Annotated[str | None, typer.Option("--sidecar", help="Sidecar URL.")] = None,
+    sidecar: Annotated[
+        str | None, typer.Option("--sidecar", help="Sidecar URL (http:// or https://).")
+    ] = None,
     agents: Annotated[str | None, typer.Option("--agents", help="Agent URLs, node order.")] = None,
     engines: Annotated[str | None, typer.Option("--engines", help=ENGINES_HELP)] = None,
     token_env: TokenEnv = "KVCAST_TOKEN",
@@ -205,8 +207,10 @@ def replay_cmd(
 ) -> None:
     """Play a trace window against a running cluster: route and post each arrival to the
     sidecar, store each node's new blocks into its agent and publish their vLLM KV events.
-    Agents at https:// (`cluster up --tls`) are called with the client certificate named in
-    the cluster's cluster.json, or, with --agents, the files KVCAST_TLS_CERT/KEY/CA name."""
+    A sidecar and agents at https:// (`cluster up --tls`) are called with the client
+    certificate named in the cluster's cluster.json, or, with --sidecar and --agents, the files
+    KVCAST_TLS_CERT/KEY/CA name (without them, an https:// sidecar is verified against the
+    default trust store, or SSL_CERT_FILE)."""
     from kvcast.serving.cluster.config_gen import DECIDER_FILE, DECISION_LOG
     from kvcast.serving.cluster.layout import ReplayTargets, read_layout
     from kvcast.serving.cluster.replay import (

@@ -9,6 +9,7 @@ from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.tcp_server import MAX_CONNECTIONS
 from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.http.auth import Token
+from kvcast.serving.http.server_config import HttpServerConfig
 
 
 class AgentConfig(FiniteConfig):
@@ -33,6 +34,7 @@ class AgentConfig(FiniteConfig):
     # before its token is checked, so this bounds what unauthenticated peers hold (x 1 MiB)
     max_transfer_connections: int = Field(MAX_CONNECTIONS, ge=1)
     shutdown_grace_s: float = Field(5.0, gt=0)  # time given to HTTP requests in flight
+    http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many HTTP clients
     token: Token | None = None
     # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate
     # each received block on demand; slower, as fresh memory is faulted in on first touch).

@@ -43,7 +43,10 @@ class AgentService:
         self.control = AgentControl(self.agent)
         self.app = build_app(self.control, config.token_value)
         host, port = parse_peer(config.listen, allow_port_zero=True)
-        self.http = HttpServer(self.app, host, port, config.shutdown_grace_s, log_level, tls)
+        self.http = HttpServer(
+            self.app, host, port, config.shutdown_grace_s, log_level,
+            tls=None if tls is None else tls.server(), limits=config.http,
+        )  # fmt: skip
 
     async def start(self) -> tuple[str, str]:
         """Start serving; return (HTTP address, transfer address)."""

@@ -2,10 +2,12 @@
 
 ``sidecar.yaml`` lists the nodes in order with their agents' URLs and their engines' ZMQ
 endpoints (PUB and replay), the block size the replay stores, a fast tick and a decision log
-in the workdir. ``decider.yaml`` is the decider's defaults with two loopback adjustments:
-agents hold megabytes, not the tens of GiB of a GPU, so no HBM safety margin is kept and the
-speculative share of a node follows the agents' own quota. Both files are validated by
-loading them back through the sidecar's and the decider's own configs before anything starts.
+in the workdir; with ``cluster up --tls``, a ``tls:`` section that serves the sidecar's API
+over mutual TLS with its certificate of the cluster CA. ``decider.yaml`` is the decider's
+defaults with two loopback adjustments: agents hold megabytes, not the tens of GiB of a GPU,
+so no HBM safety margin is kept and the speculative share of a node follows the agents' own
+quota. Both files are validated by loading them back through the sidecar's and the decider's
+own configs before anything starts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import yaml
 
 from kvcast.serving.cluster.ports import LOOPBACK
+from kvcast.serving.tls import TlsFiles
 
 SIDECAR_FILE, DECIDER_FILE, DECISION_LOG = "sidecar.yaml", "decider.yaml", "decisions.parquet"
 
@@ -41,18 +44,24 @@ def sidecar_data(
     block_bytes: int,
     workdir: Path,
     tick_ms: float = 250.0,
+    tls: TlsFiles | None = None,
 ) -> dict[str, Any]:
     """The sidecar config: node i has agent ``agents[i]`` and engine (PUB, replay)
-    ``engines[i]``."""
+    ``engines[i]``; with ``tls`` (the sidecar's certificate, key and the cluster CA), its API
+    is served over mutual TLS."""
     if len(agents) != len(engines):
         raise ValueError("one engine endpoint pair per agent")
     nodes = [
         {"name": node_name(i), "agent": agent, "engine": pub, "replay": replay}
         for i, (agent, (pub, replay)) in enumerate(zip(agents, engines, strict=True))
     ]
+    api_tls = None
+    if tls is not None:
+        api_tls = {"cert": str(tls.cert), "key": str(tls.key), "client_ca": str(tls.ca)}
     return {
         "sidecar_id": "sidecar-local",
         "listen": f"{LOOPBACK}:0",
+        "tls": api_tls,
         "mode": mode,
         "model": model,
         "decider": str(workdir / DECIDER_FILE),

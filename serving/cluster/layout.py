@@ -4,7 +4,8 @@
 when they have stopped; ``kvcast cluster replay --cluster DIR`` reads it. It holds addresses,
 process ids and the *name* of the token's environment variable, never the token itself; with
 ``cluster up --tls``, the paths of the cluster CA and of the replay client's certificate and
-key (:class:`TlsPaths`; the agents then speak ``https://`` only and require a certificate).
+key (:class:`TlsPaths`; the sidecar and the agents then speak ``https://`` only and require a
+certificate).
 Its ``mode`` and ``model`` are those the sidecar was started with, written once: a
 ``POST /v1/mode`` or ``POST /v1/model`` at run time does not change them (the sidecar's
 ``GET /v1/mode`` and ``GET /v1/model`` say what it runs now).
@@ -65,7 +66,7 @@ class TlsPaths:
 class ClusterLayout:
     """Where everything listens; ``nodes`` in the sidecar's node order (position = node id)."""
 
-    sidecar: str  # http://127.0.0.1:P
+    sidecar: str  # the sidecar's HTTP API, http://127.0.0.1:P (https:// with TLS)
     nodes: tuple[NodeAddresses, ...]
     mode: str = "shadow"  # the mode the sidecar was started in (GET /v1/mode: the current one)
     model: str = ""  # the model it was started with (GET /v1/model: the one loaded now)
@@ -73,7 +74,7 @@ class ClusterLayout:
     token_env: str | None = None  # the environment variable holding the token (None: no auth)
     workdir: str = ""
     pids: dict[str, int] = field(default_factory=dict)  # service name -> process id
-    tls: TlsPaths | None = None  # mutual TLS to the agents (None: plain HTTP, token only)
+    tls: TlsPaths | None = None  # mutual TLS to sidecar and agents (None: plain HTTP, token only)
 
     def __post_init__(self) -> None:
         require_loopback(self.sidecar, "sidecar")
@@ -132,7 +133,8 @@ def read_layout(workdir: str | Path) -> ClusterLayout:
 class ReplayTargets:
     """The cluster to play against; ``engines``: (PUB, replay) endpoint per node, or None to
     post the KV events to the sidecar over HTTP; ``tls``: the client certificate presented to
-    ``https://`` agents (and the CA their certificates are verified against)."""
+    an ``https://`` sidecar and agents (and the CA their certificates are verified against;
+    without it, an ``https://`` sidecar is verified against the default trust store)."""
 
     sidecar: str
     agents: tuple[str, ...]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 AGENT_READY = re.compile(r"agent (\S+) ready: http=https?://(\S+) transfer=(\S+)")
-SIDECAR_READY = re.compile(r"sidecar (\S+) ready: http=http://(\S+) ")
+SIDECAR_READY = re.compile(r"sidecar (\S+) ready: http=https?://(\S+) ")
 
 
 class ServiceFailed(RuntimeError):

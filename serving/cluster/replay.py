@@ -5,8 +5,8 @@ input, compressed by ``time_scale`` (the load) and played ``speed`` times faster
 (scaled) clock. At each arrival the router player picks a node and posts the arrival to the
 sidecar; the node's engine player stores the blocks into its agent and publishes the KV
 events. Bounded: at most ``max_requests`` requests, no new one after ``max_wall_s``, and the
-engines' backlog drained within ``drain_s``. The agents are called over mutual TLS when the
-targets carry a client certificate (``cluster up --tls``).
+engines' backlog drained within ``drain_s``. The sidecar and the agents are called over
+(mutual) TLS when the targets carry a client certificate (``cluster up --tls``).
 
 The replay's counts carry ``t0_unix_ms``, the wall clock (unix ms, the clock the sidecar
 stamps its decisions with) at which the window's time 0 was played, and ``nodes``, the names
@@ -163,7 +163,7 @@ async def run_replay(
     """Play ``requests``; the replay's own counts (see :func:`_play`)."""
     headers = {"Authorization": f"Bearer {targets.token}"} if targets.token else {}
     limits = httpx.Limits(max_connections=POSTS_IN_FLIGHT + 2, max_keepalive_connections=None)
-    tls = None if targets.tls is None else targets.tls.client_context()  # to https:// agents
+    tls = None if targets.tls is None else targets.tls.client_context()  # to https:// services
     verify = True if tls is None else tls
     async with httpx.AsyncClient(timeout=10.0, limits=limits, verify=verify) as http:
         caps = await _capacities(http, targets, spec)

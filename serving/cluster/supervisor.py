@@ -10,7 +10,8 @@ sidecar's config is written into the workdir with the agents' addresses (:mod:`.
 and the sidecar starts; once its ready line is in, the addresses go to
 ``<workdir>/cluster.json`` (:mod:`.layout`). With ``tls``, a new cluster CA and a certificate
 per process (and one for the replay client) are written to ``<workdir>/tls/`` first
-(:mod:`.certs`), every process gets its own through ``KVCAST_TLS_*``, the agents' URLs are
+(:mod:`.certs`), every process gets its own through ``KVCAST_TLS_*``, the sidecar's config
+serves its API over mutual TLS with its own, the sidecar's and the agents' URLs are
 ``https://`` and ``cluster.json`` names the CA and the client's files. Any failure stops what
 was started and raises :class:`ServiceFailed` with the failing process's last lines, or
 :class:`StartAborted` when the ``abort`` event was set meanwhile (a signal handler sets it: no
@@ -159,13 +160,17 @@ class LocalCluster:
 
     def _wait_ready(self, proc: ServiceProcess) -> re.Match[str]:
         """``proc``'s ready line; a ServiceFailed unless it has mutual TLS on exactly when the
-        spec asks for it (without ``tls``, KVCAST_TLS_* set in our environment would)."""
+        spec asks for it (without ``tls``, KVCAST_TLS_* set in our environment would): every
+        ``tls=`` of the line (an agent's; the sidecar's ``api_tls=`` and ``agent_tls=``) says
+        ``mutual`` with ``tls``, none does without."""
         match = proc.wait_ready(self.spec.ready_timeout_s, self.abort)
-        if ("tls=mutual" in match.string) != self.spec.tls:
+        modes = re.findall(r"tls=(\S+)", match.string)
+        if self.spec.tls and (not modes or any(m != "mutual" for m in modes)):
+            raise proc.failure("started without mutual TLS")
+        if not self.spec.tls and "mutual" in modes:
             raise proc.failure(
-                "started without mutual TLS" if self.spec.tls
-                else "started with mutual TLS (KVCAST_TLS_* is set): use --tls or unset them"
-            )  # fmt: skip
+                "started with mutual TLS (KVCAST_TLS_* is set): use --tls or unset them"
+            )
         return match
 
     def _start(self) -> ClusterLayout:
@@ -186,7 +191,7 @@ class LocalCluster:
         # placeholders (distinct, as the config requires), rewritten once the agents are up
         unbound = [(tcp_endpoint(2 * i + 1), tcp_endpoint(2 * i + 2)) for i in range(s.agents)]
         placeholders = [f"{scheme}://{LOOPBACK}:{i + 1}" for i in range(s.agents)]
-        provisional = self._write_config(placeholders, unbound)
+        provisional = self._write_config(placeholders, unbound, certs.get("sidecar"))
         check_model(s.model, feature_spec(provisional))  # before any process starts
         for name in names:
             args = ["agent", "--node-id", name, "--listen", port0, "--transfer-listen", port0,
@@ -196,7 +201,9 @@ class LocalCluster:
         found = [self._wait_ready(a) for a in self.agents]
         ports = iter(free_ports(2 * s.agents, outside_ephemeral=True))  # engine PUB, replay
         engines = [(tcp_endpoint(next(ports)), tcp_endpoint(next(ports))) for _ in names]
-        config = self._write_config([f"{scheme}://{m.group(2)}" for m in found], engines)
+        config = self._write_config(
+            [f"{scheme}://{m.group(2)}" for m in found], engines, certs.get("sidecar")
+        )
         self.sidecar = self._service(
             "sidecar", ["sidecar", "--config", str(config)], SIDECAR_READY, certs.get("sidecar")
         )
@@ -207,7 +214,7 @@ class LocalCluster:
         )
         client = certs.get(REPLAY_CLIENT)
         self.layout = ClusterLayout(
-            sidecar=f"http://{ready.group(2)}", nodes=nodes, mode=s.mode, model=s.model,
+            sidecar=f"{scheme}://{ready.group(2)}", nodes=nodes, mode=s.mode, model=s.model,
             block_bytes=s.block_bytes, token_env=s.token_env if token else None,
             workdir=str(self.workdir), pids={p.name: p.pid for p in self.services},
             tls=None if client is None else TlsPaths.of(client),
@@ -215,12 +222,15 @@ class LocalCluster:
         self.layout.write(self.workdir)
         return self.layout
 
-    def _write_config(self, agents: list[str], engines: list[tuple[str, str]]) -> Path:
+    def _write_config(
+        self, agents: list[str], engines: list[tuple[str, str]], tls: TlsFiles | None
+    ) -> Path:
         s = self.spec
         return write_configs(
             self.workdir,
             sidecar_data(agents=agents, engines=engines, mode=s.mode, model=s.model,
-                         block_bytes=s.block_bytes, workdir=self.workdir, tick_ms=s.tick_ms),
+                         block_bytes=s.block_bytes, workdir=self.workdir, tick_ms=s.tick_ms,
+                         tls=tls),
             decider_data(s.speculative_quota_bytes / s.capacity_bytes),
         )  # fmt: skip
 

@@ -1,6 +1,9 @@
 """Serve an ASGI app with uvicorn on the caller's event loop, beside the service's other
 servers, and stop it on request (the caller owns SIGINT/SIGTERM: uvicorn must not re-raise
-them after shutdown, which would turn a clean stop into death by signal)."""
+them after shutdown, which would turn a clean stop into death by signal). Served with h11
+whatever else is installed (so that its bound on an unfinished request head holds), with the
+bounds of an :class:`HttpServerConfig` (a deadline on each request head among them:
+:mod:`.head_timeout`), over TLS when given a :class:`ServerTls`."""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
-from kvcast.serving.tls import TlsFiles
+from kvcast.serving.http.head_timeout import head_timeout_protocol
+from kvcast.serving.http.server_config import HttpServerConfig
+from kvcast.serving.tls import ServerTls
 
 
 class _Server(uvicorn.Server):
@@ -47,14 +52,17 @@ def socket_address(sock: socket.socket) -> str:
 
 class HttpServer:
     """``await start()`` binds and serves ``app``; ``await stop()`` lets requests in flight
-    finish for up to ``grace_s`` seconds, then closes."""
+    finish for up to ``grace_s`` seconds, then closes. ``limits``: the bounds on slow or too
+    many clients; ``tls``: serve HTTPS (mutual when it names a client CA)."""
 
     def __init__(
         self, app: ASGIApp, host: str, port: int, grace_s: float = 5.0,
-        log_level: str = "warning", tls: TlsFiles | None = None,
+        log_level: str = "warning", tls: ServerTls | None = None,
+        limits: HttpServerConfig | None = None,
     ) -> None:  # fmt: skip
         self.app, self.host, self.port, self.grace_s = app, host, port, grace_s
         self.log_level, self.tls = log_level, tls
+        self.limits = limits if limits is not None else HttpServerConfig()
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self.address = ""
@@ -70,7 +78,12 @@ class HttpServer:
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=math.ceil(self.grace_s),
-            **(_mutual_tls(self.tls) if self.tls is not None else {}),
+            http=head_timeout_protocol(self.limits.header_timeout_s),
+            ws="none",  # neither API has a WebSocket route
+            h11_max_incomplete_event_size=self.limits.max_incomplete_head_bytes,
+            limit_concurrency=self.limits.limit_concurrency,
+            timeout_keep_alive=self.limits.timeout_keep_alive_s,  # type: ignore[arg-type]
+            **(_uvicorn_tls(self.tls) if self.tls is not None else {}),
         )
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
@@ -101,12 +114,13 @@ class HttpServer:
         self._server, self._task = None, None
 
 
-def _mutual_tls(tls: TlsFiles) -> dict[str, object]:
-    """uvicorn's settings for TLS that requires a client certificate signed by the CA."""
-    return {
-        "ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key),
-        "ssl_ca_certs": str(tls.ca), "ssl_cert_reqs": ssl.CERT_REQUIRED,
-    }  # fmt: skip
+def _uvicorn_tls(tls: ServerTls) -> dict[str, object]:
+    """uvicorn's settings for ``tls``: with a client CA, a client certificate signed by it is
+    required (a client without one, or with one of another CA, fails the handshake)."""
+    files: dict[str, object] = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
+    if tls.client_ca is None:
+        return files
+    return files | {"ssl_ca_certs": str(tls.client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -21,6 +21,7 @@ from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.http.auth import Token
+from kvcast.serving.http.server_config import HttpServerConfig, ServerTlsConfig
 
 Mode = Literal["shadow", "active"]
 Name = str
@@ -94,6 +95,8 @@ class DecisionLogConfig(FiniteConfig):
 class SidecarConfig(FiniteConfig):
     sidecar_id: Name = Field("sidecar-0", min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
     listen: str = "127.0.0.1:8480"  # HTTP API, HOST:PORT (port 0: any free port, logged)
+    http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many API clients
+    tls: ServerTlsConfig | None = None  # TLS on the API (None: plain HTTP, for loopback)
     mode: Mode = "shadow"  # shadow: decide and log; active: also command the agents
     model: str | None = None  # ONNX path or models:/name@alias (None: load via POST /v1/model)
     features: str | None = None  # feature YAML (None: built-in defaults); nodes set from here

@@ -1,10 +1,11 @@
 """``kvcast cluster up --tls``: a cluster CA and a certificate per process (and one for the
 replay) in ``<workdir>/tls/``, keys mode 0600, the CA's key nowhere on disk; every process
-speaks mutual TLS, agents at ``https://`` in ``cluster.json``. End to end with real processes
-on loopback: ``cluster up --tls --agents 2 --mode active``, then ``cluster replay --cluster``
-(as a process) stores blocks into the agents over mutual TLS and the sidecar's replications
-move bytes between them; a plain-HTTP client, one without a certificate and one of another
-CA are refused by an agent; Ctrl-C stops every process with status 0."""
+speaks mutual TLS, the sidecar and the agents at ``https://`` in ``cluster.json``. End to end
+with real processes on loopback: ``cluster up --tls --agents 2 --mode active``, then ``cluster
+replay --cluster`` (as a process) posts arrivals to the sidecar and stores blocks into the
+agents over mutual TLS and the sidecar's replications move bytes between them; a plain-HTTP
+client, one without a certificate and one of another CA are refused by the sidecar and by an
+agent; Ctrl-C stops every process with status 0."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import ssl
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,9 +28,11 @@ from serve_processes import kvcast_command, start
 from typer.testing import CliRunner
 
 from kvcast.cli.app import app
+from kvcast.config import load_config
 from kvcast.features.config import FeatureConfig
 from kvcast.features.spec import build_spec
 from kvcast.serving.cluster.certs import CA_FILE, make_cluster_certs
+from kvcast.serving.cluster.config_gen import decider_data, sidecar_data, write_configs
 from kvcast.serving.cluster.engine_http import EngineHttp
 from kvcast.serving.cluster.layout import (
     ClusterLayout,
@@ -37,7 +41,8 @@ from kvcast.serving.cluster.layout import (
     TlsPaths,
     read_layout,
 )
-from kvcast.serving.tls import TlsFiles
+from kvcast.serving.sidecar.config import SidecarConfig
+from kvcast.serving.tls import ServerTls, TlsFiles
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives.serialization import Encoding  # noqa: E402
@@ -92,10 +97,26 @@ def test_layout_records_tls_and_replay_targets_need_a_certificate_for_https(
     assert "--tls" in help_text and "Mutual TLS" in help_text
 
 
-def _refused_by(agent: str, ca: Path, rogue: TlsFiles) -> None:
+def test_the_generated_sidecar_config_serves_its_api_over_mutual_tls_with_its_certificate(
+    tmp_path: Path,
+) -> None:
+    side = make_cluster_certs(tmp_path / "tls", ["sidecar"])["sidecar"]
+    args: dict[str, Any] = {
+        "agents": ["https://127.0.0.1:1"], "engines": [("tcp://127.0.0.1:2", None)],
+        "mode": "active", "model": "m.onnx", "block_bytes": 16384, "workdir": tmp_path,
+    }  # fmt: skip
+    path = write_configs(tmp_path, sidecar_data(**args, tls=side), decider_data(0.25))
+    cfg = load_config(SidecarConfig, path)
+    assert cfg.tls is not None
+    assert cfg.tls.server_tls() == ServerTls(side.cert, side.key, client_ca=side.ca)
+    plain = write_configs(tmp_path, sidecar_data(**args), decider_data(0.25))
+    assert load_config(SidecarConfig, plain).tls is None  # without --tls: plain HTTP
+
+
+def _refused_by(service: str, ca: Path, rogue: TlsFiles) -> None:
     """A plain-HTTP client, a TLS client without a certificate and one with a certificate of
-    another CA: none gets an answer from ``agent`` (an https:// URL)."""
-    address = agent.removeprefix("https://")
+    another CA: none gets an answer from ``service`` (an https:// URL)."""
+    address = service.removeprefix("https://")
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://{address}/healthz", timeout=5.0)
     no_cert = ssl.create_default_context(cafile=str(ca))
@@ -103,7 +124,7 @@ def _refused_by(agent: str, ca: Path, rogue: TlsFiles) -> None:
     stranger.load_cert_chain(str(rogue.cert), str(rogue.key))
     for context in (no_cert, stranger):
         with pytest.raises(REFUSED), httpx.Client(verify=context, timeout=5.0) as http:
-            http.get(f"{agent}/healthz").raise_for_status()
+            http.get(f"{service}/healthz").raise_for_status()
 
 
 def test_cluster_up_tls_replays_over_mutual_tls_and_refuses_strangers(tmp_path: Path) -> None:
@@ -121,6 +142,7 @@ def test_cluster_up_tls_replays_over_mutual_tls_and_refuses_strangers(tmp_path: 
         assert layout.tls is not None and ready.group(2) == layout.tls.ca
         assert Path(layout.tls.ca) == (workdir / "tls" / CA_FILE).resolve()
         assert all(n.agent.startswith("https://127.0.0.1:") for n in layout.nodes)
+        assert layout.sidecar.startswith("https://127.0.0.1:") and ready.group(1) == layout.sidecar
         keys = sorted((workdir / "tls").glob("*.key"))
         assert [k.stem for k in keys] == ["gpu-node-0", "gpu-node-1", "replay-client", "sidecar"]
         assert all(_mode(k) == 0o600 for k in keys)
@@ -129,9 +151,11 @@ def test_cluster_up_tls_replays_over_mutual_tls_and_refuses_strangers(tmp_path: 
 
         rogue = make_cluster_certs(tmp_path / "rogue", ["rogue"])["rogue"]
         _refused_by(layout.nodes[0].agent, Path(layout.tls.ca), rogue)
+        _refused_by(layout.sidecar, Path(layout.tls.ca), rogue)
         client = layout.tls.files()
         with httpx.Client(verify=client.client_context(), timeout=5.0) as http:
             assert http.get(f"{layout.nodes[1].agent}/healthz").json()["node_id"] == "gpu-node-1"
+            assert http.get(f"{layout.sidecar}/healthz").json()["sidecar_id"] == "sidecar-local"
 
         out = tmp_path / "replay.json"
         replay = subprocess.run(

@@ -1,11 +1,16 @@
 """The sidecar config: node names unique, link pairs name known nodes, a replay socket needs
-an engine, agents are URLs; derived values (feature nodes, block bytes) follow the config."""
+an engine, agents are URLs; derived values (feature nodes, block bytes) follow the config;
+configs/serving/sidecar.yaml documents TLS on the API, off by default."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from kvcast.config import load_config
+from kvcast.serving.http.server_config import ServerTlsConfig
 from kvcast.serving.sidecar.config import SidecarConfig
 
 NODES = [{"name": "a"}, {"name": "b"}, {"name": "c"}]
@@ -203,3 +208,12 @@ def test_an_agent_url_with_credentials_is_refused_without_echoing_them() -> None
 )
 def test_well_formed_agent_urls_are_accepted(url: str) -> None:
     assert SidecarConfig.model_validate({"nodes": [{"name": "a", "agent": url}]}).nodes[0].agent
+
+
+def test_sidecar_yaml_documents_api_tls_off_by_default_and_each_of_its_keys() -> None:
+    path = Path(__file__).resolve().parents[3] / "configs" / "serving" / "sidecar.yaml"
+    assert load_config(SidecarConfig, path).tls is None  # plain HTTP unless configured
+    text = path.read_text()
+    assert "\ntls: null\n" in text
+    for key in ServerTlsConfig.model_fields:
+        assert f"#   {key}: " in text, f"configs/serving/sidecar.yaml lacks tls.{key}"

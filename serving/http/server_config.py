@@ -1,0 +1,73 @@
+"""How an HTTP API is served: bounds on what clients can hold (:class:`HttpServerConfig`, the
+``http:`` section of the sidecar's and the agents' configs) and TLS on it
+(:class:`ServerTlsConfig`, the sidecar's ``tls:`` section).
+
+What each bound covers (uvicorn with h11, :mod:`.server`):
+
+- ``limit_concurrency``: a request that arrives while that many connections are open (its own
+  included) or that many requests are being handled is answered 503 at once, without running
+  the app (uvicorn's ``limit_concurrency``). Connections are still accepted: each holds a file
+  descriptor until a limit below closes it.
+- ``header_timeout_s``: a connection whose request line and headers (its head) are not all in
+  that long after it opened (after the TLS handshake) or after its previous response is closed
+  (:mod:`.head_timeout`; uvicorn has no such limit).
+- ``timeout_keep_alive_s``: a connection idle that long after a response is closed (uvicorn's
+  ``timeout_keep_alive``).
+- ``max_incomplete_head_bytes``: a head still unfinished with more than this buffered is
+  answered 400 and closed (h11's ``max_incomplete_event_size``). A head that arrives whole in
+  one read is parsed whatever its size, so what one connection's head can hold is this plus
+  one read (asyncio reads at most 256 KiB at a time).
+
+Not bounded here: the TLS handshake (asyncio's default, 60 s), and the time a client takes to
+send a body it declared (its size is bounded by the API's body limit, :mod:`.limits`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field, FilePath
+
+from kvcast.config import FiniteConfig
+from kvcast.serving.tls import ServerTls
+
+MAX_INCOMPLETE_HEAD_BYTES = 16 << 10  # h11's own default
+
+
+def _size(value: object) -> object:
+    # imported here: the agent package, which holds the size parser, imports this module
+    from kvcast.serving.agent.sizes import parse_size
+
+    return parse_size(value) if isinstance(value, str | int) else value
+
+
+Bytes = Annotated[int, BeforeValidator(_size)]  # 16384 or "16KiB", as the agent's ByteSize
+
+
+class HttpServerConfig(FiniteConfig):
+    """Bounds on slow or too many clients of an HTTP API; times in seconds."""
+
+    # connections open or requests in flight at which a request is answered 503 (1 would
+    # refuse every request: a request's own connection counts)
+    limit_concurrency: int = Field(512, ge=2)
+    timeout_keep_alive_s: float = Field(5.0, gt=0)  # idle time allowed between requests
+    header_timeout_s: float = Field(10.0, gt=0)  # to send a request line and its headers
+    # an unfinished request head buffered beyond this is refused (400)
+    max_incomplete_head_bytes: Bytes = Field(MAX_INCOMPLETE_HEAD_BYTES, ge=1024, le=1 << 20)
+
+
+class ServerTlsConfig(FiniteConfig):
+    """TLS on an HTTP API: the server's certificate chain and key (PEM files) and, for mutual
+    TLS, the CA its clients' certificates must be signed by (None: any client may connect)."""
+
+    cert: FilePath
+    key: FilePath
+    client_ca: FilePath | None = None
+
+    def server_tls(self, section: str = "tls") -> ServerTls:
+        """The files, checked to load (a ValueError naming ``section``'s keys otherwise)."""
+        keys = ("cert", "key", "client_ca") if self.client_ca else ("cert", "key")
+        names = "/".join(f"{section}.{k}" for k in keys)
+        tls = ServerTls(Path(self.cert), Path(self.key), self.client_ca)
+        return tls.checked(names)

@@ -1,0 +1,36 @@
+"""The ``http:`` bounds of the sidecar's and the agents' configs: both YAML files in
+configs/serving/ document every one with its default, sizes take units, and a
+``limit_concurrency`` that would refuse every request (a request's own connection counts) is
+refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvcast.config import ConfigError, load_config, parse_config
+from kvcast.serving.agent.config import AgentConfig
+from kvcast.serving.http.server_config import HttpServerConfig
+from kvcast.serving.sidecar.config import SidecarConfig
+
+SERVING = Path(__file__).resolve().parents[3] / "configs" / "serving"
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"), [("sidecar.yaml", SidecarConfig), ("agent.yaml", AgentConfig)]
+)
+def test_each_service_yaml_documents_every_http_bound_with_its_default(name, cls) -> None:
+    path = SERVING / name
+    assert load_config(cls, path).http == HttpServerConfig()
+    text = path.read_text()
+    for key in HttpServerConfig.model_fields:
+        assert f"\n  {key}: " in text, f"configs/serving/{name} lacks http.{key}"
+
+
+def test_http_bounds_take_sizes_with_units_and_refuse_a_limit_that_refuses_everything() -> None:
+    assert HttpServerConfig(max_incomplete_head_bytes="32KiB").max_incomplete_head_bytes == 32768
+    with pytest.raises(ConfigError, match=r"key 'limit_concurrency'.*greater than or equal to 2"):
+        parse_config(HttpServerConfig, {"limit_concurrency": 1})
+    with pytest.raises(ConfigError, match=r"key 'header_timeout_s'.*finite"):
+        parse_config(HttpServerConfig, {"header_timeout_s": float("inf")})

@@ -1,0 +1,176 @@
+"""What slow or too many clients can hold on the sidecar's API and an agent's control API (the
+``http:`` section of their configs), with real ``kvcast serve`` processes and raw sockets: a
+request that arrives with ``limit_concurrency`` connections open is answered 503 until some
+close; a connection whose request head (request line and headers) is not all in within
+``header_timeout_s`` is closed, whether it sends nothing or a byte now and then; an
+unfinished head that outgrows ``max_incomplete_head_bytes`` is answered 400 and closed; an
+idle kept-alive connection is closed after ``timeout_keep_alive_s``."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from serve_processes import AGENT_READY, SIDECAR_READY, start
+
+from kvcast.serving.tls import ENV
+
+GET = b"GET /healthz HTTP/1.1\r\nHost: kvcast\r\n\r\n"
+LONG = 30.0  # a bound that is not the one under test
+
+
+def _config(tmp_path: Path, kind: str, http: dict[str, Any]) -> str:
+    data: dict[str, Any] = {"listen": "127.0.0.1:0", "http": http}
+    if kind == "sidecar":
+        data |= {"nodes": [{"name": "gpu-0"}], "decision_log": {"path": None}}
+    else:
+        data |= {"node_id": "gpu-0", "transfer_listen": "127.0.0.1:0",
+                 "capacity_bytes": "64MiB", "speculative_quota_bytes": "16MiB"}  # fmt: skip
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture(params=["sidecar", "agent"])
+def serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """``serve(**http)``: a sidecar or an agent process with these ``http:`` bounds (the
+    others long); its API's HOST:PORT."""
+    kind: str = request.param
+    started = []
+    env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN" and k not in ENV.values()}
+
+    def serve_one(**http: Any) -> str:
+        bounds = {"timeout_keep_alive_s": LONG, "header_timeout_s": LONG} | http
+        proc = start(["serve", kind, "--config", _config(tmp_path, kind, bounds)], env)
+        started.append(proc)
+        return proc.wait_ready(SIDECAR_READY if kind == "sidecar" else AGENT_READY).group(2)
+
+    yield serve_one
+    for proc in started:
+        proc.kill()
+
+
+def _connect(address: str) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=5.0)
+
+
+def _response(sock: socket.socket) -> tuple[int, bytes]:
+    """The status and body of one response (up to its Content-Length, else to the close)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lengths = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+               if line.lower().startswith(b"content-length:")]  # fmt: skip
+    if lengths:
+        while len(body) < lengths[0]:
+            body += sock.recv(4096)
+    else:  # the body runs to the close
+        while chunk := sock.recv(4096):
+            body += chunk
+    return int(head.split(b" ")[1]), body
+
+
+def _get(address: str) -> int:
+    with _connect(address) as sock:
+        sock.sendall(GET)
+        return _response(sock)[0]
+
+
+def _closed_after(
+    sock: socket.socket, started: float, drip: bytes = b"", limit_s: float = 8.0
+) -> float:
+    """Seconds from ``started`` until the server closes ``sock``, sending ``drip`` (a byte at a
+    time, every 0.1 s) meanwhile; an AssertionError if it is still open after ``limit_s`` or
+    answers anything."""
+    sock.settimeout(0.1)
+    pending = iter(drip)
+    while time.monotonic() - started < limit_s:
+        try:
+            if (byte := next(pending, None)) is not None:
+                sock.sendall(bytes([byte]))
+            data = sock.recv(4096)
+        except TimeoutError:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            return time.monotonic() - started
+        assert data == b"", f"the server answered: {data[:80]!r}"
+        return time.monotonic() - started
+    raise AssertionError(f"still open after {limit_s} s")
+
+
+def test_a_request_with_limit_concurrency_connections_open_is_answered_503(serve) -> None:
+    address = serve(limit_concurrency=4)
+    idle = [_connect(address) for _ in range(3)]  # three connections that never send
+    try:
+        deadline = time.monotonic() + 5.0
+        while True:  # a fourth one's request, once the server has accepted the three
+            with _connect(address) as fourth:
+                fourth.sendall(GET)
+                status, body = _response(fourth)
+            if status != 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert (status, body) == (503, b"Service Unavailable")
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 5.0
+    while (status := _get(address)) != 200:  # served again once they are gone
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+
+
+def test_a_request_head_not_all_in_within_header_timeout_is_cut_off(serve) -> None:
+    address = serve(header_timeout_s=1.0)
+    with _connect(address) as silent, _connect(address) as slow:
+        t0 = time.monotonic()
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: kvcast\r\n")
+        drip = b"X-Slow: " + b"a" * 200  # a byte every 0.1 s, never the end of the head
+        assert 0.8 < _closed_after(slow, t0, drip) < 4.0
+        assert _closed_after(silent, t0) < 4.0  # sent nothing at all
+    with _connect(address) as kept:  # the next head on a kept-alive connection too
+        kept.sendall(GET)
+        assert _response(kept)[0] == 200
+        t0 = time.monotonic()
+        assert 0.8 < _closed_after(kept, t0, b"GET /healthz HTTP/1.1\r\n" + b"a" * 200) < 4.0
+    with _connect(address) as prompt:  # a head sent in pieces, but in time, is served
+        for piece in (GET[:10], GET[10:25], GET[25:]):
+            prompt.sendall(piece)
+            time.sleep(0.2)
+        assert _response(prompt)[0] == 200
+
+
+def test_an_unfinished_head_past_max_incomplete_head_bytes_is_answered_400(serve) -> None:
+    address = serve(max_incomplete_head_bytes="2KiB")
+
+    def send_head(sock: socket.socket, padding: int) -> tuple[int, bytes]:
+        head = b"GET /healthz HTTP/1.1\r\nHost: kvcast\r\nX-Pad: " + b"a" * padding + b"\r\n\r\n"
+        for i in range(0, len(head), 512):  # in pieces, so that it is seen unfinished
+            sock.sendall(head[i : i + 512])
+            if select.select([sock], [], [], 0.02)[0]:  # answered: send no more
+                break
+        return _response(sock)
+
+    with _connect(address) as sock:
+        assert send_head(sock, 1000)[0] == 200
+    with _connect(address) as sock:  # a 400 without a length: read to the close, so it closed
+        assert send_head(sock, 4096) == (400, b"Invalid HTTP request received.")
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_timeout_keep_alive(serve) -> None:
+    address = serve(timeout_keep_alive_s=1.0)
+    with _connect(address) as sock:
+        sock.sendall(GET)
+        assert _response(sock)[0] == 200
+        assert 0.7 < _closed_after(sock, time.monotonic()) < 3.0
