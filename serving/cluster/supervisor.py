@@ -118,6 +118,18 @@ def _refuse_if_running(workdir: Path) -> None:
                          "(Ctrl-C) or use another --workdir")  # fmt: skip
 
 
+def tls_mismatch(ready_line: str, tls: bool) -> str:
+    """Why a process's ready line does not match the cluster's TLS ("" when it does): with
+    ``tls`` every ``tls=`` of the line (an agent's; the sidecar's ``api_tls=`` and
+    ``agent_tls=``) must say ``mutual``, without it none may."""
+    modes = re.findall(r"tls=(\S+)", ready_line)
+    if tls and (not modes or any(m != "mutual" for m in modes)):
+        return "started without mutual TLS"
+    if not tls and "mutual" in modes:
+        return "started with mutual TLS (KVCAST_TLS_* is set): use --tls or unset them"
+    return ""
+
+
 class LocalCluster:
     """``start()`` -> :class:`ClusterLayout`; ``stop()`` -> exit status per process."""
 
@@ -164,13 +176,9 @@ class LocalCluster:
         ``tls=`` of the line (an agent's; the sidecar's ``api_tls=`` and ``agent_tls=``) says
         ``mutual`` with ``tls``, none does without."""
         match = proc.wait_ready(self.spec.ready_timeout_s, self.abort)
-        modes = re.findall(r"tls=(\S+)", match.string)
-        if self.spec.tls and (not modes or any(m != "mutual" for m in modes)):
-            raise proc.failure("started without mutual TLS")
-        if not self.spec.tls and "mutual" in modes:
-            raise proc.failure(
-                "started with mutual TLS (KVCAST_TLS_* is set): use --tls or unset them"
-            )
+        wrong = tls_mismatch(match.string, self.spec.tls)
+        if wrong:
+            raise proc.failure(wrong)
         return match
 
     def _start(self) -> ClusterLayout:

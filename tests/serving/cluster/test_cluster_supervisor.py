@@ -176,3 +176,30 @@ def test_a_workdir_whose_cluster_is_still_starting_is_refused(tmp_path: Path) ->
     third = LocalCluster(ClusterSpec(model="m.onnx", workdir=tmp_path))
     third.lock_workdir()
     third.stop()
+
+
+@pytest.mark.parametrize(
+    ("line", "tls", "wrong"),
+    [
+        ("agent a ready: http=https://h:1 transfer=h:2 blocks=0 auth=on tls=mutual device=cpu",
+         True, ""),
+        ("sidecar s ready: http=https://h:1 mode=shadow api_tls=mutual agent_tls=mutual",
+         True, ""),
+        ("sidecar s ready: http=https://h:1 mode=shadow api_tls=on agent_tls=mutual",
+         True, "without"),  # the API serves TLS but takes any client
+        ("sidecar s ready: http=http://h:1 mode=shadow api_tls=off agent_tls=mutual",
+         True, "without"),  # the agents' side alone
+        ("agent a ready: http=http://h:1 transfer=h:2 blocks=0 auth=off device=cpu",
+         True, "without"),  # an older process that says nothing of TLS
+        ("sidecar s ready: http=http://h:1 mode=shadow api_tls=off agent_tls=off", False, ""),
+        ("sidecar s ready: http=http://h:1 mode=shadow api_tls=off agent_tls=mutual",
+         False, "KVCAST_TLS_*"),  # picked up from our environment without --tls
+    ],
+)  # fmt: skip
+def test_a_ready_line_matches_the_clusters_tls_only_when_every_side_is_mutual(
+    line: str, tls: bool, wrong: str
+) -> None:
+    from kvcast.serving.cluster.supervisor import tls_mismatch
+
+    got = tls_mismatch(line, tls)
+    assert (wrong in got and got != "") if wrong else got == ""
