@@ -7,8 +7,11 @@ or values that cannot be judged are refused with the file and the column named
 (:class:`DecisionLogError`). :mod:`kvcast.predictor.shadow_eval` judges what this reads.
 
 Routes (:func:`read_routes`): where each request was routed, a Parquet table with
-``request_id`` and ``node`` (``kvcast simulate``'s ``requests.parquet``), so that shadow
-evaluation can tell hits whose request went to the copy's node from the others.
+``request_id`` and ``node`` (``kvcast simulate``'s ``requests.parquet``, or the sidecar's
+routes log, :mod:`kvcast.serving.sidecar.routes_log`, with its parts or its directory), so
+that shadow evaluation can tell hits whose request went to the copy's node from the others.
+A directory's routes logs (``*.routes*.parquet``) are not decision logs: reading it as one
+leaves them out.
 """
 
 from __future__ import annotations
@@ -65,12 +68,53 @@ class RoutesError(ValueError):
     not cover the requests judged, what is missing)."""
 
 
-def read_routes(path: str | Path) -> pd.Series:
+def read_routes(path: str | Path, warn: Callable[[str], None] | None = None) -> pd.Series:
     """Where each request was routed: ``node`` (int64) indexed by ``request_id`` (str), from a
-    Parquet table with those two columns (others are ignored); RoutesError otherwise."""
+    Parquet table with those two columns (others are ignored); RoutesError otherwise.
+
+    ``path`` is one table, the first part of a sidecar's routes log (its later parts,
+    ``<stem>.part-0002.parquet``, ..., are read after it), or a directory: its routes logs
+    (``*.routes*.parquet``), every run's, every part. A part without its footer (its sidecar
+    was killed) is skipped and ``warn`` (default: a logged warning) told, unless nothing else
+    is left to read."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir():
+        files = sorted((f for f in p.glob("*.parquet") if f.is_file() and _is_routes(f)),
+                       key=lambda f: _run_order(f.with_name(_unroutes(f.name))))  # fmt: skip
+        if not files:
+            raise RoutesError(f"{p}: a directory without any *.routes.parquet routes log")
+    elif p.is_file():
+        files = [p, *_later_parts(p)]
+    else:
         raise RoutesError(f"{p}: no such routes file")
+    read: list[pd.DataFrame] = []
+    cut: list[Path] = []
+    for f in files:
+        try:
+            read.append(_read_routes_one(f))
+        except RoutesError:
+            if not _truncated(f):
+                raise
+            cut.append(f)
+    if not read:
+        raise RoutesError(f"{cut[0]}: truncated Parquet routes log (no footer: still being "
+                          "written, or its writer was stopped before closing it)")  # fmt: skip
+    for f in cut:
+        (warn or log.warning)(f"{f}: truncated Parquet routes log (no footer): skipped, its "
+                              "rows were lost (or, while written, not yet readable)")  # fmt: skip
+    df = read[0] if len(read) == 1 else pd.concat(read, ignore_index=True)
+    ids = df["request_id"].astype(str)
+    repeated = ids.duplicated(keep="first").to_numpy()
+    bad = repeated | df["node"].isna().to_numpy() | df["request_id"].isna().to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        why = "repeats an earlier row's id" if repeated[i] else "has no request_id or node"
+        where = files[0] if len(files) == 1 else p
+        raise RoutesError(f"{where}: row {i}: request {ids.iloc[i]!r} {why}")
+    return pd.Series(df["node"].to_numpy(np.int64), index=pd.Index(ids, name="request_id"))
+
+
+def _read_routes_one(p: Path) -> pd.DataFrame:
     try:
         schema = pq.read_schema(p)
         missing = [c for c in ("request_id", "node") if c not in schema.names]
@@ -85,15 +129,20 @@ def read_routes(path: str | Path) -> pd.Series:
     if not pa.types.is_integer(table.schema.field("node").type):
         raise RoutesError(f"{p}: column 'node' is {table.schema.field('node').type}, expected "
                           "integer")  # fmt: skip
-    df = table.to_pandas()
-    ids = df["request_id"].astype(str)
-    repeated = ids.duplicated(keep="first").to_numpy()
-    bad = repeated | df["node"].isna().to_numpy() | df["request_id"].isna().to_numpy()
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        why = "repeats an earlier row's id" if repeated[i] else "has no request_id or node"
-        raise RoutesError(f"{p}: row {i}: request {ids.iloc[i]!r} {why}")
-    return pd.Series(df["node"].to_numpy(np.int64), index=pd.Index(ids, name="request_id"))
+    return table.to_pandas()
+
+
+def _is_routes(f: Path) -> bool:
+    """A sidecar routes log's part: ``decisions.routes.parquet``,
+    ``decisions.1.routes.part-0002.parquet``, ``decisions.routes.1.parquet``."""
+    return "routes" in f.name.split(".")[1:-1]
+
+
+def _unroutes(name: str) -> str:
+    """``decisions.1.routes.part-0002.parquet`` -> ``decisions.1.part-0002.parquet``: the
+    decision log's name, for its run order."""
+    parts = name.split(".")
+    return ".".join(parts[:1] + [x for x in parts[1:-1] if x != "routes"] + parts[-1:])
 
 
 def read_decisions(path: str | Path, warn: Callable[[str], None] | None = None) -> pd.DataFrame:
@@ -108,7 +157,8 @@ def read_decisions(path: str | Path, warn: Callable[[str], None] | None = None) 
     left to read, its DecisionLogError is raised instead."""
     p = Path(path)
     if p.is_dir():
-        files = sorted((f for f in p.glob("*.parquet") if f.is_file()), key=_run_order)
+        files = sorted((f for f in p.glob("*.parquet") if f.is_file() and not _is_routes(f)),
+                       key=_run_order)  # fmt: skip
         if not files:
             raise DecisionLogError(f"{p}: a directory without any *.parquet decision log")
     elif p.is_file():

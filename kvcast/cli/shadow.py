@@ -148,8 +148,10 @@ def shadow_eval_cmd(
         typer.Option(
             "--routes",
             help="Where each request was routed (Parquet: request_id, node; simulate's "
-            "requests.parquet of the shadow run): adds the hits whose request went to the "
-            "copy's target or source node, and the waste when only the target counts.",
+            "requests.parquet of the shadow run, or the sidecar's routes log beside its "
+            "decision log: decisions.routes.parquet or the directory): adds the hits whose "
+            "request went to the copy's target or source node, and the waste when only the "
+            "target counts.",
         ),
     ] = None,
     outcomes: Annotated[
@@ -191,10 +193,12 @@ def shadow_eval_cmd(
         raise ValueError(f"--min-covered must be within [0, 1], got {min_covered}")
     quantum = _spread(spread)
     costs = load_decider_config(decider_config).costs
-    log = read_decisions(  # a part cut short by a killed sidecar is skipped, and said so
-        decisions, warn=lambda msg: console.print(f"[yellow]warning:[/] {escape(msg)}")
-    )
-    routed = None if routes is None else read_routes(routes)
+
+    def warn(msg: str) -> None:
+        console.print(f"[yellow]warning:[/] {escape(msg)}")
+
+    log = read_decisions(decisions, warn=warn)  # a part cut short by a killed sidecar is skipped
+    routed = None if routes is None else read_routes(routes, warn=warn)
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if quantum != 0.0:
         tr = spread_quantized(tr, quantum, seed=seed)

@@ -89,6 +89,8 @@ def _writes(sc: Sidecar) -> APIRouter:
             sc.loads.note_router_queue(node, depth, ts_ms)
         fresh = [e for e in events if sc.seen_requests.first_time(e.request_id)]
         sc.claim_routed(fresh)  # active mode: their nodes hold the replicas they count
+        if sc.routes_log is not None:
+            sc.routes_log.note(fresh)  # written by the next decision tick, off this path
         return accepted(len(fresh), sc.queue.put(fresh, "http"), len(events) - len(fresh))
 
     @router.post("/kv-events", status_code=202, responses=refusals)

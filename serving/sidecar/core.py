@@ -37,6 +37,7 @@ from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains
 from kvcast.serving.sidecar.recovery import RecoveryReport, read_inventory, recover_locations
 from kvcast.serving.sidecar.replicas import ReplicaTracker
+from kvcast.serving.sidecar.routes_log import RoutesLog, routes_path
 from kvcast.serving.sidecar.seen_requests import SeenRequests
 from kvcast.serving.sidecar.telemetry_poller import TelemetryPoller
 from kvcast.serving.sidecar.translate import u64
@@ -98,6 +99,12 @@ class Sidecar:
             else DecisionLog(lcfg.path, names, lcfg.rows_per_chunk, lcfg.flush_s,
                              rotate_rows=lcfg.rotate_rows, rotate_s=lcfg.rotate_s)
         )  # fmt: skip
+        # the routed requests, beside the decision log (its run's name, its settings)
+        self.routes_log = (
+            None if self.decision_log is None
+            else RoutesLog(routes_path(self.decision_log.path), names, lcfg.rows_per_chunk,
+                           lcfg.flush_s, rotate_rows=lcfg.rotate_rows, rotate_s=lcfg.rotate_s)
+        )  # fmt: skip
         verify = tls.client_context() if tls is not None else True  # mTLS to the agents
         self.client = httpx.AsyncClient(timeout=cfg.agents.timeout_s, verify=verify)
         agents = [x.agent.rstrip("/") if x.agent else None for x in cfg.nodes]
@@ -120,7 +127,7 @@ class Sidecar:
             in_flight=self.executor.pairs, sink=self.executor.submit, recent=self.recent,
             decision_log=self.decision_log, timers=timers(self.registry), tick_ms=cfg.tick_ms,
             block_bytes=self.block_bytes, tail_tokens=dcfg.loop.default_tail_tokens,
-            sidecar_id=cfg.sidecar_id, clock_ms=clock_ms,
+            sidecar_id=cfg.sidecar_id, clock_ms=clock_ms, routes_log=self.routes_log,
         )  # fmt: skip
         self.feeds = [self._feed(i) for i, x in enumerate(cfg.nodes) if x.engine is not None]
         self.started = False
@@ -297,4 +304,6 @@ class Sidecar:
             await self.client.aclose()
         if self.decision_log is not None:
             await asyncio.to_thread(self.decision_log.close)
+        if self.routes_log is not None:
+            await asyncio.to_thread(self.routes_log.close)
         self.started = False

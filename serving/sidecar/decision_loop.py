@@ -29,6 +29,7 @@ from kvcast.serving.sidecar.decision_log import DecisionLog
 from kvcast.serving.sidecar.decisions import Decision, RecentDecisions, make_decision
 from kvcast.serving.sidecar.live_view import LiveView
 from kvcast.serving.sidecar.model_slot import ModelSlot
+from kvcast.serving.sidecar.routes_log import RoutesLog
 from kvcast.serving.sidecar.tick_input import TickInput, snapshot
 
 log = logging.getLogger("kvcast.serving.sidecar")
@@ -62,6 +63,7 @@ class DecisionLoop:
         tail_tokens: int,
         sidecar_id: str,
         clock_ms: Callable[[], float] = lambda: time.time() * 1000.0,
+        routes_log: RoutesLog | None = None,
     ) -> None:
         self.keeper, self.slot, self.decider, self.live = keeper, slot, decider, view
         self.mode, self.in_flight, self.sink = mode, in_flight, sink
@@ -69,6 +71,7 @@ class DecisionLoop:
         # a tick runs start to end with the pair it began with
         self.switch_lock = threading.Lock()
         self.recent, self.log, self.timers = recent, decision_log, timers
+        self.routes_log = routes_log
         self.tick_ms, self.block_bytes, self.tail_tokens = tick_ms, block_bytes, tail_tokens
         self.sidecar_id, self.clock_ms = sidecar_id, clock_ms
         self.ticks = 0
@@ -119,6 +122,8 @@ class DecisionLoop:
     def tick(self) -> list[Decision]:
         """One decision tick (public for tests and benchmarks)."""
         t0 = time.perf_counter()
+        if self.routes_log is not None:  # first: a tick that fails later still writes them
+            self.routes_log.maybe_flush()
         now = self._now = max(self.clock_ms(), self._now)
         with self.switch_lock:
             mode, decider = self.mode(), self.decider

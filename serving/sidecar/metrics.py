@@ -163,6 +163,11 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
              sc.decision_log.written if sc.decision_log else 0),
         _one("counter", "decision_log_rows_lost_total", "Decision log rows dropped: the file "
              "could not be written", sc.decision_log.lost if sc.decision_log else 0),
+        _one("counter", "routes_log_rows_total", "Routes log rows written (routed requests)",
+             sc.routes_log.written if sc.routes_log else 0),
+        _one("counter", "routes_log_rows_lost_total", "Routes log rows dropped: the file could "
+             "not be written, or too many awaited a tick",
+             sc.routes_log.lost + sc.routes_log.dropped if sc.routes_log else 0),
     ]  # fmt: skip
 
 

@@ -17,12 +17,14 @@ from typer.testing import CliRunner
 
 from kvcast.cli.app import app
 from kvcast.data import bundled_trace_path
+from kvcast.features.events import RequestArrived
 from kvcast.features.traces import load_trace
 from kvcast.features.traces.dequantize import spread_quantized
 from kvcast.predictor.cluster_view import ChainCandidates
 from kvcast.predictor.commands import Command
 from kvcast.serving.sidecar.decision_log import DecisionLog
 from kvcast.serving.sidecar.decisions import make_decision
+from kvcast.serving.sidecar.routes_log import RoutesLog, routes_path
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.engine import Simulator, simulate
 from kvcast.simulator.replicating_policy import ReplicatingPolicy
@@ -177,6 +179,38 @@ def test_routes_split_the_real_logs_hits_by_node_as_a_brute_force_replay(
     assert {k: v for k, v in plain.items() if v is not None} == {
         k: v for k, v in s.items() if k in plain and plain[k] is not None
     }
+
+
+def test_a_live_runs_routes_log_beside_its_decision_log_serves_as_routes(
+    shadow_log: Path, tmp_path: Path
+) -> None:
+    """A sidecar writes its routes log (in parts) beside its decision log: --routes takes
+    its first part or the directory (which --decisions also takes, reading only the decision
+    log) and gives what the same routes give from simulate's requests.parquet."""
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "decisions.parquet").write_bytes(shadow_log.read_bytes())
+    req = pd.read_parquet(routes_of(shadow_log))
+    routes = RoutesLog(routes_path(live / "decisions.parquet"), tuple(f"n{i}" for i in range(8)),
+                       1000, 3600, rotate_rows=len(req) // 3 + 1)  # fmt: skip
+    for i in range(0, len(req), 1000):
+        routes.note(RequestArrived(0.0, str(r), int(n), "t", None, 1, 1, ())
+                    for r, n in zip(req["request_id"][i:i + 1000], req["node"][i:i + 1000],
+                                    strict=True))  # fmt: skip
+        routes.maybe_flush()
+    routes.close()
+    assert len(routes.parts) >= 2
+    args = ["--trace", "bundled:conversation", "--time-scale", str(LOAD), "--json"]
+    want = json.loads(run("--decisions", str(shadow_log), *args, "--routes",
+                          str(routes_of(shadow_log))).stdout)  # fmt: skip
+    for decisions, given in ((live, live), (live / "decisions.parquet", routes.path)):
+        r = run("--decisions", str(decisions), *args, "--routes", str(given))
+        assert r.exit_code == 0, r.output
+        s = json.loads(r.stdout)
+        assert s["hits_routed_to_target"] is not None and s["routes_file"] == str(given)
+        assert {k: v for k, v in s.items() if k not in ("routes_file", "decisions_file")} == {
+            k: v for k, v in want.items() if k not in ("routes_file", "decisions_file")
+        }
 
 
 def test_table_shows_the_target_reading_with_routes_and_says_it_needs_them_without(

@@ -96,6 +96,8 @@ def test_a_log_that_cannot_be_written_never_holds_back_a_tick_or_its_commands(
     assert ticks == 3 and made > 0 and len(sent) == made
     assert held == 0
     assert f"kvcast_sidecar_decision_log_rows_lost_total {float(made)}" in metrics
+    # the routes log beside it fails alike: its 3 routed requests dropped, counted, no tick lost
+    assert "kvcast_sidecar_routes_log_rows_lost_total 3.0" in metrics
 
 
 def test_a_log_path_whose_directory_cannot_exist_is_refused_at_start(tmp_path) -> None:
