@@ -57,9 +57,6 @@ Columns (a contract for ``kvcast shadow-eval``; times are unix milliseconds):
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -118,21 +115,6 @@ class DecisionLog(PartedLog):
     SCHEMA = SCHEMA
     LABEL = "decision log"
     KEY = "decision_log"
-
-    def __init__(
-        self,
-        path: str | Path,
-        names: tuple[str, ...],
-        rows_per_chunk: int,
-        flush_s: float,
-        *,
-        rotate_rows: int = ROTATE_ROWS,
-        rotate_s: float = ROTATE_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(path, rows_per_chunk, flush_s, rotate_rows=rotate_rows,
-                         rotate_s=rotate_s, clock=clock)  # fmt: skip
-        self.names = names
 
     def add(self, decisions: list[Decision]) -> None:
         self.hold([row(d, self.names) for d in decisions])

@@ -68,6 +68,7 @@ class PartedLog:
     def __init__(
         self,
         path: str | Path,
+        names: tuple[str, ...],
         rows_per_chunk: int,
         flush_s: float,
         *,
@@ -75,6 +76,7 @@ class PartedLog:
         rotate_s: float = ROTATE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.names = names  # node names by id (the rows name their nodes)
         if not rotate_rows >= 1:
             raise ValueError(f"{self.LABEL} rotate_rows must be a count >= 1, got {rotate_rows}")
         if not 0 < rotate_s < math.inf:

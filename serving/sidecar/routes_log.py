@@ -31,15 +31,14 @@ Columns (times are unix milliseconds):
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from kvcast.features.events import RequestArrived
-from kvcast.serving.sidecar.parquet_parts import ROTATE_ROWS, ROTATE_S, PartedLog
+from kvcast.serving.sidecar.parquet_parts import PartedLog
 
 SCHEMA = pa.schema(
     [("ts_ms", pa.float64()), ("request_id", pa.string()), ("node", pa.int32()),
@@ -60,20 +59,8 @@ class RoutesLog(PartedLog):
     LABEL = "routes log"
     KEY = "decision_log"
 
-    def __init__(
-        self,
-        path: str | Path,
-        names: tuple[str, ...],
-        rows_per_chunk: int,
-        flush_s: float,
-        *,
-        rotate_rows: int = ROTATE_ROWS,
-        rotate_s: float = ROTATE_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(path, rows_per_chunk, flush_s, rotate_rows=rotate_rows,
-                         rotate_s=rotate_s, clock=clock)  # fmt: skip
-        self.names = names
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # PartedLog's
+        super().__init__(*args, **kwargs)
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.dropped = 0  # rows noted beyond MAX_PENDING, never written
