@@ -199,6 +199,13 @@ def shadow_eval_cmd(
 
     log = read_decisions(decisions, warn=warn)  # a part cut short by a killed sidecar is skipped
     routed = None if routes is None else read_routes(routes, warn=warn)
+    beside = _routes_beside(decisions) if routes is None else None
+    if beside is not None:
+        console.print(
+            f"note: a routes log is beside the decisions: add --routes {escape(str(beside))} "
+            "to see where each hit's request went",
+            soft_wrap=True,  # a path is not cut
+        )
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if quantum != 0.0:
         tr = spread_quantized(tr, quantum, seed=seed)
@@ -259,3 +266,14 @@ def _spread(text: str) -> float | None:
     if not 0 < q < math.inf:
         raise ValueError(f"--spread: {text!r} must be a positive, finite number of ms")
     return q
+
+
+def _routes_beside(decisions: Path) -> Path | None:
+    """The sidecar's routes log written beside ``decisions`` (the folder or its first part),
+    if there is one: what ``--routes`` would take."""
+    from kvcast.serving.sidecar.routes_log import routes_path
+
+    if decisions.is_dir():
+        return decisions if any(decisions.glob("*.routes*.parquet")) else None
+    path = routes_path(decisions)
+    return path if path.exists() else None

@@ -211,6 +211,11 @@ def test_a_live_runs_routes_log_beside_its_decision_log_serves_as_routes(
         assert {k: v for k, v in s.items() if k not in ("routes_file", "decisions_file")} == {
             k: v for k, v in want.items() if k not in ("routes_file", "decisions_file")
         }
+        bare = run("--decisions", str(decisions), *args)  # without --routes: it says to add it
+        assert bare.exit_code == 0 and f"--routes {given}" in " ".join(bare.stderr.split())
+        assert json.loads(bare.stdout)["hits_routed_to_target"] is None
+    alone = run("--decisions", str(shadow_log), *args)  # nothing beside it: no note
+    assert alone.exit_code == 0 and "--routes" not in alone.stderr
 
 
 def test_table_shows_the_target_reading_with_routes_and_says_it_needs_them_without(
