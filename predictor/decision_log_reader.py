@@ -79,8 +79,7 @@ def read_routes(path: str | Path, warn: Callable[[str], None] | None = None) -> 
     is left to read."""
     p = Path(path)
     if p.is_dir():
-        files = sorted((f for f in p.glob("*.parquet") if f.is_file() and _is_routes(f)),
-                       key=lambda f: _run_order(f.with_name(_unroutes(f.name))))  # fmt: skip
+        files = routes_logs(p)
         if not files:
             raise RoutesError(f"{p}: a directory without any *.routes.parquet routes log")
     elif p.is_file():
@@ -112,6 +111,13 @@ def read_routes(path: str | Path, warn: Callable[[str], None] | None = None) -> 
         where = files[0] if len(files) == 1 else p
         raise RoutesError(f"{where}: row {i}: request {ids.iloc[i]!r} {why}")
     return pd.Series(df["node"].to_numpy(np.int64), index=pd.Index(ids, name="request_id"))
+
+
+def routes_logs(directory: Path) -> list[Path]:
+    """The sidecar routes logs' parts in ``directory``, every run's, in run order (what
+    :func:`read_routes` reads of a directory; empty: none)."""
+    return sorted((f for f in directory.glob("*.parquet") if f.is_file() and _is_routes(f)),
+                  key=lambda f: _run_order(f.with_name(_unroutes(f.name))))  # fmt: skip
 
 
 def _read_routes_one(p: Path) -> pd.DataFrame:

@@ -271,9 +271,10 @@ def _spread(text: str) -> float | None:
 def _routes_beside(decisions: Path) -> Path | None:
     """The sidecar's routes log written beside ``decisions`` (the folder or its first part),
     if there is one: what ``--routes`` would take."""
+    from kvcast.predictor.decision_log_reader import routes_logs
     from kvcast.serving.sidecar.routes_log import routes_path
 
     if decisions.is_dir():
-        return decisions if any(decisions.glob("*.routes*.parquet")) else None
+        return decisions if routes_logs(decisions) else None
     path = routes_path(decisions)
     return path if path.exists() else None
