@@ -131,8 +131,8 @@ class Decider:
             for i, plan in enumerate(weighed):
                 if not rank and not promote and i not in row:
                     continue  # nothing moved since it was ruled out, and no promotion to weigh
+                j = row.get(i)  # its row of the batched copy terms (None: not batched)
                 for _ in range(cfg.targets.max_targets_per_chain):
-                    j = row.get(i)
                     copy = None if copies is None or j is None else (copies, j)
                     real = plan.held
                     if self._touched(plan):  # a copy of some of its blocks is on its way
