@@ -5,15 +5,12 @@ of its open part at most, never the run; parts never overwrite an earlier run's 
 from __future__ import annotations
 
 import math
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from killed_writer import kill_mid_part
 from pydantic import ValidationError
 
 from kvcast.predictor.shadow_eval import read_decisions
@@ -147,17 +144,8 @@ def test_a_sidecar_killed_by_sigkill_loses_only_its_open_part(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = tmp_path / "decisions.parquet"
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(first)], stdout=subprocess.PIPE,
-                            text=True)  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().split() == ["2", "10"]
-        open_part = tmp_path / "decisions.part-0003.parquet"
-        assert open_part.stat().st_size > 4  # rows written to it, the footer not yet
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    open_part = tmp_path / "decisions.part-0003.parquet"
+    kill_mid_part(CHILD, first, open_part)
     for given in (first, tmp_path):
         caplog.clear()
         df = read_decisions(given)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from killed_writer import kill_mid_part
 from serve_processes import SIDECAR_READY, start
 
 from kvcast.features.events import RequestArrived
@@ -109,17 +108,8 @@ def test_a_killed_writer_loses_only_its_open_part(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = tmp_path / "decisions.routes.parquet"
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(first)], stdout=subprocess.PIPE,
-                            text=True)  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().split() == ["2", "10"]
-        open_part = tmp_path / "decisions.routes.part-0003.parquet"
-        assert open_part.stat().st_size > 4  # rows written to it, the footer not yet
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    open_part = tmp_path / "decisions.routes.part-0003.parquet"
+    kill_mid_part(CHILD, first, open_part)
     for given in (first, tmp_path):
         caplog.clear()
         got = read_routes(given)
