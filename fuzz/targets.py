@@ -40,18 +40,22 @@ def _kv_seeds(rng: random.Random) -> list[bytes]:
 
 
 def _frame_seeds(rng: random.Random) -> list[bytes]:
+    """One frame of every message type (a connection's Hello first), and a version-1 Error (a
+    refusal a source sends a puller of that version) for the version check's path."""
+    error = msg.Error(code=msg.ErrorCode.BAD_REQUEST, command_id="c5", message="no")
     return [
+        msg.encode(msg.Hello(node_id=f"n{rng.getrandbits(16)}", token="secret")),
         msg.encode(
             msg.PullRequest(
                 command_id=f"c{rng.getrandbits(32)}",
                 tenant="t",
                 block_hashes=(1, 2, b"\x01" * 32),
-                token="secret",
             )
         ),
         msg.encode(msg.BlockHeader(block_hash=7, tenant="t", nbytes=4096, checksum=99)),
         msg.encode(msg.Done(command_id="c5", blocks_sent=2, missing=(3,))),
-        msg.encode(msg.Error(code=msg.ErrorCode.BAD_REQUEST, command_id="c5", message="no")),
+        msg.encode(error),
+        msg.encode(error, version=1),
     ]
 
 

@@ -3,6 +3,14 @@
 A frame is a 12-byte header ``>4sBBHI`` (magic ``KVCT``, version, type, flags = 0, body length)
 then a struct-packed body; a :class:`BlockHeader` frame is followed by ``nbytes`` raw payload
 bytes outside the body. Decoding is total: any bad input raises :class:`ProtocolError` only.
+
+Protocol version 2: a connection opens with the puller's :class:`Hello` (its token), whose body
+is at most :data:`MAX_HELLO_BODY` bytes, a limit :func:`decode_header` enforces from the header
+alone, so that a source reads at most that much of an unauthenticated peer; a
+:class:`PullRequest` (which carried the token last in version 1) follows. A frame of another
+version raises :class:`VersionMismatch` (a :class:`ProtocolError`) at its header. An
+:class:`Error` frame reads the same in versions 1 and 2, so that a source can refuse a version-1
+puller in words that puller decodes (:func:`encode` with ``version=1``).
 """
 
 from __future__ import annotations
@@ -12,10 +20,12 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-MAGIC, VERSION = b"KVCT", 1
+MAGIC, VERSION = b"KVCT", 2
 HEADER = struct.Struct(">4sBBHI")
 HEADER_SIZE = HEADER.size
 MAX_BODY, MAX_HASH_BYTES, MAX_U64 = 1 << 20, 64, (1 << 64) - 1
+MAX_HELLO_BODY = 4 << 10  # all a source reads of a peer before it has checked its token
+ERROR_VERSIONS = frozenset({1, 2})  # versions whose Error frame is this version's
 
 BlockHash = int | bytes
 """A block hash as engines publish it: an unsigned 64-bit int or up to 64 raw bytes."""
@@ -25,8 +35,16 @@ class ProtocolError(ValueError):
     """A frame or body that is not valid kvcast wire protocol."""
 
 
+class VersionMismatch(ProtocolError):
+    """A frame of kvcast protocol ``version``, not this module's :data:`VERSION`."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"frame of protocol version {version}; this side speaks {VERSION}")
+        self.version = version
+
+
 class MsgType(IntEnum):
-    PULL_REQUEST, BLOCK_HEADER, DONE, ERROR = 1, 2, 3, 4
+    PULL_REQUEST, BLOCK_HEADER, DONE, ERROR, HELLO = 1, 2, 3, 4, 5
 
 
 class ErrorCode(IntEnum):
@@ -61,13 +79,27 @@ class _Checked:
 
 
 @dataclass(frozen=True, slots=True)
+class Hello(_Checked):
+    """Puller -> source, the connection's first frame: ``token`` authenticates the puller
+    (empty: none); ``node_id`` names it in the source's logs (a claim, not authenticated).
+    Its body is at most :data:`MAX_HELLO_BODY` bytes."""
+
+    node_id: str
+    token: str
+
+    def __post_init__(self) -> None:
+        _Checked.__post_init__(self)
+        if (n := len(_body(self))) > MAX_HELLO_BODY:
+            raise ValueError(f"Hello body of {n} bytes exceeds {MAX_HELLO_BODY}")
+
+
+@dataclass(frozen=True, slots=True)
 class PullRequest(_Checked):
-    """Puller -> source: send these blocks of ``tenant``; ``token`` authenticates the puller."""
+    """Puller -> source, after :class:`Hello`: send these blocks of ``tenant``."""
 
     command_id: str
     tenant: str
     block_hashes: tuple[BlockHash, ...]
-    token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +130,18 @@ class Error(_Checked):
     message: str
 
 
-Message = PullRequest | BlockHeader | Done | Error
+Message = Hello | PullRequest | BlockHeader | Done | Error
 # Per message: its type tag and one field kind per field, in declaration order: s = utf-8
 # string (u16 length), h = block hash, H = hash list (u32 count), I = u32, Q = u64, E = ErrorCode.
 _SCHEMA: dict[type, tuple[MsgType, str]] = {
-    PullRequest: (MsgType.PULL_REQUEST, "ssHs"),
+    Hello: (MsgType.HELLO, "ss"),
+    PullRequest: (MsgType.PULL_REQUEST, "ssH"),
     BlockHeader: (MsgType.BLOCK_HEADER, "hsQQ"),
     Done: (MsgType.DONE, "sIH"),
     Error: (MsgType.ERROR, "Ess"),
 }
 _BY_TYPE = {mtype: (cls, kinds) for cls, (mtype, kinds) in _SCHEMA.items()}
+_MAX_BODY_OF = {MsgType.HELLO: MAX_HELLO_BODY}  # other types: MAX_BODY
 
 
 def _field(kind: str, value: Any) -> bytes:
@@ -121,26 +155,41 @@ def _field(kind: str, value: Any) -> bytes:
     return struct.pack(">BQ", 0, value) if kind == "h" else struct.pack(_FMT[kind], value)
 
 
-def encode(msg: Message) -> bytes:
-    """One complete frame (header + body) for ``msg``."""
-    mtype, kinds = _SCHEMA[type(msg)]
-    body = b"".join(_field(k, getattr(msg, f)) for k, f in zip(kinds, msg.__slots__, strict=True))
-    if len(body) > MAX_BODY:
-        raise ValueError(f"message body of {len(body)} bytes exceeds {MAX_BODY}")
-    return HEADER.pack(MAGIC, VERSION, mtype, 0, len(body)) + body
+def _body(msg: Message) -> bytes:
+    kinds = _SCHEMA[type(msg)][1]
+    return b"".join(_field(k, getattr(msg, f)) for k, f in zip(kinds, msg.__slots__, strict=True))
+
+
+def encode(msg: Message, version: int = VERSION) -> bytes:
+    """One complete frame (header + body) for ``msg``. ``version``: another protocol version
+    only for an :class:`Error`, and only one of :data:`ERROR_VERSIONS` (a refusal that a peer
+    of that version can read)."""
+    if version != VERSION and not (isinstance(msg, Error) and version in ERROR_VERSIONS):
+        raise ValueError(f"cannot encode a {type(msg).__name__} for protocol version {version}")
+    mtype = _SCHEMA[type(msg)][0]
+    body = _body(msg)
+    if len(body) > (limit := _MAX_BODY_OF.get(mtype, MAX_BODY)):
+        raise ValueError(f"message body of {len(body)} bytes exceeds {limit}")
+    return HEADER.pack(MAGIC, version, mtype, 0, len(body)) + body
 
 
 def decode_header(data: bytes | memoryview) -> tuple[MsgType, int]:
-    """Validate a frame header; return the message type and the body length."""
+    """Validate a frame header; return the message type and the body length (within the
+    type's limit: :data:`MAX_HELLO_BODY` for a Hello, else :data:`MAX_BODY`). A header of
+    another protocol version raises :class:`VersionMismatch`."""
     if len(data) != HEADER_SIZE:
         raise ProtocolError(f"header must be {HEADER_SIZE} bytes, got {len(data)}")
     magic, version, mtype, flags, length = HEADER.unpack(data)
-    if magic != MAGIC or version != VERSION or flags != 0:
-        raise ProtocolError(f"bad header: magic {magic!r}, version {version}, flags {flags}")
-    if length > MAX_BODY:
-        raise ProtocolError(f"body length {length} exceeds {MAX_BODY}")
+    if magic != MAGIC:
+        raise ProtocolError(f"bad header: magic {magic!r}")
+    if version != VERSION:
+        raise VersionMismatch(version)
+    if flags != 0:
+        raise ProtocolError(f"bad header: flags {flags}")
     if mtype not in _BY_TYPE:
         raise ProtocolError(f"unknown message type {mtype}")
+    if length > (limit := _MAX_BODY_OF.get(mtype, MAX_BODY)):
+        raise ProtocolError(f"{MsgType(mtype).name} body length {length} exceeds {limit}")
     return MsgType(mtype), length
 
 

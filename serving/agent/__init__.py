@@ -2,10 +2,11 @@
 
 Walk of one replication: the sidecar asks agent B to pull blocks of tenant T from agent A
 (:meth:`Agent.pull`); B's :class:`TransferClient` sends a ``PullRequest`` through its
-:class:`Transport` (TCP); A's :class:`TransferServer` streams each block it holds as a
-``BlockHeader`` + raw bytes; B lands the bytes in a fresh buffer, and its :class:`BlockStore`
-stores the block only if the xxh3 checksum matches (as a speculative replica with a TTL, within
-the quota, evicting only other replicas), retrying the rest until the deadline.
+:class:`Transport` (TCP, after a ``Hello`` with B's token, which A checks first); A's
+:class:`TransferServer` streams each block it holds as a ``BlockHeader`` + raw bytes; B lands
+the bytes in a fresh buffer, and its :class:`BlockStore` stores the block only if the xxh3
+checksum matches (as a speculative replica with a TTL, within the quota, evicting only other
+replicas), retrying the rest until the deadline.
 
 The control plane (``kvcast serve agent``): :mod:`.service` runs an agent and its HTTP API for
 the sidecar on one event loop: routes in :mod:`.api`, bodies in :mod:`.api_models`, operations

@@ -61,12 +61,13 @@ class Agent:
             config.max_block_bytes,
             config.connect_timeout_s,
             ssl_context=tls.client_context() if tls is not None else None,
+            token=token or "",
+            node_id=config.node_id,
         )
         self.client = TransferClient(
             self.store,
             transport,
             allocator=allocator,
-            token=token or "",
             max_retries=config.max_retries,
             backoff_base_s=config.backoff_base_s,
             backoff_max_s=config.backoff_max_s,

@@ -11,10 +11,13 @@ from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.http.auth import Token
 from kvcast.serving.http.server_config import HttpServerConfig
 
+MAX_TOKEN_BYTES = 2048  # a token and a node id fit in a transfer Hello (MAX_HELLO_BODY)
+
 
 class AgentConfig(FiniteConfig):
     """Sizes in bytes, times in seconds. ``token``: the shared secret that peers' pulls must
-    carry (None: no authentication; the CLI reads it from ``KVCAST_TOKEN``)."""
+    carry (None: no authentication; the CLI reads it from ``KVCAST_TOKEN``); at most
+    ``MAX_TOKEN_BYTES`` bytes in UTF-8."""
 
     node_id: str = Field("agent-0", min_length=1, max_length=128)
     listen: str = "127.0.0.1:0"  # the HTTP control API (port 0: ephemeral, logged)
@@ -30,8 +33,8 @@ class AgentConfig(FiniteConfig):
     backoff_max_s: float = Field(1.0, gt=0)
     connect_timeout_s: float = Field(5.0, gt=0)
     request_timeout_s: float = Field(10.0, gt=0)
-    # peers the transfer server serves at once (more are refused, busy): a request is read
-    # before its token is checked, so this bounds what unauthenticated peers hold (x 1 MiB)
+    # peers the transfer server serves at once (more are refused, busy); of a peer not yet
+    # authenticated it reads at most a 4 KiB Hello, whose token it checks before any request
     max_transfer_connections: int = Field(MAX_CONNECTIONS, ge=1)
     shutdown_grace_s: float = Field(5.0, gt=0)  # time given to HTTP requests in flight
     http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many HTTP clients
@@ -60,6 +63,8 @@ class AgentConfig(FiniteConfig):
             raise ValueError(
                 f"pool_slot_bytes is a host-memory receive pool: not with device {self.device!r}"
             )
+        if self.token is not None and len(self.token.get_secret_value().encode()) > MAX_TOKEN_BYTES:
+            raise ValueError(f"token must be at most {MAX_TOKEN_BYTES} bytes (UTF-8)")
         if self.backoff_base_s > self.backoff_max_s:  # the cap silently won from the first retry
             raise ValueError(f"backoff_base_s ({self.backoff_base_s}) must not exceed "
                              f"backoff_max_s ({self.backoff_max_s})")  # fmt: skip

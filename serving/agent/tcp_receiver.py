@@ -9,7 +9,8 @@ own buffer. While the rest of a large block is at least a staging area long, it 
 straight into the block's buffer instead (one copy, as with a raw ``recv_into``). Either way
 the block's xxh3 is computed over its buffer as the bytes land there (while they are still in
 the CPU cache) and handed to the sink with the block, which verifies it against the header's
-checksum before committing anything.
+checksum before committing anything. A source of another protocol version (whose reply, an
+``Error`` at best, has a header of its version) refuses the pull: retrying will not help.
 """
 
 from __future__ import annotations
@@ -22,17 +23,28 @@ from kvcast.serving.agent.rate_limit import TokenBucket
 from kvcast.serving.agent.transport import BlockSink, PullRefused, TransportError
 from kvcast.serving.messages import (
     HEADER_SIZE,
+    VERSION,
     BlockHeader,
     Done,
     Error,
     ErrorCode,
     ProtocolError,
+    VersionMismatch,
     decode_body,
     decode_header,
 )
 
 _FINAL_ERRORS = (ErrorCode.UNAUTHORIZED, ErrorCode.BAD_REQUEST)
 STAGING_BYTES = 4 << 20
+
+
+def source_version_refusal(source_version: int) -> str:
+    """Why a pull from a source of another protocol version is refused, and what to upgrade."""
+    upgrade = "the source" if source_version < VERSION else "this agent"
+    return (
+        f"the source speaks kvcast transfer protocol version {source_version}, this agent "
+        f"version {VERSION}: upgrade {upgrade}"
+    )
 
 
 class _Landing:
@@ -153,7 +165,11 @@ class PullProtocol(asyncio.BufferedProtocol):
             if available < HEADER_SIZE:
                 self._make_room(HEADER_SIZE)
                 break
-            mtype, length = decode_header(self._staging[self._start : self._start + HEADER_SIZE])
+            raw = self._staging[self._start : self._start + HEADER_SIZE]
+            try:
+                mtype, length = decode_header(raw)
+            except VersionMismatch as err:
+                raise PullRefused(source_version_refusal(err.version)) from None
             if available < HEADER_SIZE + length:
                 self._make_room(HEADER_SIZE + length)
                 break

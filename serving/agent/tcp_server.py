@@ -1,13 +1,18 @@
 """The serving side of pulls: an asyncio-streams TCP server that sends blocks from a store.
 
-One pull per connection: ``PullRequest`` in; ``BlockHeader`` + raw bytes per block held, then
-``Done`` listing the blocks it lacks (or one ``Error``) out. Only blocks of the request's own
-tenant are ever read. With a token configured, a request without it is refused and counted.
+One pull per connection: ``Hello`` (the puller's token) then ``PullRequest`` in; a
+``BlockHeader`` and raw bytes per block held, then ``Done`` listing the blocks it lacks (or one
+``Error``) out. Only blocks of the request's own tenant are ever read. With a token configured,
+a peer whose ``Hello`` lacks it is refused (``UNAUTHORIZED``) and counted before any pull
+request is read.
 
-The token travels in the request, so a request (up to the protocol's body limit) is read before
-it can be refused: at most ``max_connections`` peers are served at once (others get a ``BUSY``
-error at once), which bounds what unauthenticated peers can make the agent hold. A peer that
-sends no complete request, or takes no bytes of the pull, for ``request_timeout_s`` is cut off.
+Authentication comes first (protocol version 2): of a peer not yet authenticated the server
+reads a frame header and, if it announces a ``Hello`` of at most ``MAX_HELLO_BODY`` (4 KiB),
+that body; any other first frame, or a longer one, is refused from its header alone. A peer of
+another protocol version is refused from its header too, in an ``Error`` frame of its own
+version where that version can read it (version 1), and counted. At most ``max_connections``
+peers are served at once (others get a ``BUSY`` error at once). A peer that sends no complete
+``Hello`` and request, or takes no bytes of the pull, for ``request_timeout_s`` is cut off.
 """
 
 from __future__ import annotations
@@ -18,20 +23,28 @@ import hmac
 import logging
 import ssl
 import struct
+import time
+from collections.abc import Awaitable
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from kvcast.serving.agent.block_store import BlockStore
 from kvcast.serving.agent.blocks import StoredBlock
 from kvcast.serving.messages import (
+    ERROR_VERSIONS,
     HEADER_SIZE,
+    VERSION,
     BlockHash,
     BlockHeader,
     Done,
     Error,
     ErrorCode,
+    Hello,
     Message,
+    MsgType,
     ProtocolError,
     PullRequest,
+    VersionMismatch,
     decode_body,
     decode_header,
     encode,
@@ -40,7 +53,9 @@ from kvcast.serving.messages import (
 _COALESCE_BYTES = 256 << 10
 _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once the last is sent
 log = logging.getLogger(__name__)
-MAX_CONNECTIONS = 256  # peers served at once: their requests take at most this x MAX_BODY
+MAX_CONNECTIONS = 256  # peers served at once
+_REFUSAL_LOG_PERIOD_S = 10.0  # at most one log line per period per kind of refusal
+_T = TypeVar("_T")
 
 
 try:  # the bytes a TCP socket holds that its peer has not acknowledged (Linux)
@@ -72,6 +87,27 @@ async def read_frame(reader: asyncio.StreamReader) -> Message:
     return decode_body(mtype, await reader.readexactly(length))
 
 
+async def read_hello(reader: asyncio.StreamReader) -> Hello:
+    """Read a connection's first frame, which must be a :class:`Hello`: at most
+    ``HEADER_SIZE + MAX_HELLO_BODY`` bytes are read, any other frame (or version) is refused
+    from its header (ProtocolError, VersionMismatch, asyncio.IncompleteReadError)."""
+    mtype, length = decode_header(await reader.readexactly(HEADER_SIZE))
+    if mtype is not MsgType.HELLO:
+        raise ProtocolError(f"expected a Hello first, got a {mtype.name} header")
+    hello = decode_body(mtype, await reader.readexactly(length))
+    assert isinstance(hello, Hello)
+    return hello
+
+
+def version_refusal(peer_version: int) -> str:
+    """What a source tells a puller of another protocol version (and logs)."""
+    upgrade = " and must be upgraded" if peer_version < VERSION else ": upgrade the source"
+    return (
+        f"this source speaks kvcast transfer protocol version {VERSION}; the puller speaks "
+        f"version {peer_version}{upgrade}"
+    )
+
+
 @dataclass(slots=True)
 class ServerStats:
     pulls_served: int = 0
@@ -84,6 +120,7 @@ class ServerStats:
     internal_errors: int = 0
     busy_refused: int = 0  # connections refused: max_connections peers being served
     stalled: int = 0  # pulls cut off: the peer took no bytes for request_timeout_s
+    version_refused: int = 0  # peers refused: they speak another protocol version
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -105,6 +142,7 @@ class TransferServer:
         self._handlers: set[asyncio.Task[None]] = set()
         self.connections = 0  # peers being served now (refused ones not counted)
         self._stopping = False
+        self._log_after: dict[str, float] = {}  # per kind of refusal: when to log the next
         self.stats = ServerStats()
 
     @property
@@ -131,9 +169,9 @@ class TransferServer:
         await self._server.wait_closed()
         self._server, self._stopping = None, False
 
-    def authorized(self, request: PullRequest) -> bool:
+    def authorized(self, hello: Hello) -> bool:
         """Constant-time token check; always true when no token is configured."""
-        return self._token is None or hmac.compare_digest(request.token.encode(), self._token)
+        return self._token is None or hmac.compare_digest(hello.token.encode(), self._token)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -162,24 +200,30 @@ class TransferServer:
             self.stats.aborted += 1
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Read the request and serve it; every failure is answered (when the peer still
-        listens) and counted here."""
+        """Authenticate the peer, read its request and serve it; every failure is answered
+        (when the peer still listens) and counted here."""
         command_id = ""
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         try:
-            try:
-                async with asyncio.timeout(self.request_timeout_s):
-                    request = await read_frame(reader)
-            except TimeoutError:
-                msg = f"no complete request within {self.request_timeout_s:g} s"
-                raise ProtocolError(msg) from None
+            hello = await self._before(deadline, read_hello(reader))
+            if not self.authorized(hello):  # nothing of a pull request has been read
+                self.stats.auth_refused += 1
+                who = f"node {hello.node_id!r} (its claim)"
+                self._log_refusal("token", writer, who, "bad token", self.stats.auth_refused)
+                await self._send_error(writer, ErrorCode.UNAUTHORIZED, "", "bad token")
+                return
+            request = await self._before(deadline, read_frame(reader))
             if not isinstance(request, PullRequest):
                 raise ProtocolError(f"expected a PullRequest, got {type(request).__name__}")
             command_id = request.command_id
-            if not self.authorized(request):
-                self.stats.auth_refused += 1
-                await self._send_error(writer, ErrorCode.UNAUTHORIZED, command_id, "bad token")
-                return
             await self._serve(request, writer)
+        except VersionMismatch as err:
+            self.stats.version_refused += 1
+            refusal = version_refusal(err.version)
+            self._log_refusal("version", writer, "", refusal, self.stats.version_refused)
+            version = err.version if err.version in ERROR_VERSIONS else VERSION
+            with contextlib.suppress(ConnectionError):
+                await self._send_error(writer, ErrorCode.BAD_REQUEST, "", refusal, version)
         except (ProtocolError, asyncio.IncompleteReadError) as err:
             self.stats.bad_requests += 1
             with contextlib.suppress(ConnectionError):
@@ -194,6 +238,29 @@ class TransferServer:
             log.exception("serving pull %r failed", command_id)
             with contextlib.suppress(Exception):
                 await self._send_error(writer, ErrorCode.INTERNAL, command_id, repr(err))
+
+    async def _before(self, deadline: float, read: Awaitable[_T]) -> _T:
+        """``read``, cut off at ``deadline`` (the loop's clock): the Hello and the request
+        share one ``request_timeout_s``."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await read
+        except TimeoutError:
+            msg = f"no complete request within {self.request_timeout_s:g} s"
+            raise ProtocolError(msg) from None
+
+    def _log_refusal(
+        self, kind: str, writer: asyncio.StreamWriter, who: str, why: str, count: int
+    ) -> None:
+        """Log a refused peer, at most once a period per ``kind`` (a peer with a stale token,
+        or a rolling upgrade, is refused on every attempt): the metrics count them all."""
+        now = time.monotonic()
+        if now < self._log_after.get(kind, 0.0):
+            return
+        self._log_after[kind] = now + _REFUSAL_LOG_PERIOD_S
+        peer = writer.get_extra_info("peername")
+        log.warning("refused a pull from %s%s: %s (%d such refusals so far)",
+                    peer, f", {who}" if who else "", why, count)  # fmt: skip
 
     async def _close(self, writer: asyncio.StreamWriter) -> None:
         """Close after the last bytes are sent; a peer that does not take them within the
@@ -278,9 +345,10 @@ class TransferServer:
         await self._drain(writer)
 
     async def _send_error(
-        self, writer: asyncio.StreamWriter, code: ErrorCode, command_id: str, message: str
-    ) -> None:
-        writer.write(encode(Error(code, command_id, message[:500])))
+        self, writer: asyncio.StreamWriter, code: ErrorCode, command_id: str, message: str,
+        version: int = VERSION,
+    ) -> None:  # fmt: skip
+        writer.write(encode(Error(code, command_id, message[:500]), version))
         await self._drain(writer)
 
 

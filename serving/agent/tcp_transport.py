@@ -1,5 +1,8 @@
 """The default transport: one TCP connection per pull attempt, a token bucket per link.
 
+Each connection opens with this node's ``Hello`` (its token), written with the pull request
+in one send: a source that refuses the token answers before reading the request.
+
 With a link limit, the connection's kernel receive buffer is capped at one read chunk: the
 bucket then slows the sender through TCP flow control within a chunk or so, instead of the
 kernel taking megabytes ahead of the limit (which would also let a transfer "complete" from
@@ -16,14 +19,15 @@ from kvcast.serving.agent.buffers import BufferAllocator
 from kvcast.serving.agent.rate_limit import TokenBucket
 from kvcast.serving.agent.tcp_receiver import STAGING_BYTES, PullProtocol
 from kvcast.serving.agent.transport import BlockSink, Transport, TransportError, parse_peer
-from kvcast.serving.messages import Done, PullRequest, encode
+from kvcast.serving.messages import Done, Hello, PullRequest, encode
 
 _STAGING_KEPT = 4  # receive areas kept for reuse (touched memory: no page faults next time)
 
 
 class TcpTransport(Transport):
     """Pulls over TCP. ``link_bytes_per_s`` (None: unlimited) caps each peer link; all
-    concurrent pulls from one peer share that link's bucket."""
+    concurrent pulls from one peer share that link's bucket. ``token`` (empty: none) is the
+    shared secret the peers' transfer servers check; ``node_id`` names this node to them."""
 
     def __init__(
         self,
@@ -32,10 +36,14 @@ class TcpTransport(Transport):
         max_block_bytes: int = 256 << 20,
         connect_timeout_s: float = 5.0,
         ssl_context: ssl.SSLContext | None = None,
+        *,
+        token: str = "",
+        node_id: str = "",
     ) -> None:
         self.link_bytes_per_s, self.link_burst_bytes = link_bytes_per_s, link_burst_bytes
         self.max_block_bytes, self.connect_timeout_s = max_block_bytes, connect_timeout_s
         self.ssl_context = ssl_context  # mutual TLS to the peers (None: plain TCP)
+        self._hello = encode(Hello(node_id, token))  # ValueError: a token too long to send
         self._buckets: dict[str, TokenBucket] = {}
         self._staging: list[bytearray] = []  # receive areas of finished pulls, for the next
 
@@ -72,7 +80,7 @@ class TcpTransport(Transport):
                 self._staging.append(staging)
             raise TransportError(f"cannot connect to {peer}: {err}") from None
         try:
-            transport.write(encode(request))
+            transport.write(self._hello + encode(request))
             return await protocol.done
         finally:
             transport.abort()  # no more reads into ``staging``: it may serve the next pull

@@ -80,7 +80,8 @@ class _Progress:
 
 
 class TransferClient:
-    """Pulls blocks into ``store`` from peers."""
+    """Pulls blocks into ``store`` from peers. The transport authenticates this node to them
+    (:class:`TcpTransport`: its ``token``; the default one has none)."""
 
     def __init__(
         self,
@@ -88,7 +89,6 @@ class TransferClient:
         transport: Transport | None = None,
         *,
         allocator: BufferAllocator | None = None,
-        token: str = "",
         max_retries: int = 3,
         backoff_base_s: float = 0.05,
         backoff_max_s: float = 1.0,
@@ -97,7 +97,7 @@ class TransferClient:
     ) -> None:
         self.store, self.transport = store, transport or TcpTransport()
         self.allocator = allocator or HostAllocator()
-        self.token, self.max_retries = token, max_retries
+        self.max_retries = max_retries
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
         self.commands: CommandLog[PullResult] = CommandLog(command_log_size)
         self.stats = TransferStats()
@@ -157,7 +157,7 @@ class TransferClient:
             async with asyncio.timeout(deadline - time.monotonic()):
                 while prog.pending:
                     attempts += 1
-                    request = PullRequest(cid, tenant, tuple(prog.pending), self.token)
+                    request = PullRequest(cid, tenant, tuple(prog.pending))
                     try:
                         done = await self.transport.pull(peer, request, prog.sink, self.allocator)
                         prog.mark_missing(done.missing)

@@ -4,7 +4,9 @@ TCP (:class:`~kvcast.serving.agent.tcp_transport.TcpTransport`) is the default; 
 NVLink transport (e.g. NIXL) implements the same :class:`Transport`. A transport delivers
 blocks *unverified*: the caller verifies checksums and commits, whatever the transport. A
 transport that reads the bytes anyway may hand over their digest, computed as they landed in
-the block's buffer, so that verifying does not read the whole block a second time.
+the block's buffer, so that verifying does not read the whole block a second time. A transport
+authenticates this node to the peer itself (TCP: a ``Hello`` with the token, before the
+request), so that a peer can refuse it before reading any request.
 """
 
 from __future__ import annotations

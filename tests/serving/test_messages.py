@@ -1,4 +1,6 @@
-"""The transfer-path wire protocol: every message round-trips; every bad input is one error."""
+"""The transfer-path wire protocol: every message round-trips; every bad input is one error; a
+Hello's length is bounded from its header; a frame of another version is told apart, and a
+version-1 peer can be refused in a frame it reads."""
 
 from __future__ import annotations
 
@@ -14,14 +16,17 @@ from kvcast.serving.messages import (
     HEADER_SIZE,
     MAGIC,
     MAX_BODY,
+    MAX_HELLO_BODY,
     VERSION,
     BlockHeader,
     Done,
     Error,
     ErrorCode,
+    Hello,
     MsgType,
     ProtocolError,
     PullRequest,
+    VersionMismatch,
     decode,
     decode_body,
     decode_header,
@@ -32,14 +37,17 @@ U64 = (1 << 64) - 1
 hashes = st.one_of(st.integers(0, U64), st.binary(min_size=1, max_size=64))
 text = st.text(max_size=40)
 messages = st.one_of(
-    st.builds(PullRequest, text, text, st.lists(hashes, max_size=8).map(tuple), text),
+    st.builds(Hello, text, text),
+    st.builds(PullRequest, text, text, st.lists(hashes, max_size=8).map(tuple)),
     st.builds(BlockHeader, hashes, text, st.integers(0, U64), st.integers(0, U64)),
     st.builds(Done, text, st.integers(0, (1 << 32) - 1), st.lists(hashes, max_size=8).map(tuple)),
     st.builds(Error, st.sampled_from(list(ErrorCode)), text, text),
 )
 
 EXAMPLES = [
-    PullRequest("cmd-1", "tenant-a", (1, U64, b"\x00" * 32), "s3cret"),
+    Hello("agent-1", "s3cret"),
+    Hello("", ""),
+    PullRequest("cmd-1", "tenant-a", (1, U64, b"\x00" * 32)),
     PullRequest("", "", ()),
     BlockHeader(0xDEADBEEF, "tenant-a", 4 << 20, U64),
     BlockHeader(b"sha256-bytes-hash", "t\u00e9nant", 0, 0),
@@ -59,8 +67,8 @@ def test_every_message_type_round_trips(msg) -> None:
 
 
 def test_every_message_type_is_covered() -> None:
-    assert {type(m) for m in EXAMPLES} == {PullRequest, BlockHeader, Done, Error}
-    assert len(MsgType) == 4
+    assert {type(m) for m in EXAMPLES} == {Hello, PullRequest, BlockHeader, Done, Error}
+    assert len(MsgType) == 5
 
 
 @settings(max_examples=150, deadline=None)
@@ -72,11 +80,11 @@ def test_generated_messages_round_trip(msg) -> None:
 def decodes_or_refuses(frame: bytes) -> None:
     """Decoding ``frame`` yields a message or raises ProtocolError, and nothing else."""
     with contextlib.suppress(ProtocolError):
-        assert isinstance(decode(frame), PullRequest | BlockHeader | Done | Error)
+        assert isinstance(decode(frame), Hello | PullRequest | BlockHeader | Done | Error)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.integers(1, 4), st.binary(max_size=200))
+@given(st.integers(1, 5), st.binary(max_size=200))
 def test_random_bytes_decode_to_a_message_or_protocol_error_only(mtype: int, body: bytes) -> None:
     decodes_or_refuses(body)  # no valid header
     decodes_or_refuses(HEADER.pack(MAGIC, VERSION, mtype, 0, len(body)) + body)  # bad body
@@ -93,7 +101,7 @@ def test_mutated_frames_decode_or_raise_protocol_error(msg, data) -> None:
 
 
 def test_every_truncation_of_a_frame_is_a_protocol_error() -> None:
-    frame = encode(EXAMPLES[0])
+    frame = encode(EXAMPLES[2])
     for n in range(len(frame)):
         with pytest.raises(ProtocolError):
             decode(frame[:n])
@@ -141,8 +149,59 @@ def test_trailing_bytes_and_bad_fields_are_refused() -> None:
         lambda: Done("c", 1 << 32),
         lambda: Error(3, "c", "not an ErrorCode"),  # type: ignore[arg-type]
         lambda: PullRequest("c" * 70000, "t", ()),
+        lambda: Hello("n", "x" * MAX_HELLO_BODY),  # fits a string field, not a Hello
     ],
 )
 def test_invalid_messages_cannot_be_built(make) -> None:
     with pytest.raises(ValueError):
         make()
+
+
+def test_the_version_2_frames_are_exactly_these_bytes() -> None:
+    """The wire layout, pinned: a Hello (type 5: node id, token) opens a connection, and a
+    PullRequest no longer carries a token after its hashes."""
+    hello = "4b564354 02 05 0000 00000008 | 0001 6e | 0003 746f6b"
+    assert encode(Hello("n", "tok")) == bytes.fromhex(hello.replace("|", ""))
+    request = "4b564354 02 01 0000 00000013 | 0001 63 | 0001 74 | 00000001 00 0000000000000001"
+    assert encode(PullRequest("c", "t", (1,))) == bytes.fromhex(request.replace("|", ""))
+
+
+def test_a_hello_header_announcing_more_than_the_hello_limit_is_refused_from_the_header() -> None:
+    hello = MsgType.HELLO
+    assert decode_header(HEADER.pack(MAGIC, VERSION, hello, 0, MAX_HELLO_BODY))[1] == 4096
+    with pytest.raises(ProtocolError, match=f"HELLO body length {MAX_HELLO_BODY + 1} exceeds"):
+        decode_header(HEADER.pack(MAGIC, VERSION, hello, 0, MAX_HELLO_BODY + 1))
+    with pytest.raises(ProtocolError, match="exceeds"):
+        decode_header(HEADER.pack(MAGIC, VERSION, hello, 0, MAX_BODY))  # fine for others
+
+
+@pytest.mark.parametrize("version", [0, 1, VERSION + 1, 255])
+def test_a_header_of_another_version_raises_version_mismatch_naming_it(version: int) -> None:
+    # whatever the rest says: another version may lay it out differently
+    header = HEADER.pack(MAGIC, version, 99, 7, MAX_BODY + 1)
+    with pytest.raises(VersionMismatch) as refused:
+        decode_header(header)
+    assert refused.value.version == version and isinstance(refused.value, ProtocolError)
+
+
+def test_a_version_1_pull_request_is_a_version_mismatch() -> None:
+    """What a version-1 puller sends: its PullRequest with the token last."""
+    body = encode(PullRequest("c", "t", (1,)))[HEADER_SIZE:] + b"\x00\x03tok"
+    with pytest.raises(VersionMismatch):
+        decode(HEADER.pack(MAGIC, 1, MsgType.PULL_REQUEST, 0, len(body)) + body)
+
+
+def test_an_error_encoded_for_version_1_is_the_frame_a_version_1_peer_reads() -> None:
+    frame = encode(Error(ErrorCode.BAD_REQUEST, "c", "no"), version=1)
+    # version 1's Error: header version 1, type 4, then code u16, command id, message
+    v1_error = "4b564354 01 04 0000 00000009 | 0001 | 0001 63 | 0002 6e6f"
+    assert frame == bytes.fromhex(v1_error.replace("|", ""))
+
+
+@pytest.mark.parametrize(
+    "msg, version",
+    [(PullRequest("c", "t", ()), 1), (Hello("n", "t"), 1), (Error(ErrorCode.BUSY, "", ""), 3)],
+)
+def test_only_an_error_may_be_encoded_for_another_version(msg, version: int) -> None:
+    with pytest.raises(ValueError, match="version"):
+        encode(msg, version=version)

@@ -36,6 +36,17 @@ def test_token_is_never_printed() -> None:
     assert AgentConfig(capacity_bytes=10, speculative_quota_bytes=1).token_value is None
 
 
+def test_a_token_too_long_for_a_transfer_hello_is_refused_at_start() -> None:
+    """The longest node id and a token at the limit fit in a Hello (4 KiB); a longer token
+    would fail every pull, so it is refused up front."""
+    from kvcast.serving.agent import Agent
+
+    data = {"node_id": "\u00e9" * 128, "capacity_bytes": 10, "speculative_quota_bytes": 1}
+    Agent(parse_config(AgentConfig, data | {"token": "\u00e9" * 1024}))  # 2048 bytes: fits
+    with pytest.raises(ConfigError, match="token must be at most 2048 bytes"):
+        parse_config(AgentConfig, data | {"token": "\u00e9" * 1024 + "x"})
+
+
 @pytest.mark.parametrize("key", ["connect_timeout_s", "request_timeout_s", "shutdown_grace_s"])
 def test_an_infinite_time_is_refused(key: str) -> None:
     data = {"node_id": "a", "capacity_bytes": 1024, "speculative_quota_bytes": 0}

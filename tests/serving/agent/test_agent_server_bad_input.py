@@ -7,7 +7,18 @@ import asyncio
 import pytest
 
 from kvcast.serving.agent import BlockStore, TransferServer
-from kvcast.serving.messages import Done, Error, ErrorCode, decode_body, decode_header, encode
+from kvcast.serving.messages import (
+    Done,
+    Error,
+    ErrorCode,
+    Hello,
+    PullRequest,
+    decode_body,
+    decode_header,
+    encode,
+)
+
+HELLO = encode(Hello("n", ""))
 
 
 async def exchange(payload: bytes, timeout_s: float = 10.0) -> tuple[object, TransferServer]:
@@ -25,15 +36,30 @@ async def exchange(payload: bytes, timeout_s: float = 10.0) -> tuple[object, Tra
 
 
 @pytest.mark.parametrize(
-    "payload",
-    [b"GET / HTTP/1.1\r\n\r\n" + b"\x00" * 8, encode(Done("c", 0)), b"KVCT\x01\x01\x00\x00"],
-    ids=["garbage", "wrong-message", "truncated"],
-)
-def test_bad_request_gets_a_bad_request_error_and_is_counted(run, payload: bytes) -> None:
+    "payload, reason",
+    [
+        (b"GET / HTTP/1.1\r\n\r\n" + b"\x00" * 8, "magic"),
+        (encode(Done("c", 0)), "expected a Hello first"),
+        (encode(PullRequest("c", "t", (1,))), "expected a Hello first"),
+        (HELLO + encode(Done("c", 0)), "expected a PullRequest"),
+        (HELLO + HELLO, "expected a PullRequest"),
+        (b"KVCT\x02\x05\x00\x00", "no complete request"),
+        (HELLO + b"KVCT\x02\x01\x00\x00", "no complete request"),
+        (b"", "no complete request"),
+    ],
+    ids=[
+        "garbage", "wrong-message", "request-before-hello", "wrong-message-after-hello",
+        "two-hellos", "truncated-hello", "truncated-request", "silent",
+    ],
+)  # fmt: skip
+def test_bad_request_gets_a_bad_request_error_and_is_counted(
+    run, payload: bytes, reason: str
+) -> None:
     async def scenario() -> None:
-        # a truncated request is detected by the request timeout
+        # a truncated (or absent) Hello or request is detected by the request timeout
         reply, server = await exchange(payload, timeout_s=0.2)
         assert isinstance(reply, Error) and reply.code is ErrorCode.BAD_REQUEST
+        assert reason in reply.message, reply.message
         assert server.stats.bad_requests == 1
 
     run(scenario())

@@ -1,8 +1,8 @@
-"""What an unauthenticated or misbehaving peer can hold on the transfer port: a request is read
-whole before its token is checked, so the peers served at once are bounded (the rest are
-refused as busy at once, memory bounded by the limit times the body limit), a peer that sends
-no complete request is answered and cut off at the request timeout, and so is one that stops
-taking a pull's bytes (its handler and the blocks it holds are not kept forever)."""
+"""What an unauthenticated or misbehaving peer can hold on the transfer port: the peers served at
+once are bounded (the rest are refused as busy at once; of an unauthenticated one at most a
+4 KiB Hello is read), a peer that sends no complete Hello and request is answered and cut off
+at the request timeout, and so is one that stops taking a pull's bytes (its handler and the
+blocks it holds are not kept forever)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from kvcast.serving.messages import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
-    MAX_BODY,
+    MAX_HELLO_BODY,
     VERSION,
     BlockHeader,
     Done,
     Error,
     ErrorCode,
+    Hello,
     MsgType,
     PullRequest,
     decode_body,
@@ -31,6 +32,7 @@ from kvcast.serving.messages import (
 )
 
 TOKEN = "transfer-token"
+HELLO = encode(Hello("raw-puller", TOKEN))
 MiB = 1 << 20
 
 
@@ -57,10 +59,10 @@ def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bo
             fill_agent(agent, "t", {1: 4096})
             host, _, port = agent.address.rpartition(":")
             holders = []
-            for _ in range(2):  # no token needed to get this far: the body comes first
+            for _ in range(2):  # no token needed to get this far: a Hello's first bytes
                 reader, writer = await asyncio.open_connection(host, int(port))
-                writer.write(HEADER.pack(MAGIC, VERSION, MsgType.PULL_REQUEST, 0, MAX_BODY))
-                writer.write(b"\0" * (64 << 10))  # and then nothing more
+                writer.write(HEADER.pack(MAGIC, VERSION, MsgType.HELLO, 0, MAX_HELLO_BODY))
+                writer.write(b"\0" * 100)  # and then nothing more
                 holders.append((reader, writer))
             await until(lambda: agent.server.connections == 2)
 
@@ -82,7 +84,7 @@ def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bo
             await until(lambda: agent.server.connections == 0)
 
             reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(encode(PullRequest("c", "t", (1,), TOKEN)))
+            writer.write(HELLO + encode(PullRequest("c", "t", (1,))))
             mtype, _ = decode_header(await reader.readexactly(HEADER_SIZE))
             assert mtype is MsgType.BLOCK_HEADER  # served again once the others are gone
             writer.close()
@@ -104,7 +106,7 @@ def test_a_peer_that_stops_taking_bytes_is_cut_off_at_the_request_timeout(
             sock.setblocking(False)
             await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
             reader, writer = await asyncio.open_connection(sock=sock)
-            writer.write(encode(PullRequest("c", "t", (1,), TOKEN)))
+            writer.write(HELLO + encode(PullRequest("c", "t", (1,))))
             await writer.drain()
             # read nothing: the source's buffers fill and it can send no more
             await until(lambda: agent.server.stats.stalled == 1, timeout_s=5.0)
@@ -153,14 +155,15 @@ def _tight_buffers(server: TransferServer) -> list[tuple[str, int]]:
 
 
 async def _request(address: str, request: PullRequest) -> socket.socket:
-    """A raw puller with a 4 KiB receive buffer that has sent ``request`` and read nothing."""
+    """A raw puller with a 4 KiB receive buffer that has sent its Hello and ``request`` and
+    read nothing."""
     host, _, port = address.rpartition(":")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
     loop = asyncio.get_running_loop()
     await loop.sock_connect(sock, (host, int(port)))
-    await loop.sock_sendall(sock, encode(request))
+    await loop.sock_sendall(sock, HELLO + encode(request))
     return sock
 
 
@@ -182,7 +185,7 @@ def test_a_done_is_still_delivered_after_a_normal_pull(run, config, fill_agent) 
         async with Agent(config(token=TOKEN, request_timeout_s=5.0)) as agent:
             source = fill_agent(agent, "t", {1: 48 << 10})
             seen = _tight_buffers(agent.server)
-            sock = await _request(agent.address, PullRequest("c", "t", (1, 2), TOKEN))
+            sock = await _request(agent.address, PullRequest("c", "t", (1, 2)))
             try:
                 await until(lambda: bool(seen))  # nothing read until the source closes
                 got = await _read_all(sock)
@@ -215,7 +218,7 @@ def test_a_peer_that_never_takes_the_last_bytes_is_cut_off_at_close(
         async with Agent(config(token=TOKEN, request_timeout_s=0.3)) as agent:
             fill_agent(agent, "t", {1: 48 << 10})
             seen = _tight_buffers(agent.server)
-            sock = await _request(agent.address, PullRequest("c", "t", (1,), TOKEN))
+            sock = await _request(agent.address, PullRequest("c", "t", (1,)))
             try:
                 await until(lambda: ("closed", 0) in seen, timeout_s=5.0)
                 got = await _read_all(sock)
