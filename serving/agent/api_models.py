@@ -81,6 +81,13 @@ class EngineStats(Request):
     kv_usage: float | None = Field(None, ge=0, le=1, description="fraction of KV cache in use")
 
 
+class HeldFor(BaseModel):
+    """One routed request's hold on a replica (``POST /v1/hold``)."""
+
+    claim_id: str
+    seconds_left: float = Field(description="until the hold runs out by itself (its hold_s)")
+
+
 class BlockEntry(BaseModel):
     tenant: str
     block_hash: JsonBlockHash
@@ -90,6 +97,10 @@ class BlockEntry(BaseModel):
     pins: int
     ttl_remaining_s: float | None = None
     holds: int = Field(0, description="routed requests holding this replica")
+    claims: list[HeldFor] = Field(
+        default_factory=list, description="those requests' holds (``holds`` of them): a "
+        "restarted sidecar takes its claims back from them"
+    )  # fmt: skip
 
 
 class ReplicateResult(BaseModel):

@@ -265,5 +265,7 @@ class BlockStore:
 
     def _info(self, key: BlockKey, e: Entry) -> BlockInfo:
         now = self._clock()
-        holds = sum(t > now for t in e.holds.values()) if e.holds else 0
-        return BlockInfo(*key, e.state, e.buffer.nbytes, e.checksum, e.pins, e.expires_at, holds)
+        claims = tuple((c, t) for c, t in e.holds.items() if t > now) if e.holds else ()
+        return BlockInfo(
+            *key, e.state, e.buffer.nbytes, e.checksum, e.pins, e.expires_at, len(claims), claims
+        )

@@ -41,6 +41,7 @@ class BlockInfo:
     pins: int
     expires_at: float | None
     holds: int = 0  # routed requests holding this replica now
+    claims: tuple[tuple[str, float], ...] = ()  # their (claim id, end of its hold), clock s
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from kvcast.serving.agent.api_models import (
     EngineReport,
     EngineStats,
     EvictResult,
+    HeldFor,
     HoldRequest,
     HoldResult,
     Inventory,
@@ -42,6 +43,7 @@ from kvcast.serving.agent.blocks import (
 )
 from kvcast.serving.agent.checksum import ALGORITHM
 from kvcast.serving.agent.command_log import CommandLog
+from kvcast.serving.http.connection_cuts import ConnectionCuts
 from kvcast.serving.messages import BlockHash
 
 R = TypeVar("R")
@@ -61,6 +63,7 @@ class AgentControl:
         self.requests: Counter[tuple[str, int]] = Counter()  # (path, HTTP status)
         self.failed: Counter[tuple[str, str]] = Counter()  # (command, outcome)
         self.http_auth_failures = 0
+        self.http_cuts = ConnectionCuts()  # connections the API server cut (counted there)
         self.replications_in_flight = 0
         self.accepting = True  # False once shutting down: /readyz answers 503
         self._engines: OrderedDict[str, tuple[EngineStats, float]] = OrderedDict()
@@ -209,10 +212,13 @@ class AgentControl:
         return Removals(node_id=self.node_id, blocks=blocks, next=nxt, missed=missed)
 
     def entry(self, info: BlockInfo) -> BlockEntry:
-        ttl = None if info.expires_at is None else max(0.0, info.expires_at - self._clock())
+        now = self._clock()
+        ttl = None if info.expires_at is None else max(0.0, info.expires_at - now)
+        claims = [HeldFor(claim_id=c, seconds_left=max(0.0, t - now)) for c, t in info.claims]
         return BlockEntry(
             tenant=info.tenant, block_hash=info.block_hash, state=info.state, nbytes=info.nbytes,
             checksum=info.checksum, pins=info.pins, ttl_remaining_s=ttl, holds=info.holds,
+            claims=claims,
         )  # fmt: skip
 
     def _claim(self, kind: str, command_id: str, fingerprint: str) -> None:

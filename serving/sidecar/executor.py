@@ -14,8 +14,9 @@
   already absent) leaves the event stream's residency through a ``BlockRemoved``.
 - ``promote``: no agent executes one (the view offers no lower tiers): ``unsupported``.
 - claims (not decisions: the sidecar's answer to a routed request, :meth:`Executor.hold`):
-  the agent of the request's node holds the replicas the request counts until the engine
-  there stores those blocks (:meth:`Executor.release`) or ``claim_hold_s`` passes. They do
+  the agent of the request's node holds the replicas the request counts (those still on their
+  way there once they land) until the engine there stores those blocks
+  (:meth:`Executor.release`) or ``claim_hold_s`` passes. They do
   not wait for a command slot (a request is waiting on them); beyond the backlog they are
   dropped, counted (the replicas then keep their plain TTL).
 
@@ -159,6 +160,21 @@ class Executor:
     async def _attempt(
         self, d: Decision, url: str, source: int, landed: set[int]
     ) -> AgentCallError | None:
+        """:meth:`_pull`, during which requests routed to the target claim the blocks on
+        their way: those that land are held for them then (none if the pull was cancelled)."""
+        self.replicas.expect(d.target, d.tenant, d.block_hashes)
+        try:
+            failure = await self._pull(d, url, source, landed)
+        except BaseException:
+            self.replicas.landed(d.target, d.block_hashes)  # over all the same
+            raise
+        for request_id, hashes, left_s in self.replicas.landed(d.target, d.block_hashes):
+            self.hold(d.target, request_id, d.tenant, hashes, left_s)
+        return failure
+
+    async def _pull(
+        self, d: Decision, url: str, source: int, landed: set[int]
+    ) -> AgentCallError | None:
         """One replicate call; None when every block landed. Verified blocks that landed are
         recorded (``landed``) whatever the outcome; those that did not are marked absent on
         the target. A retry gets its own command id."""
@@ -231,10 +247,13 @@ class Executor:
         return None
 
     # -- claims ----------------------------------------------------------------------------
-    def hold(self, node: int, request_id: str, tenant: str, hashes: list[int]) -> None:
+    def hold(
+        self, node: int, request_id: str, tenant: str, hashes: list[int],
+        hold_s: float | None = None,
+    ) -> None:  # fmt: skip
         """Have ``node``'s agent hold these replicas for the routed request ``request_id``
-        (any thread)."""
-        claim, hold_s = claim_id(request_id), self.cfg.claim_hold_s
+        for ``hold_s`` (None: ``claim_hold_s``) at most (any thread)."""
+        claim, hold_s = claim_id(request_id), hold_s or self.cfg.claim_hold_s
         for i in range(0, len(hashes), MAX_HASHES_PER_PULL):
             part = hashes[i : i + MAX_HASHES_PER_PULL]
             req = HoldRequest(claim_id=claim, tenant=tenant, block_hashes=part, hold_s=hold_s)

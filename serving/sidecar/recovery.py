@@ -6,9 +6,14 @@ stream as a ``BlockStored`` on that node (speculative replicas flagged), so the 
 the decider reads as ``hbm`` and ``GET /v1/blocks`` answers knows every copy, and the decider
 does not send a chain again to a node that already holds it; each speculative replica is
 placed again in the :class:`ReplicaTracker` with its remaining TTL, so that its hit or waste is
-still counted and TTL evictions still find its tenant. The engines' replay sockets give the
-rest (the KV subscriber's catch-up). An agent that does not answer is logged and skipped: the
-telemetry poller marks it down, and its blocks are learnt again from its engine's events.
+still counted and TTL evictions still find its tenant, and the holds its agent keeps on it for
+routed requests (``claims``, by request id, with the seconds each has left) are claims of the
+tracker again: the sweep keeps the replica until they end, and the engine's ``BlockStored``
+releases them on the agent as before the restart. The decider starts from an empty ledger
+and gets neither: it placed none of these replicas, so it orders no eviction of them. The
+engines' replay sockets give the rest (the KV subscriber's catch-up). An agent that does not
+answer is logged and skipped: the telemetry poller marks it down, and its blocks are learnt
+again from its engine's events.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class RecoveryReport:
     agents_failed: dict[int, str] = field(default_factory=dict)  # node -> why
     blocks: int = 0  # (node, block) locations learnt
     replicas: int = 0  # of which speculative replicas
+    claimed: int = 0  # of which held by their agents for routed requests: claimed again
     seconds: float = 0.0
 
 
@@ -83,7 +89,11 @@ async def recover_locations(
             events.append(BlockStored(now, node, hashes, None, block_tokens, speculative=True))
         for b in spec:
             ttl = b.ttl_remaining_s if b.ttl_remaining_s is not None else float("inf")
-            replicas.place(node, [u64(b.block_hash)], b.tenant, b.nbytes, max(ttl, MIN_TTL_S))
+            h = u64(b.block_hash)
+            replicas.place(node, [h], b.tenant, b.nbytes, max(ttl, MIN_TTL_S))
+            if b.claims:  # held for routed requests: claimed again, until their holds end
+                claims = [(c.claim_id, c.seconds_left) for c in b.claims]
+                report.claimed += int(replicas.restore_claims(node, b.tenant, h, claims) > 0)
         queue.put(events, SOURCE)
         report.blocks += len(held) + len(spec)
         report.replicas += len(spec)

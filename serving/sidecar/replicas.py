@@ -15,10 +15,13 @@ hold it for that request (``/v1/hold``), so that its TTL does not run out while 
 waits in the engine's queue. A claim ends when the engine stores the block
 (:meth:`ReplicaTracker.on_stored` returns the claims to release on the agent) or at its
 maximum hold; meanwhile the sweep keeps the replica, as its agent does. Several requests may
-claim one replica (one claim each, by request id). Thread-safe: the executor places and
-removes, the consumer thread reports requests and stores, the HTTP handlers claim. Memory is
-bounded by the live replicas (expired ones are swept) and their claims (each at most
-``claim_hold_s``).
+claim one replica (one claim each, by request id). A replica still on its way when the request
+is routed (:meth:`ReplicaTracker.expect`) is claimed when it lands, for what is left of the
+hold (:meth:`ReplicaTracker.landed` says which to hold then). A restarted sidecar takes back
+the claims its agents still hold (:meth:`ReplicaTracker.restore_claims`, from their
+inventories). Thread-safe: the executor places and removes, the consumer thread reports
+requests and stores, the HTTP handlers claim. Memory is bounded by the live replicas (expired
+ones are swept), the copies in flight, and their claims (each at most ``claim_hold_s``).
 """
 
 from __future__ import annotations
@@ -42,8 +45,25 @@ class Replica:
     def held(self, now: float) -> bool:
         return self.claims is not None and any(t > now for t in self.claims.values())
 
+    def hold_for(self, claim_id: str, until: float) -> None:
+        """Claimed by ``claim_id`` until ``until`` (or later, if it was already)."""
+        if self.claims is None:
+            self.claims = {}
+        self.claims[claim_id] = max(self.claims.get(claim_id, until), until)
+
+
+@dataclass(slots=True)
+class Coming:
+    """A block of ``tenant`` on its way to a node (``copies`` in flight), and the requests
+    routed there meanwhile that claim it when it lands."""
+
+    tenant: str
+    copies: int = 1
+    claims: dict[str, float] | None = None  # request id -> end of its hold (clock seconds)
+
 
 Release = tuple[str, str, list[int]]  # (claim id, tenant, hashes) to release on an agent
+Hold = tuple[str, list[int], float]  # (claim id, hashes, seconds left) to hold on an agent
 
 
 class ReplicaTracker:
@@ -51,13 +71,15 @@ class ReplicaTracker:
         self._clock = clock
         self._lock = threading.Lock()
         self._live: dict[tuple[int, int], Replica] = {}  # (node, hash) -> replica
+        self._coming: dict[tuple[int, int], Coming] = {}  # (node, hash) -> copies in flight
         self.placed = 0
         self.used = 0
         self.wasted = 0
         self.placed_bytes = 0
 
     def __bool__(self) -> bool:
-        return bool(self._live)
+        """Whether any replica is live or on its way."""
+        return bool(self._live or self._coming)
 
     def __len__(self) -> int:
         return len(self._live)
@@ -90,20 +112,80 @@ class ReplicaTracker:
     ) -> list[int]:
         """A request (``claim_id``) of ``tenant`` was routed to ``node``: the live replicas of
         that tenant among ``hashes`` that the engine has not stored yet are claimed for it,
-        for ``hold_s`` at most; returns their hashes (to hold on the agent)."""
+        for ``hold_s`` at most; returns their hashes (to hold on the agent). Those still on
+        their way are claimed when they land (:meth:`landed`)."""
         now = self._clock()
         out = []
         with self._lock:
-            live = self._live
+            live, coming = self._live, self._coming
             for h in hashes:
                 r = live.get((node, h))
-                if r is None or r.adopted or r.tenant != tenant or r.expires_at <= now:
+                if r is None or r.expires_at <= now:  # not there (yet)
+                    c = coming.get((node, h))
+                    if c is not None and c.tenant == tenant:
+                        if c.claims is None:
+                            c.claims = {}
+                        c.claims[claim_id] = now + hold_s
                     continue
-                if r.claims is None:
-                    r.claims = {}
-                r.claims[claim_id] = now + hold_s
+                if r.adopted or r.tenant != tenant:
+                    continue
+                r.hold_for(claim_id, now + hold_s)
                 out.append(h)
         return out
+
+    def expect(self, node: int, tenant: str, hashes: Iterable[int]) -> None:
+        """A copy of these blocks of ``tenant`` to ``node`` started; :meth:`landed` must
+        follow, however it ends."""
+        with self._lock:
+            coming = self._coming
+            for h in hashes:
+                c = coming.get((node, h))
+                if c is None or c.tenant != tenant:
+                    coming[(node, h)] = Coming(tenant)
+                else:
+                    c.copies += 1
+
+    def landed(self, node: int, hashes: Iterable[int]) -> list[Hold]:
+        """The copy :meth:`expect` announced is over (the blocks that landed are placed):
+        the requests routed to ``node`` meanwhile claim those that are live replicas of their
+        tenant now; returns what to hold on the agent, for what is left of each hold."""
+        now = self._clock()
+        out: dict[str, Hold] = {}
+        with self._lock:
+            for h in hashes:
+                key = (node, h)
+                c = self._coming.get(key)
+                if c is None:
+                    continue
+                c.copies -= 1
+                if c.copies <= 0:
+                    del self._coming[key]
+                r = self._live.get(key)
+                if not c.claims or r is None or r.adopted or r.tenant != c.tenant:
+                    continue
+                for claim_id, until in c.claims.items():
+                    if until > now:
+                        r.hold_for(claim_id, until)
+                        out.setdefault(claim_id, (claim_id, [], until - now))[1].append(h)
+                c.claims = None  # claimed: a second copy in flight adds nothing to hold
+        return list(out.values())
+
+    def restore_claims(
+        self, node: int, tenant: str, block_hash: int, held: Iterable[tuple[str, float]]
+    ) -> int:
+        """Recovery: the agent of ``node`` holds this replica of ``tenant`` for these
+        (claim id, seconds its hold has left): they are this sidecar's claims again, as if it
+        had made them. How many were taken back."""
+        now, n = self._clock(), 0
+        with self._lock:
+            r = self._live.get((node, block_hash))
+            if r is None or r.adopted or r.tenant != tenant:
+                return 0
+            for claim_id, left_s in held:
+                if left_s > 0:
+                    r.hold_for(claim_id, now + left_s)
+                    n += 1
+        return n
 
     def on_stored(self, node: int, hashes: Iterable[int]) -> list[Release]:
         """The engine on ``node`` stored these blocks in its own cache; returns the claims
@@ -114,6 +196,8 @@ class ReplicaTracker:
             live = self._live
             for h in hashes:
                 r = live.get((node, h))
+                if (node, h) in self._coming:
+                    self._coming[(node, h)].claims = None  # its requests need it no more
                 if r is None:
                     continue
                 r.adopted = True

@@ -99,3 +99,17 @@ def test_pinning_a_held_replica_makes_it_active_and_ends_its_holds(make_block) -
     assert info.state is BlockState.ACTIVE and info.holds == 0
     assert s.stats.speculative_used == 1
     assert not s.release("t", 1, "r-1")  # nothing held any more
+
+
+def test_the_inventory_names_each_live_hold_and_when_it_ends(make_block) -> None:
+    s = store(ttl=10.0)
+    put(s, make_block, 1, SPEC)
+    t0 = s._clock.now
+    s.hold("t", 1, "r-1", hold_s=30.0)
+    s.hold("t", 1, "r-2", hold_s=5.0)
+    [info] = s.inventory()
+    assert info.holds == 2 and sorted(info.claims) == [("r-1", t0 + 30.0), ("r-2", t0 + 5.0)]
+    s._clock.now += 6.0  # r-2's hold ran out: no longer listed
+    assert s.info("t", 1).claims == (("r-1", t0 + 30.0),) and s.info("t", 1).holds == 1
+    s.release("t", 1, "r-1")
+    assert s.info("t", 1).claims == ()

@@ -33,7 +33,7 @@ def test_no_get_route_ever_returns_block_bytes(run, control_api) -> None:
             inventory = (await api.get("/v1/inventory")).json()
             assert set(inventory["blocks"][0]) == {
                 "tenant", "block_hash", "state", "nbytes", "checksum", "pins", "ttl_remaining_s",
-                "holds",
+                "holds", "claims",
             }  # fmt: skip
 
     run(scenario())
@@ -230,5 +230,32 @@ def test_hold_and_release_touch_only_the_named_tenants_replicas(run, control_api
             assert store.info("alice", 7).holds == 0
             bad = hold | {"hold_s": 0}
             assert (await api.post("/v1/hold", json=bad)).status_code == 422
+
+    run(scenario())
+
+
+def test_the_inventory_lists_each_replicas_holds_with_the_seconds_they_have_left(
+    run, control_api
+) -> None:
+    async def scenario() -> None:
+        async with control_api() as (api, control):
+            store = control.agent.store
+            store.put("alice", 7, *_block(b"a" * 64), state=BlockState.SPECULATIVE)
+            store.put("alice", 8, *_block(b"c" * 64), state=BlockState.SPECULATIVE)
+            hold = {"claim_id": "r-1", "tenant": "alice", "block_hashes": [7], "hold_s": 30.0}
+            assert (await api.post("/v1/hold", json=hold)).status_code == 200
+            hold |= {"claim_id": "r-2", "hold_s": 5.0}
+            assert (await api.post("/v1/hold", json=hold)).status_code == 200
+            blocks = (await api.get("/v1/inventory")).json()["blocks"]
+            by_hash = {b["block_hash"]: b for b in blocks}
+            held, free = by_hash[7], by_hash[8]
+            assert held["holds"] == 2 and free["holds"] == 0 and free["claims"] == []
+            left = {c["claim_id"]: c["seconds_left"] for c in held["claims"]}
+            assert sorted(left) == ["r-1", "r-2"]
+            assert 29.0 < left["r-1"] <= 30.0 and 4.0 < left["r-2"] <= 5.0
+            release = {"claim_id": "r-1", "tenant": "alice", "block_hashes": [7]}
+            assert (await api.post("/v1/release", json=release)).status_code == 200
+            blocks = (await api.get("/v1/inventory", params={"tenant": "alice"})).json()["blocks"]
+            assert [c["claim_id"] for b in blocks for c in b["claims"]] == ["r-2"]
 
     run(scenario())

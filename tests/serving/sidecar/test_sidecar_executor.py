@@ -1,7 +1,7 @@
 """The executor's retry after a failed pull: another holder of the chain, never one whose agent
 the telemetry poller found down (it keeps the node's transfer address when it marks it down);
 an eviction of replicas already gone at their TTL is done, not a dropped command.
-Stand-ins answer for the keeper, the event queue, the replica view and the agent client, so that
+Stand-ins answer for the keeper, the event queue and the agent client, so that
 only the executor's choice is under test (the real path: test_sidecar_active_agents.py)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from kvcast.serving.sidecar.config import AgentClientConfig
 from kvcast.serving.sidecar.decisions import Decision
 from kvcast.serving.sidecar.executor import Executor
 from kvcast.serving.sidecar.node_loads import NodeLoads
+from kvcast.serving.sidecar.replicas import ReplicaTracker
 
 
 class FakeKeeper:
@@ -32,14 +33,6 @@ class FakeQueue:
 
     def put(self, evs, source):
         self.events += evs
-
-
-class FakeReplicas:
-    def remove(self, node, hashes):
-        pass
-
-    def place(self, *a):
-        pass
 
 
 class FakeClient:
@@ -88,7 +81,7 @@ def _executor(client: FakeClient) -> Executor:
         agents,
         loads,
         FakeQueue(),
-        FakeReplicas(),
+        ReplicaTracker(),
         keeper,
         client,
         clock_ms=lambda: 0.0,

@@ -5,6 +5,8 @@ skipped, not waited on past the timeout."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import numpy as np
 
@@ -53,3 +55,51 @@ def test_recovery_locates_held_blocks_tracks_replicas_and_skips_a_silent_agent(r
     ]
     assert replicas.nodes_of(3) == [0] and replicas.tenant(0, 3) == "acme"
     assert replicas.nodes_of(1) == []  # an engine's own block is not a replica
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _recover_held(clock: Clock) -> tuple:
+    """Replicas 3 and 4 held by the agent for routed requests past their TTL, 5 held by none;
+    recovered into a tracker on ``clock``."""
+    cfg = AgentConfig(capacity_bytes=1 << 20, speculative_quota_bytes=1 << 19, token=TOKEN)
+    service = AgentService(cfg)
+    http, _ = await service.start()
+    try:
+        store = service.agent.store
+        for h in (3, 4):
+            _put(service, h, BlockState.SPECULATIVE, ttl_s=0.2)
+        _put(service, 5, BlockState.SPECULATIVE, ttl_s=60.0)
+        store.hold("acme", 3, "r-1", hold_s=30.0)
+        store.hold("acme", 4, "r-1", hold_s=30.0)
+        store.hold("acme", 4, "r-2", hold_s=20.0)
+        await asyncio.sleep(0.3)  # their TTL passes: only their holds keep 3 and 4 there
+        replicas = ReplicaTracker(clock)
+        async with httpx.AsyncClient() as client:
+            report = await recover_locations(
+                [f"http://{http}"], client, TOKEN, queue=EventQueue(100), replicas=replicas,
+                block_tokens=16, timeout_s=2.0, clock_ms=lambda: 5_000.0,
+            )  # fmt: skip
+        return report, replicas
+    finally:
+        await service.stop()
+
+
+def test_recovery_claims_again_the_replicas_their_agent_holds_until_their_holds_end(run) -> None:
+    clock = Clock()
+    report, replicas = run(_recover_held(clock), timeout=15.0)
+    assert (report.blocks, report.replicas, report.claimed) == (3, 3, 2)
+    clock.now += 5.0  # past 3's and 4's TTL: held, so kept in view as on the agent
+    assert replicas.sweep() == []
+    # the engine stores 3: the recovered claim on it is released on the agent, by its id
+    assert replicas.on_stored(0, [3]) == [("r-1", "acme", [3])]
+    clock.now += 20.0  # r-2's hold on 4 ran out, r-1's has not
+    assert replicas.sweep() == []
+    clock.now += 5.5  # r-1's ran out too (its engine never stored 4): 4 left with it
+    assert replicas.sweep() == [(0, 4)] and replicas.nodes_of(5) == [0]

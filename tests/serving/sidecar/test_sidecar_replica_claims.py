@@ -52,6 +52,22 @@ def test_a_claim_outlives_a_renewed_placement_of_its_replica() -> None:
     assert t.sweep() == [] and t.on_stored(1, [10]) == [("r-1", "acme", [10])]
 
 
+def test_a_replica_on_its_way_is_claimed_when_it_lands_for_what_is_left_of_its_hold() -> None:
+    clock = Clock()
+    t = ReplicaTracker(clock)
+    t.expect(1, "acme", [10, 11, 12])
+    assert t  # nothing live yet, but a request routed to node 1 may claim what is coming
+    assert t.claim(1, "acme", [10, 11, 12], "r-1", hold_s=30.0) == []  # nothing to hold yet
+    assert t.claim(1, "other", [10], "r-2", hold_s=30.0) == []  # another tenant's request
+    t.on_stored(1, [12])  # the engine computed 12 itself meanwhile: r-1 needs it no more
+    clock.now += 4.0
+    t.place(1, [10, 12], "acme", 100, ttl_s=5.0)  # 11 did not land
+    assert t.landed(1, [10, 11, 12]) == [("r-1", [10], 26.0)]
+    assert t.landed(1, [10]) == []  # over: nothing is coming any more
+    clock.now += 10.0  # past 10's TTL: held for r-1
+    assert t.sweep() == [(1, 12)] and t.on_stored(1, [10]) == [("r-1", "acme", [10])]
+
+
 def test_shadow_mode_claims_nothing_active_mode_asks_the_agent_to_hold(tmp_path, run) -> None:
     async def main() -> None:
         async with open_sidecar(sidecar_config(tmp_path, token=TOKEN)) as (sc, client):
