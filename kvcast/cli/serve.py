@@ -168,7 +168,9 @@ def sidecar_cmd(
 
     Stops cleanly on SIGINT or SIGTERM. With the token variable set, every POST and the block
     lookups (GET /v1/blocks/..., /v1/decisions) need "Authorization: Bearer TOKEN", and the
-    sidecar sends it to the agents. With a tls: section in the config, the API is served over
+    sidecar sends it to the agents. The config's tenant_tokens: name further variables, each
+    holding a token for some tenants only (their arrivals, decisions and blocks; 403 on the
+    other guarded routes). With a tls: section in the config, the API is served over
     HTTPS (mutual TLS with tls.client_ca); KVCAST_TLS_* are the sidecar's certificate for
     https:// agents.
     """

@@ -1,8 +1,12 @@
-"""Shared-token authentication: ``Authorization: Bearer <token>`` on protected routes.
+"""Bearer-token authentication: ``Authorization: Bearer <token>`` on protected routes.
 
-:class:`BearerTokenGuard` is ASGI middleware, so a request without the token is refused with
-401 before its body is even read (a refused command never reaches validation or a handler).
-The comparison is constant-time. :data:`bearer_scheme` only documents the requirement in the
+:class:`BearerTokenGuard` is ASGI middleware, so a request without a known token is refused
+with 401 before its body is even read (a refused command never reaches validation or a
+handler). Besides the shared token (every right) it may know *tenant tokens*, each speaking
+for some tenants only: those reach only the routes named ``tenant_paths`` (others are 403),
+and the guard hands the handler the request's :class:`Identity` (:func:`request_identity`)
+to narrow what it does or shows to those tenants. Every comparison is constant-time, and
+every known token is compared. :data:`bearer_scheme` only documents the requirement in the
 OpenAPI schema; enforcement is the guard's. With no token configured every route is open.
 """
 
@@ -11,9 +15,11 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Annotated
 
+from fastapi import Request
 from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -31,13 +37,42 @@ def _not_blank(token: SecretStr) -> SecretStr:
 Token = Annotated[SecretStr, AfterValidator(_not_blank)]
 
 
+def presented_token(header: bytes | None) -> bytes:
+    """The token an ``Authorization`` header value carries (empty: none, or not Bearer)."""
+    scheme, _, presented = (header or b"").partition(b" ")
+    return presented.strip() if scheme.lower() == b"bearer" else b""
+
+
 def token_matches(header: bytes | None, token: bytes) -> bool:
     """Whether an ``Authorization`` header value carries ``token`` (constant-time)."""
-    scheme, _, presented = (header or b"").partition(b" ")
-    if scheme.lower() != b"bearer":
-        presented = b""
     # compare_digest takes time independent of where the bytes differ
-    return hmac.compare_digest(presented.strip(), token)
+    return hmac.compare_digest(presented_token(header), token)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Whom a request's token speaks for: every tenant (``tenants`` None: the shared token,
+    or no token configured) or only ``tenants`` (a tenant token)."""
+
+    tenants: frozenset[str] | None = None
+
+    @property
+    def admin(self) -> bool:
+        return self.tenants is None
+
+    def speaks_for(self, tenant: str) -> bool:
+        return self.tenants is None or tenant in self.tenants
+
+
+ADMIN = Identity()
+NOBODY = Identity(frozenset())  # a request the guard did not admit: no tenant's data
+IDENTITY = "identity"  # its key in the ASGI scope's ``state`` (``request.state.identity``)
+
+
+def request_identity(request: Request) -> Identity:
+    """The identity the guard admitted ``request`` with (a FastAPI dependency); a route the
+    guard does not protect has none, and is answered as for no tenant."""
+    return request.scope.get("state", {}).get(IDENTITY, NOBODY)
 
 
 def token_from_env(value: str | None, name: str) -> str | None:
@@ -56,11 +91,27 @@ def path_pattern(template: str) -> re.Pattern[str]:
     return re.compile("[^/]+".join(map(re.escape, re.split(r"\{[^/}]+\}", template))))
 
 
+class PathSet:
+    """Paths and route templates (``/v1/blocks/{h}``: any one segment in its place)."""
+
+    def __init__(self, paths: Collection[str]) -> None:
+        self.exact = frozenset(p for p in paths if "{" not in p)
+        self.templates = tuple(path_pattern(p) for p in paths if "{" in p)
+
+    def __contains__(self, path: object) -> bool:
+        assert isinstance(path, str)
+        return path in self.exact or any(t.fullmatch(path) for t in self.templates)
+
+
 class BearerTokenGuard:
     """Refuses requests to ``protected`` paths (or route templates, ``/v1/blocks/{h}``) that
-    lack the token; ``on_refused(path)`` is called once per refusal (to count it). With
-    ``methods``, only requests with one of those methods are guarded (e.g. ``POST /v1/mode``
-    guarded, ``GET /v1/mode`` open)."""
+    lack a known token (401); ``on_refused(path)`` is called once per refusal (to count it).
+    With ``methods``, only requests with one of those methods are guarded (e.g.
+    ``POST /v1/mode`` guarded, ``GET /v1/mode`` open).
+
+    ``tenant_tokens`` (token -> the tenants it speaks for) may reach only the protected paths
+    in ``tenant_paths``; elsewhere they are refused with 403 (``on_forbidden(path)``). An
+    admitted request carries its :class:`Identity` in ``scope["state"]`` for the handler."""
 
     def __init__(
         self,
@@ -69,35 +120,73 @@ class BearerTokenGuard:
         protected: Collection[str],
         on_refused: Callable[[str], None] = lambda path: None,
         methods: Collection[str] | None = None,
+        tenant_tokens: Mapping[str, Collection[str]] | None = None,
+        tenant_paths: Collection[str] = (),
+        on_forbidden: Callable[[str], None] = lambda path: None,
     ) -> None:
-        self.app, self.on_refused = app, on_refused
-        self.protected = frozenset(p for p in protected if "{" not in p)
-        self.templates = tuple(path_pattern(p) for p in protected if "{" in p)
+        if tenant_tokens and not token:  # nothing would guard the routes they may not use
+            raise ValueError("tenant tokens need a shared token: it guards the other routes")
+        self.app, self.on_refused, self.on_forbidden = app, on_refused, on_forbidden
+        self.protected, self.tenant_paths = PathSet(protected), PathSet(tenant_paths)
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self._token = token.encode() if token else None
+        self._tenants = tuple(
+            (secret.encode(), Identity(frozenset(tenants)))
+            for secret, tenants in (tenant_tokens or {}).items()
+        )
 
     def guards(self, path: str) -> bool:
-        return path in self.protected or any(t.fullmatch(path) for t in self.templates)
+        return path in self.protected
+
+    def identify(self, header: bytes | None) -> Identity | None:
+        """Whom the header's token speaks for (None: no known token). Every known token is
+        compared, in constant time each, whichever matches."""
+        if self._token is None:
+            return ADMIN
+        presented = presented_token(header)
+        found = ADMIN if hmac.compare_digest(presented, self._token) else None
+        for secret, identity in self._tenants:
+            if hmac.compare_digest(presented, secret):  # tokens differ: one matches at most
+                found = identity
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
-            self._token is None
-            or scope["type"] != "http"
+            scope["type"] != "http"
             or not self.guards(scope["path"])
             or (self.methods is not None and scope["method"] not in self.methods)
-            or token_matches(_header(scope, b"authorization"), self._token)
         ):
             await self.app(scope, receive, send)
             return
-        self.on_refused(scope["path"])
-        body = json.dumps({"detail": "missing or wrong bearer token"}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", b"Bearer"),
-        ]
-        await send({"type": "http.response.start", "status": 401, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        identity = self.identify(_header(scope, b"authorization"))
+        if identity is None:
+            self.on_refused(scope["path"])
+            await _refuse(
+                send, 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")]
+            )
+            return
+        if not identity.admin and scope["path"] not in self.tenant_paths:
+            self.on_forbidden(scope["path"])
+            what = f"{scope['method']} {scope['path']}"
+            await _refuse(
+                send, 403, f"a tenant token may not use {what}: it needs the shared token"
+            )
+            return
+        scope.setdefault("state", {})[IDENTITY] = identity
+        await self.app(scope, receive, send)
+
+
+async def _refuse(
+    send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

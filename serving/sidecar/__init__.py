@@ -17,7 +17,9 @@ feeds the outcome back into the event stream and the replica hit rate (:mod:`.re
 start, before the first tick, :mod:`.recovery` rebuilds where every block lives from the
 agents' inventories (the engines' replay sockets give their recent history), so a restarted
 sidecar sends no transfer twice. :mod:`.core` wires the parts, :mod:`.service` runs them with
-the HTTP server, :mod:`.metrics` exposes them to Prometheus.
+the HTTP server, :mod:`.metrics` exposes them to Prometheus. Beside the shared token, tenant
+tokens (:mod:`.tenant_tokens`) post and see their tenants' arrivals, decisions and blocks
+only (:mod:`.tenant_scope`).
 
 Nothing here imports torch; the serving path is numpy, onnxruntime, pyzmq, FastAPI and httpx.
 """

@@ -5,9 +5,12 @@ with), so with a token configured every ``POST`` needs it; so do the lookups of 
 are (``GET /v1/blocks/{hash}``, ``GET /v1/decisions``: which tenant's chains went where, as an
 agent's inventory says). The other ``GET`` routes (mode, model, probes, metrics) stay open for
 operators, probes and scrapers (none returns block contents: the sidecar never holds any).
+The shared token may do everything; a tenant token (the config's ``tenant_tokens``) only
+posts its tenants' arrivals and sees its tenants' decisions and blocks
+(:mod:`.tenant_scope`), and is refused every other guarded route (403).
 Ingestion handlers only validate and queue: they answer 202 as soon as the events are in the
-bounded queue. Middleware, outer first: the token guards (401 before the body is read), body
-size.
+bounded queue. Middleware, outer first: the token guards (401 before the body is read, 403
+for a tenant token on another route), body size.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Security
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Security
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
 from starlette.responses import Response
 
 from kvcast import __version__
 from kvcast.features.spec import SpecMismatch
 from kvcast.predictor.model_meta import HorizonMismatch
-from kvcast.serving.http.auth import BearerTokenGuard, bearer_scheme
+from kvcast.serving.http.auth import BearerTokenGuard, Identity, request_identity
 from kvcast.serving.http.errors import error_responses, install_error_handlers
 from kvcast.serving.http.limits import BodySizeLimit
 from kvcast.serving.http.metrics import metrics_response
@@ -40,6 +44,12 @@ from kvcast.serving.sidecar.api_models import (
     Readiness,
 )
 from kvcast.serving.sidecar.core import Sidecar
+from kvcast.serving.sidecar.tenant_scope import (
+    TENANT_ROUTES,
+    foreign_arrival,
+    own_decisions,
+    own_replicas,
+)
 from kvcast.serving.sidecar.tick_input import locate
 from kvcast.serving.sidecar.translate import (
     arrival_events,
@@ -52,6 +62,13 @@ from kvcast.serving.sidecar.translate import (
 MAX_BODY_BYTES = 16 << 20
 GUARDED = ("/v1/requests", "/v1/kv-events", "/v1/mode", "/v1/model")  # their POSTs
 LOOKUP_TIMEOUT_S = 5.0
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    description="The shared token (KVCAST_TOKEN): every route. Or a tenant token (the config's "
+    "tenant_tokens): POST /v1/requests with its tenants' arrivals only, and GET /v1/decisions "
+    "and GET /v1/blocks/{block_hash} narrowed to its tenants; any other guarded route is 403.",
+)
+Who = Annotated[Identity, Depends(request_identity)]
 
 
 def _on(names: tuple[str, ...], mask: int) -> list[str]:
@@ -73,7 +90,7 @@ def _model_state(sc: Sidecar) -> ModelState:
 def _writes(sc: Sidecar) -> APIRouter:
     router = APIRouter(prefix="/v1", dependencies=[Security(bearer_scheme)])
     names = sc.cfg.node_names
-    refusals = error_responses(401, 411, 413, 422)
+    refusals = error_responses(401, 403, 411, 413, 422)
 
     def accepted(n: int, dropped: int, duplicates: int = 0) -> Accepted:
         return Accepted(
@@ -81,13 +98,18 @@ def _writes(sc: Sidecar) -> APIRouter:
         )
 
     @router.post("/requests", status_code=202, responses=refusals)
-    async def requests(body: ArrivalBatch) -> Accepted:
+    async def requests(body: ArrivalBatch, who: Who) -> Accepted:
         """Requests the router routed (one or more), queued for the feature state. A request
-        id posted before (a retried batch) is not counted again (``duplicates``)."""
+        id posted before for its tenant (a retried batch) is not counted again
+        (``duplicates``). A tenant token may post its tenants' arrivals only: a batch with
+        another tenant's is refused whole (403), nothing taken."""
+        if (refusal := foreign_arrival(body, who)) is not None:
+            sc.tenant_refusals["tenant"] += 1
+            raise refusal
         events, queues = arrival_events(body, names, sc.clock_ms())
         for node, depth, ts_ms in queues:
             sc.loads.note_router_queue(node, depth, ts_ms)
-        fresh = [e for e in events if sc.seen_requests.first_time(e.request_id)]
+        fresh = [e for e in events if sc.seen_requests.first_time((e.tenant, e.request_id))]
         sc.claim_routed(fresh)  # active mode: their nodes hold the replicas they count
         if sc.routes_log is not None:
             sc.routes_log.note(fresh)  # written by the next decision tick, off this path
@@ -106,7 +128,7 @@ def _writes(sc: Sidecar) -> APIRouter:
         sc.set_mode(body.mode)
         return ModeState(mode=sc.mode)
 
-    @router.post("/model", responses=error_responses(400, 401, 409, 411, 413, 422))
+    @router.post("/model", responses=error_responses(400, 401, 403, 409, 411, 413, 422))
     async def load_model(body: ModelLoad) -> ModelState:
         """Load a model (ONNX path or ``models:/name@alias``) and swap it in; events keep
         flowing meanwhile. 409 when its feature spec differs (the features are named) or it
@@ -131,29 +153,44 @@ def _lookups(sc: Sidecar) -> APIRouter:
 
     @router.get("/v1/decisions")
     async def decisions(
+        who: Who,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
         kind: Annotated[str | None, Query(pattern="^(replicate|promote|evict)$")] = None,
     ) -> DecisionList:
-        """Recent decisions, newest first, with their cost terms and what became of them."""
-        items = sc.recent.latest(limit, kind)
+        """Recent decisions, newest first, with their cost terms and what became of them. To a
+        tenant token, its tenants' only (no evictions: they name no tenant), and ``total``
+        counts its tenants' decisions among those kept."""
+        if who.admin:
+            items, total = sc.recent.latest(limit, kind), sc.recent.total
+        else:
+            own = own_decisions(sc.recent.latest(sc.cfg.recent_decisions), who)
+            items = [d for d in own if kind is None or d.kind == kind][:limit]
+            total = len(own)
         out = [decision_out(d, names) for d in items]
-        return DecisionList(total=sc.recent.total, decisions=out)
+        return DecisionList(total=total, decisions=out)
 
     @router.get("/v1/blocks/{block_hash}", responses=error_responses(404, 422))
     async def block(
         block_hash: Annotated[str, Path(description="decimal u64, or hex bytes", max_length=130)],
+        who: Who,
     ) -> BlockLocation:
         """Where a block lives: nodes holding it in GPU memory or lower tiers, and the nodes
-        holding a replica this sidecar placed. 404 when no node holds it."""
+        holding a replica this sidecar placed. 404 when no node holds it. To a tenant token,
+        only a block one of its tenants requested or has a replica of (else 404, as unknown),
+        and only its tenants' replicas."""
         try:
             h = block_hash_param(block_hash)
         except ValueError as err:
             raise invalid(("path", "block_hash"), str(err)) from None
-        future = sc.keeper.ask(lambda k: locate(k, [h]))
-        (loc,) = await asyncio.wait_for(asyncio.wrap_future(future), LOOKUP_TIMEOUT_S)
-        replicas = sc.replicas.nodes_of(h)
-        if not loc.gpu and not loc.lower and not replicas:
-            raise HTTPException(404, f"block {h} is not known to be held by any node")
+        tenants = who.tenants or ()
+        future = sc.keeper.ask(
+            lambda k: (locate(k, [h])[0], who.admin or k.state.requested_by(h, tenants))
+        )
+        loc, theirs = await asyncio.wait_for(asyncio.wrap_future(future), LOOKUP_TIMEOUT_S)
+        replicas = own_replicas(sc.replicas, h, who)
+        if not (theirs or replicas) or not (loc.gpu or loc.lower or replicas):
+            whose = "" if who.admin else " for this token's tenants"
+            raise HTTPException(404, f"block {h} is not known to be held by any node{whose}")
         return BlockLocation(
             block_hash=h, gpu=_on(names, loc.gpu), lower=_on(names, loc.lower),
             replicas=[names[i] for i in replicas],
@@ -211,11 +248,15 @@ def build_app(sc: Sidecar) -> FastAPI:
     def refused(path: str) -> None:
         sc.auth_failures += 1
 
+    def forbidden(path: str) -> None:
+        sc.tenant_refusals["route"] += 1
+
     looked_up = {route.path for route in lookups.routes}  # type: ignore[attr-defined]
     for protected, methods in ((set(GUARDED), {"POST"}), (looked_up, None)):
         app.add_middleware(
             BearerTokenGuard, token=sc.cfg.token_value, protected=protected,
-            on_refused=refused, methods=methods,
+            on_refused=refused, methods=methods, tenant_tokens=sc.cfg.tenant_token_values,
+            tenant_paths=TENANT_ROUTES, on_forbidden=forbidden,
         )  # fmt: skip
     app.state.sidecar = sc
     return app

@@ -143,7 +143,10 @@ class DecisionOut(BaseModel):
 
 
 class DecisionList(BaseModel):
-    total: int = Field(description="decisions made since start")
+    total: int = Field(
+        description="decisions made since start (to a tenant token: its tenants' decisions "
+        "among those kept, recent_decisions)"
+    )
     decisions: list[DecisionOut] = Field(description="newest first")
 
 

@@ -1,0 +1,66 @@
+"""Tenant tokens: bearer tokens of the sidecar's API that speak for some tenants only.
+
+The config's ``tenant_tokens:`` section lists entries of ``tenants`` and ``token_env``, the
+name of the environment variable holding that entry's secret: secrets are never written in
+YAML. :func:`read_tenant_tokens` reads them at start-up and refuses what would weaken the
+API: a variable unset or blank, two entries with the same token (neither could be told
+from the other), a tenant token equal to the shared token (it would have every right), and
+tenant tokens without a shared token (nothing would then guard the routes they may not use:
+KV events, mode, model). Errors name the entry and its variable, never a secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from kvcast.config import FiniteConfig
+from kvcast.serving.agent.api_models import Tenant
+
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+
+
+class TenantTokenConfig(FiniteConfig):
+    """One tenant token: the tenants it speaks for, and the variable that holds it."""
+
+    tenants: tuple[Tenant, ...] = Field(min_length=1)
+    token_env: EnvName
+
+    @model_validator(mode="after")
+    def _distinct(self) -> TenantTokenConfig:
+        twice = sorted({t for t in self.tenants if self.tenants.count(t) > 1})
+        if twice:
+            raise ValueError(f"tenants named twice: {twice}")
+        return self
+
+
+def read_tenant_tokens(
+    entries: Sequence[TenantTokenConfig], shared: str | None, environ: Mapping[str, str]
+) -> dict[str, frozenset[str]]:
+    """token -> the tenants it speaks for, read from ``environ``; a ValueError naming the
+    entry (``tenant_tokens[i]``) and its variable when one is missing, blank or not unique."""
+    if not entries:
+        return {}
+    if shared is None:
+        raise ValueError(
+            "tenant_tokens need a shared token (token:, or KVCAST_TOKEN / --token-env): it is "
+            "what guards the routes a tenant token may not use (KV events, mode, model)"
+        )
+    out: dict[str, frozenset[str]] = {}
+    owner: dict[str, str] = {}  # token -> the entry that has it
+    for i, entry in enumerate(entries):
+        where = f"tenant_tokens[{i}] ({entry.token_env})"
+        value = environ.get(entry.token_env)
+        if value is None:
+            raise ValueError(f"tenant_tokens[{i}]: its token_env {entry.token_env} is not set")
+        if not value.strip():
+            raise ValueError(f"tenant_tokens[{i}]: its token_env {entry.token_env} is empty")
+        if value == shared:
+            raise ValueError(f"{where}: its token is the shared token; a tenant token must be "
+                             "a secret of its own")  # fmt: skip
+        if (other := owner.setdefault(value, where)) != where:
+            raise ValueError(f"{other} and {where} have the same token: give each its own")
+        out[value] = frozenset(entry.tenants)
+    return out

@@ -1,0 +1,107 @@
+"""The config's ``tenant_tokens:`` section: secrets come from the environment, read at
+start-up; an unset or empty variable, a token shared by two entries or equal to the shared
+token, and tenant tokens without a shared token are refused, each error naming the entry and
+its variable (never a secret), as are malformed entries, naming the value;
+configs/serving/sidecar.yaml documents every key, with none configured by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kvcast.config import ConfigError, load_config, parse_config
+from kvcast.serving.sidecar.config import SidecarConfig
+from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig
+
+NODES = [{"name": "a"}]
+SHARED = "shared-s3cret"
+ENV = {"KT_ACME": "acme-s3cret", "KT_GLOBEX": "globex-s3cret", "KT_COPY": "acme-s3cret",
+       "KT_SHARED": SHARED, "KT_BLANK": "  "}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def tenant_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("KT_UNSET", raising=False)
+
+
+def entry(env: str, *tenants: str) -> dict:
+    return {"tenants": list(tenants or ("acme",)), "token_env": env}
+
+
+def parse(tokens: list[dict], token: str | None = SHARED) -> SidecarConfig:
+    return parse_config(SidecarConfig, {"nodes": NODES, "token": token, "tenant_tokens": tokens},
+                        "sidecar.yaml")  # fmt: skip
+
+
+def test_each_tenant_token_is_read_from_its_variable() -> None:
+    cfg = parse([entry("KT_ACME", "acme"), entry("KT_GLOBEX", "globex", "initech")])
+    assert cfg.tenant_token_values == {
+        "acme-s3cret": frozenset({"acme"}), "globex-s3cret": frozenset({"globex", "initech"})
+    }  # fmt: skip
+    assert "s3cret" not in repr(cfg) and "s3cret" not in str(cfg.model_dump())
+
+
+@pytest.mark.parametrize(
+    ("tokens", "token", "message"),
+    [
+        ([entry("KT_UNSET")], SHARED, "tenant_tokens[0]: its token_env KT_UNSET is not set"),
+        ([entry("KT_ACME"), entry("KT_BLANK")], SHARED,
+         "tenant_tokens[1]: its token_env KT_BLANK is empty"),
+        ([entry("KT_ACME"), entry("KT_COPY", "globex")], SHARED,
+         "tenant_tokens[0] (KT_ACME) and tenant_tokens[1] (KT_COPY) have the same token"),
+        ([entry("KT_ACME"), entry("KT_ACME", "globex")], SHARED,
+         "tenant_tokens[0] (KT_ACME) and tenant_tokens[1] (KT_ACME) have the same token"),
+        ([entry("KT_SHARED")], SHARED,
+         "tenant_tokens[0] (KT_SHARED): its token is the shared token"),
+        ([entry("KT_ACME")], None, "tenant_tokens need a shared token"),
+        ([entry("KT_ACME", "acme", "globex", "acme")], SHARED,
+         "key 'tenant_tokens.0': tenants named twice: ['acme']"),
+        ([{"tenants": [], "token_env": "KT_ACME"}], SHARED,
+         "key 'tenant_tokens.0.tenants': Tuple should have at least 1 item"),
+        ([entry("KT-ACME")], SHARED, "key 'tenant_tokens.0.token_env': String should match "
+         "pattern '^[A-Za-z_][A-Za-z0-9_]*$' (got 'KT-ACME')"),
+        ([entry("KT_ACME", "bad\ttenant")], SHARED, "(got 'bad\\ttenant')"),
+        ([{"tenants": ["acme"], "token_env": "KT_ACME", "token": "inline"}], SHARED,
+         "key 'tenant_tokens.0.token': unknown key"),  # secrets are never written in YAML
+    ],
+)  # fmt: skip
+def test_a_bad_tenant_token_is_refused_naming_the_entry_and_value(tokens, token, message) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(tokens, token)
+    assert message in str(err.value)
+    assert "s3cret" not in str(err.value)
+
+
+def test_the_cli_refuses_to_start_naming_the_variable_and_never_the_secret(tmp_path) -> None:
+    from kvcast.cli.app import app
+
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(yaml.safe_dump({"nodes": NODES, "decision_log": {"path": None},
+                                    "tenant_tokens": [entry("KT_ACME")]}))  # fmt: skip
+    args = ["serve", "sidecar", "--config", str(path)]
+    env = {"KVCAST_TOKEN": "acme-s3cret", "KT_ACME": "acme-s3cret"}
+    r = CliRunner().invoke(app, args, env=env)
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert "tenant_tokens[0] (KT_ACME): its token is the shared token" in text, text
+    assert "s3cret" not in r.output
+    r = CliRunner().invoke(app, args, env={"KVCAST_TOKEN": "", "KT_ACME": "x"})
+    assert r.exit_code == 2 and "KVCAST_TOKEN is set but empty" in " ".join(r.output.split())
+    unset = {"KVCAST_TOKEN": SHARED, "KT_ACME": None}
+    r = CliRunner().invoke(app, args, env=unset)  # type: ignore[arg-type]
+    assert r.exit_code == 2
+    assert "its token_env KT_ACME is not set" in " ".join(r.output.split()), r.output
+
+
+def test_sidecar_yaml_documents_tenant_tokens_none_by_default_and_each_key() -> None:
+    path = Path(__file__).resolve().parents[3] / "configs" / "serving" / "sidecar.yaml"
+    assert load_config(SidecarConfig, path).tenant_tokens == ()
+    text = path.read_text()
+    assert "\ntenant_tokens: []\n" in text
+    for key in TenantTokenConfig.model_fields:
+        assert f"#   {key}: " in text, f"configs/serving/sidecar.yaml lacks tenant_tokens.{key}"
