@@ -130,7 +130,17 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             (f"sum by (surface) (rate(kvcast_agent_auth_failures_total{RATE}))",
              "agent {{surface}}"),
             (f"rate(kvcast_sidecar_auth_failures_total{RATE})", "sidecar"),
-        ), "ops", "Requests without the shared token (KVCAST_TOKEN): refused with 401."),
+            (f"sum by (reason) (rate(kvcast_sidecar_tenant_refusals_total{RATE}))",
+             "sidecar 403 tenant token: {{reason}}"),
+        ), "ops", "Requests without a known token (KVCAST_TOKEN or a tenant token): refused "
+           "with 401; a tenant token on another route or tenant: 403."),
+        Panel("HTTP connections cut", (
+            (f"sum by (reason) (rate(kvcast_sidecar_http_connections_cut_total{RATE}))",
+             "sidecar {{reason}}"),
+            (f"sum by (reason) (rate(kvcast_agent_http_connections_cut_total{RATE}))",
+             "agents {{reason}}"),
+        ), "ops", "Cut before a route saw the request: head_timeout (header_timeout_s), "
+           "bad_head (400), over_limit (503, limit_concurrency)."),
     )),
 )  # fmt: skip
 

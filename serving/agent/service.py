@@ -46,6 +46,7 @@ class AgentService:
         self.http = HttpServer(
             self.app, host, port, config.shutdown_grace_s, log_level,
             tls=None if tls is None else tls.server(), limits=config.http,
+            cuts=self.control.http_cuts,
         )  # fmt: skip
 
     async def start(self) -> tuple[str, str]:

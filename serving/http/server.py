@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
+from kvcast.serving.http.connection_cuts import ConnectionCuts
 from kvcast.serving.http.head_timeout import head_timeout_protocol
 from kvcast.serving.http.server_config import HttpServerConfig
 from kvcast.serving.tls import ServerTls
@@ -53,16 +54,18 @@ def socket_address(sock: socket.socket) -> str:
 class HttpServer:
     """``await start()`` binds and serves ``app``; ``await stop()`` lets requests in flight
     finish for up to ``grace_s`` seconds, then closes. ``limits``: the bounds on slow or too
-    many clients; ``tls``: serve HTTPS (mutual when it names a client CA)."""
+    many clients; ``tls``: serve HTTPS (mutual when it names a client CA); ``cuts``: where
+    the connections those bounds cut are counted (:attr:`cuts`; a new one when None)."""
 
     def __init__(
         self, app: ASGIApp, host: str, port: int, grace_s: float = 5.0,
         log_level: str = "warning", tls: ServerTls | None = None,
-        limits: HttpServerConfig | None = None,
+        limits: HttpServerConfig | None = None, cuts: ConnectionCuts | None = None,
     ) -> None:  # fmt: skip
         self.app, self.host, self.port, self.grace_s = app, host, port, grace_s
         self.log_level, self.tls = log_level, tls
         self.limits = limits if limits is not None else HttpServerConfig()
+        self.cuts = cuts if cuts is not None else ConnectionCuts()
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self.address = ""
@@ -78,7 +81,7 @@ class HttpServer:
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=math.ceil(self.grace_s),
-            http=head_timeout_protocol(self.limits.header_timeout_s),
+            http=head_timeout_protocol(self.limits.header_timeout_s, self.cuts),
             ws="none",  # neither API has a WebSocket route
             h11_max_incomplete_event_size=self.limits.max_incomplete_head_bytes,
             limit_concurrency=self.limits.limit_concurrency,

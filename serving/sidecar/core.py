@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 import httpx
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 from kvcast.features.events import BlockRemoved, RequestArrived
 from kvcast.features.online.state import FeatureState
 from kvcast.predictor.decider import Decider
+from kvcast.serving.http.connection_cuts import ConnectionCuts
 from kvcast.serving.sidecar.agent_client import AgentClient
 from kvcast.serving.sidecar.config import Mode, SidecarConfig
 from kvcast.serving.sidecar.consumer import StateKeeper
@@ -71,6 +73,8 @@ class Sidecar:
         n, names = len(cfg.nodes), cfg.node_names
         self.mode: Mode = cfg.mode
         self.auth_failures = 0
+        self.tenant_refusals = Counter({"route": 0, "tenant": 0})  # 403s to tenant tokens
+        self.http_cuts = ConnectionCuts()  # connections its API server cut (counted there)
         self.replicas_lost_on_agents = 0  # replicas the agents removed on their own
         self.block_bytes = cfg.kv_block_bytes
         self.queue = EventQueue(cfg.queue_events)
@@ -248,8 +252,8 @@ class Sidecar:
                         len(self.queue), cfg.agents.timeout_s)  # fmt: skip
         if r.agents_read or r.agents_failed:
             log.info(
-                "recovered %d block locations (%d speculative replicas) from %d of %d agents "
-                "in %.3f s", r.blocks, r.replicas, r.agents_read,
+                "recovered %d block locations (%d speculative replicas, %d of them claimed) "
+                "from %d of %d agents in %.3f s", r.blocks, r.replicas, r.claimed, r.agents_read,
                 r.agents_read + len(r.agents_failed), r.seconds,
             )  # fmt: skip
         return r

@@ -153,11 +153,17 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
                   "node", {names[i]: float(c) for i, c in sc.poller.restarts.items()}),
         _one("counter", "auth_failures_total", "Requests refused for a bad token",
              sc.auth_failures),
+        sc.http_cuts.family(P),
+        _labelled("counter", "tenant_refusals_total", "Requests refused to a tenant token (403): "
+                  "a route it may not use, or arrivals of another tenant", "reason",
+                  dict(sc.tenant_refusals)),
         _one("counter", "duplicate_arrivals_total", "Arrivals posted again (a retried batch): "
              "not counted twice", sc.seen_requests.duplicates),
         _one("gauge", "recovered_block_locations", "Block locations read from the agents at "
              "start", sc.recovery.blocks),
         _one("gauge", "recovered_replicas", "Speculative replicas of those", sc.recovery.replicas),
+        _one("gauge", "recovered_claimed_replicas", "Replicas of those their agents held for "
+             "routed requests: claimed again", sc.recovery.claimed),
         _one("gauge", "recovery_seconds", "Time the recovery at start took", sc.recovery.seconds),
         _one("counter", "decision_log_rows_total", "Decision log rows written",
              sc.decision_log.written if sc.decision_log else 0),

@@ -36,7 +36,7 @@ class SidecarService:
         host, port = parse_peer(config.listen, allow_port_zero=True)
         self.http = HttpServer(
             self.app, host, port, config.shutdown_grace_s, log_level, tls=api_tls,
-            limits=config.http,
+            limits=config.http, cuts=self.sidecar.http_cuts,
         )  # fmt: skip
 
     async def start(self) -> str:
@@ -78,6 +78,9 @@ async def run_sidecar(config: SidecarConfig, log_level: str = "warning") -> None
                 "token" if config.token else "off", _tls_mode(api_tls),
                 "mutual" if tls else "off",
             )  # fmt: skip
+            if config.tenant_tokens:  # the shared token keeps every right beside them
+                tenants = sorted({t for e in config.tenant_tokens for t in e.tenants})
+                log.info("tenant tokens: %d, for tenants %s", len(config.tenant_tokens), tenants)
             if sc.decision_log is not None:
                 log.info("decision log: %s", sc.decision_log.path)
             await serve_until_stopped(service.http, stop)

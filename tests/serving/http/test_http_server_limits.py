@@ -4,11 +4,14 @@ request that arrives with ``limit_concurrency`` connections open is answered 503
 close; a connection whose request head (request line and headers) is not all in within
 ``header_timeout_s`` is closed, whether it sends nothing or a byte now and then; an
 unfinished head that outgrows ``max_incomplete_head_bytes`` is answered 400 and closed; an
-idle kept-alive connection is closed after ``timeout_keep_alive_s``."""
+idle kept-alive connection is closed after ``timeout_keep_alive_s``. Each connection cut by
+one of the first three is counted in ``/metrics``
+(``kvcast_<sidecar|agent>_http_connections_cut_total{reason}``)."""
 
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import time
@@ -87,6 +90,16 @@ def _get(address: str) -> int:
         return _response(sock)[0]
 
 
+def _cuts(address: str) -> dict[str, float]:
+    """The server's ``http_connections_cut_total`` by reason, from its ``/metrics``."""
+    with _connect(address) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: kvcast\r\n\r\n")
+        status, body = _response(sock)
+    assert status == 200, body[:200]
+    pattern = r'^kvcast_\w+_http_connections_cut_total\{reason="(\w+)"\} (\S+)$'
+    return {m[1]: float(m[2]) for m in re.finditer(pattern, body.decode(), re.M)}
+
+
 def _closed_after(
     sock: socket.socket, started: float, drip: bytes = b"", limit_s: float = 8.0
 ) -> float:
@@ -129,6 +142,8 @@ def test_a_request_with_limit_concurrency_connections_open_is_answered_503(serve
     while (status := _get(address)) != 200:  # served again once they are gone
         assert time.monotonic() < deadline, status
         time.sleep(0.05)
+    cuts = _cuts(address)
+    assert cuts["over_limit"] >= 1 and cuts["head_timeout"] == cuts["bad_head"] == 0, cuts
 
 
 def test_a_request_head_not_all_in_within_header_timeout_is_cut_off(serve) -> None:
@@ -149,6 +164,7 @@ def test_a_request_head_not_all_in_within_header_timeout_is_cut_off(serve) -> No
             prompt.sendall(piece)
             time.sleep(0.2)
         assert _response(prompt)[0] == 200
+    assert _cuts(address) == {"head_timeout": 3, "bad_head": 0, "over_limit": 0}
 
 
 def test_an_unfinished_head_past_max_incomplete_head_bytes_is_answered_400(serve) -> None:
@@ -166,6 +182,7 @@ def test_an_unfinished_head_past_max_incomplete_head_bytes_is_answered_400(serve
         assert send_head(sock, 1000)[0] == 200
     with _connect(address) as sock:  # a 400 without a length: read to the close, so it closed
         assert send_head(sock, 4096) == (400, b"Invalid HTTP request received.")
+    assert _cuts(address) == {"head_timeout": 0, "bad_head": 1, "over_limit": 0}
 
 
 def test_an_idle_kept_alive_connection_is_closed_after_timeout_keep_alive(serve) -> None:

@@ -1,0 +1,39 @@
+"""Connections an HTTP server turned away before any route saw their request: counted by
+reason, so that ``/metrics`` shows a slowloris, a flood past ``limit_concurrency`` or a client
+that sends broken heads, not just the requests the routes answered.
+
+Reasons: ``head_timeout`` (a request head not all in within ``header_timeout_s``: closed),
+``bad_head`` (a malformed head, or an unfinished one past ``max_incomplete_head_bytes``:
+answered 400 and closed), ``over_limit`` (a request that came with ``limit_concurrency``
+connections or requests open: answered 503 and closed). Counted on the server's event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kvcast.serving.http.metrics import Family
+
+CutReason = Literal["head_timeout", "bad_head", "over_limit"]
+CUT_REASONS: tuple[CutReason, ...] = ("head_timeout", "bad_head", "over_limit")
+
+
+class ConnectionCuts:
+    """Counts of connections cut, by :data:`CutReason`."""
+
+    def __init__(self) -> None:
+        self.counts: dict[CutReason, int] = dict.fromkeys(CUT_REASONS, 0)
+
+    def cut(self, reason: CutReason, n: int = 1) -> None:
+        self.counts[reason] += n
+
+    def family(self, prefix: str) -> Family:
+        """``{prefix}http_connections_cut_total{reason}``, every reason present (0 or more)."""
+        fam = Family(
+            "counter", prefix + "http_connections_cut_total",
+            "Connections the HTTP server cut before a route saw their request",
+            ("reason",),
+        )  # fmt: skip
+        for reason, n in self.counts.items():
+            fam.add(n, reason)
+        return fam

@@ -1,0 +1,130 @@
+"""Each connection the HTTP server cuts before a route sees its request is counted once, by
+reason, in its :class:`ConnectionCuts` (an in-process server on loopback, raw sockets): a head
+not in within ``header_timeout_s`` (head_timeout), an oversized head (bad_head: 400), a
+request past ``limit_concurrency`` (over_limit: 503); a request served is not counted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from starlette.types import Receive, Scope, Send
+
+from kvcast.serving.http.connection_cuts import CUT_REASONS, ConnectionCuts
+from kvcast.serving.http.server import HttpServer
+from kvcast.serving.http.server_config import HttpServerConfig
+
+GET = b"GET / HTTP/1.1\r\nHost: kvcast\r\n\r\n"
+NONE_CUT = dict.fromkeys(CUT_REASONS, 0)
+
+
+async def ok(scope: Scope, receive: Receive, send: Send) -> None:
+    headers = [(b"content-type", b"text/plain"), (b"content-length", b"2")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[HttpServer]:
+    limits = HttpServerConfig(
+        limit_concurrency=3, header_timeout_s=0.3, max_incomplete_head_bytes=1024,
+        timeout_keep_alive_s=30.0,
+    )  # fmt: skip
+    http = HttpServer(ok, "127.0.0.1", 0, grace_s=0.1, limits=limits)
+    await http.start()
+    try:
+        yield http
+    finally:
+        await http.stop()
+
+
+def run(scenario: Callable[[HttpServer], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with serving() as http:
+            await asyncio.wait_for(scenario(http), 20.0)
+
+    asyncio.run(main())
+
+
+async def _connect(http: HttpServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = http.address.rsplit(":", 1)
+    return await asyncio.open_connection(host, int(port))
+
+
+async def _status(reader: asyncio.StreamReader) -> int:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+    return int(head.split(b" ")[1])
+
+
+async def _served(http: HttpServer) -> int:
+    reader, writer = await _connect(http)
+    writer.write(GET)
+    try:
+        return await _status(reader)
+    finally:
+        writer.close()
+
+
+def test_a_request_served_cuts_nothing() -> None:
+    async def scenario(server: HttpServer) -> None:
+        assert await _served(server) == 200
+        assert server.cuts.counts == NONE_CUT
+
+    run(scenario)
+
+
+def test_a_silent_connection_is_counted_once_as_head_timeout() -> None:
+    async def scenario(server: HttpServer) -> None:
+        reader, writer = await _connect(server)
+        assert await asyncio.wait_for(reader.read(), 5.0) == b""  # closed, nothing answered
+        writer.close()
+        assert server.cuts.counts == NONE_CUT | {"head_timeout": 1}
+
+    run(scenario)
+
+
+def test_an_oversized_head_is_counted_as_bad_head() -> None:
+    async def scenario(server: HttpServer) -> None:
+        reader, writer = await _connect(server)
+        writer.write(b"GET / HTTP/1.1\r\nHost: kvcast\r\nX-Pad: " + b"a" * 2048)  # unfinished
+        assert await _status(reader) == 400
+        writer.close()
+        assert server.cuts.counts == NONE_CUT | {"bad_head": 1}
+
+    run(scenario)
+
+
+def test_a_request_past_limit_concurrency_is_counted_as_over_limit() -> None:
+    async def scenario(server: HttpServer) -> None:
+        idle = [await _connect(server) for _ in range(2)]  # with the third: the limit of 3
+        reader, writer = await _connect(server)
+        await asyncio.sleep(0.05)  # the server has accepted all three
+        writer.write(GET)
+        assert await _status(reader) == 503
+        writer.close()
+        for _, w in idle:
+            w.close()
+        assert server.cuts.counts["over_limit"] == 1
+        await asyncio.sleep(0.05)
+        assert await _served(server) == 200  # served again once they are gone
+        assert server.cuts.counts["over_limit"] == 1
+
+    run(scenario)
+
+
+def test_the_family_reports_every_reason_with_its_count() -> None:
+    cuts = ConnectionCuts()
+    cuts.cut("bad_head")
+    cuts.cut("over_limit", 2)
+    fam = cuts.family("kvcast_x_")
+    assert fam.name == "kvcast_x_http_connections_cut_total" and fam.kind == "counter"
+    assert dict((labels[0], v) for labels, v in fam.samples) == {
+        "head_timeout": 0.0, "bad_head": 1.0, "over_limit": 2.0,
+    }  # fmt: skip
+
+
+def test_each_server_counts_in_its_own_cuts() -> None:
+    a = HttpServer(ok, "127.0.0.1", 0)
+    b = HttpServer(ok, "127.0.0.1", 0)
+    assert a.cuts is not b.cuts
