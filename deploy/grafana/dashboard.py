@@ -125,15 +125,18 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
              "deadline {{instance}}"),
             (f"sum by (instance) (rate(kvcast_agent_pull_retries_total{RATE}))",
              "retries {{instance}}"),
+            (f"sum by (instance) (rate(kvcast_agent_transfer_version_refusals_total{RATE}))",
+             "other protocol version {{instance}}"),
         ), "ops"),
         Panel("Refused for a bad token", (
             (f"sum by (surface) (rate(kvcast_agent_auth_failures_total{RATE}))",
              "agent {{surface}}"),
             (f"rate(kvcast_sidecar_auth_failures_total{RATE})", "sidecar"),
             (f"sum by (reason) (rate(kvcast_sidecar_tenant_refusals_total{RATE}))",
-             "sidecar 403 tenant token: {{reason}}"),
+             "sidecar tenant token: {{reason}}"),
         ), "ops", "Requests without a known token (KVCAST_TOKEN or a tenant token): refused "
-           "with 401; a tenant token on another route or tenant: 403."),
+           "with 401; a tenant token on another route or tenant: 403 (route, tenant); over "
+           "its arrival rate: 429 (rate), or a batch over its burst: 400 (burst)."),
         Panel("HTTP connections cut", (
             (f"sum by (reason) (rate(kvcast_sidecar_http_connections_cut_total{RATE}))",
              "sidecar {{reason}}"),

@@ -3,9 +3,11 @@ reason, so that ``/metrics`` shows a slowloris, a flood past ``limit_concurrency
 that sends broken heads, not just the requests the routes answered.
 
 Reasons: ``head_timeout`` (a request head not all in within ``header_timeout_s``: closed),
+``body_timeout`` (a declared body not all in within ``body_timeout_s`` of its head: closed),
 ``bad_head`` (a malformed head, or an unfinished one past ``max_incomplete_head_bytes``:
 answered 400 and closed), ``over_limit`` (a request that came with ``limit_concurrency``
-connections or requests open: answered 503 and closed). Counted on the server's event loop.
+connections or requests open: answered 503 and closed), ``over_connections`` (a connection
+accepted with ``max_connections`` open: closed at once). Counted on the server's event loop.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Literal
 
 from kvcast.serving.http.metrics import Family
 
-CutReason = Literal["head_timeout", "bad_head", "over_limit"]
-CUT_REASONS: tuple[CutReason, ...] = ("head_timeout", "bad_head", "over_limit")
+CutReason = Literal["head_timeout", "body_timeout", "bad_head", "over_limit", "over_connections"]
+CUT_REASONS: tuple[CutReason, ...] = (
+    "head_timeout", "body_timeout", "bad_head", "over_limit", "over_connections",
+)  # fmt: skip
 
 
 class ConnectionCuts:

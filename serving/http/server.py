@@ -2,8 +2,8 @@
 servers, and stop it on request (the caller owns SIGINT/SIGTERM: uvicorn must not re-raise
 them after shutdown, which would turn a clean stop into death by signal). Served with h11
 whatever else is installed (so that its bound on an unfinished request head holds), with the
-bounds of an :class:`HttpServerConfig` (a deadline on each request head among them:
-:mod:`.head_timeout`), over TLS when given a :class:`ServerTls`."""
+bounds of an :class:`HttpServerConfig` (deadlines on each request's head and body and a cap
+on connections among them: :mod:`.protocol`), over TLS when given a :class:`ServerTls`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from kvcast.serving.http.connection_cuts import ConnectionCuts
-from kvcast.serving.http.head_timeout import head_timeout_protocol
+from kvcast.serving.http.protocol import bounded_protocol
 from kvcast.serving.http.server_config import HttpServerConfig
 from kvcast.serving.tls import ServerTls
 
@@ -81,7 +81,7 @@ class HttpServer:
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=math.ceil(self.grace_s),
-            http=head_timeout_protocol(self.limits.header_timeout_s, self.cuts),
+            http=bounded_protocol(self.limits, self.cuts),
             ws="none",  # neither API has a WebSocket route
             h11_max_incomplete_event_size=self.limits.max_incomplete_head_bytes,
             limit_concurrency=self.limits.limit_concurrency,

@@ -8,9 +8,14 @@ What each bound covers (uvicorn with h11, :mod:`.server`):
   included) or that many requests are being handled is answered 503 at once, without running
   the app (uvicorn's ``limit_concurrency``). Connections are still accepted: each holds a file
   descriptor until a limit below closes it.
+- ``max_connections``: a connection accepted while that many are open is closed at once
+  (:mod:`.protocol`; uvicorn has no such limit), so that what connections hold (a file
+  descriptor and buffers each) is bounded.
 - ``header_timeout_s``: a connection whose request line and headers (its head) are not all in
   that long after it opened (after the TLS handshake) or after its previous response is closed
-  (:mod:`.head_timeout`; uvicorn has no such limit).
+  (:mod:`.protocol`; uvicorn has no such limit).
+- ``body_timeout_s``: a connection whose declared body is not all in that long after its head
+  is closed, the request unhandled (:mod:`.protocol`; uvicorn has no such limit).
 - ``timeout_keep_alive_s``: a connection idle that long after a response is closed (uvicorn's
   ``timeout_keep_alive``).
 - ``max_incomplete_head_bytes``: a head still unfinished with more than this buffered is
@@ -18,8 +23,8 @@ What each bound covers (uvicorn with h11, :mod:`.server`):
   one read is parsed whatever its size, so what one connection's head can hold is this plus
   one read (asyncio reads at most 256 KiB at a time).
 
-Not bounded here: the TLS handshake (asyncio's default, 60 s), and the time a client takes to
-send a body it declared (its size is bounded by the API's body limit, :mod:`.limits`).
+Not bounded here: the TLS handshake (asyncio's default, 60 s). A body's size is bounded by the
+API's body limit (:mod:`.limits`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field, FilePath
+from pydantic import BeforeValidator, Field, FilePath, model_validator
 
 from kvcast.config import FiniteConfig
 from kvcast.serving.tls import ServerTls
@@ -51,10 +56,22 @@ class HttpServerConfig(FiniteConfig):
     # connections open or requests in flight at which a request is answered 503 (1 would
     # refuse every request: a request's own connection counts)
     limit_concurrency: int = Field(512, ge=2)
+    # connections open at which another one is closed as soon as it is accepted
+    max_connections: int = Field(1024, ge=2)
     timeout_keep_alive_s: float = Field(5.0, gt=0)  # idle time allowed between requests
     header_timeout_s: float = Field(10.0, gt=0)  # to send a request line and its headers
+    body_timeout_s: float = Field(30.0, gt=0)  # to send a declared body, from its head
     # an unfinished request head buffered beyond this is refused (400)
     max_incomplete_head_bytes: Bytes = Field(MAX_INCOMPLETE_HEAD_BYTES, ge=1024, le=1 << 20)
+
+    @model_validator(mode="after")
+    def _cap_above_limit(self) -> HttpServerConfig:
+        if self.max_connections < self.limit_concurrency:  # the 503s would never be reached
+            raise ValueError(
+                f"max_connections ({self.max_connections}) must be at least limit_concurrency "
+                f"({self.limit_concurrency})"
+            )
+        return self
 
 
 class ServerTlsConfig(FiniteConfig):

@@ -19,7 +19,17 @@ GET = b"GET / HTTP/1.1\r\nHost: kvcast\r\n\r\n"
 NONE_CUT = dict.fromkeys(CUT_REASONS, 0)
 
 
+HANDLED: list[bytes] = []  # the bodies the app read whole
+
+
 async def ok(scope: Scope, receive: Receive, send: Send) -> None:
+    body, more = b"", True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body, more = body + message.get("body", b""), message.get("more_body", False)
+    HANDLED.append(body)
     headers = [(b"content-type", b"text/plain"), (b"content-length", b"2")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": b"ok"})
@@ -28,8 +38,8 @@ async def ok(scope: Scope, receive: Receive, send: Send) -> None:
 @contextlib.asynccontextmanager
 async def serving() -> AsyncIterator[HttpServer]:
     limits = HttpServerConfig(
-        limit_concurrency=3, header_timeout_s=0.3, max_incomplete_head_bytes=1024,
-        timeout_keep_alive_s=30.0,
+        limit_concurrency=3, max_connections=4, header_timeout_s=0.3, body_timeout_s=0.3,
+        max_incomplete_head_bytes=1024, timeout_keep_alive_s=30.0,
     )  # fmt: skip
     http = HttpServer(ok, "127.0.0.1", 0, grace_s=0.1, limits=limits)
     await http.start()
@@ -113,14 +123,48 @@ def test_a_request_past_limit_concurrency_is_counted_as_over_limit() -> None:
     run(scenario)
 
 
+def test_a_body_not_in_within_body_timeout_is_cut_and_never_handled() -> None:
+    async def scenario(server: HttpServer) -> None:
+        HANDLED.clear()
+        reader, writer = await _connect(server)
+        writer.write(b"POST / HTTP/1.1\r\nHost: kvcast\r\nContent-Length: 10\r\n\r\nabc")
+        assert await asyncio.wait_for(reader.read(), 5.0) == b""  # closed, nothing answered
+        writer.close()
+        assert server.cuts.counts == NONE_CUT | {"body_timeout": 1}
+        assert HANDLED == []
+        reader, writer = await _connect(server)  # a body in pieces, but in time: handled
+        writer.write(b"POST / HTTP/1.1\r\nHost: kvcast\r\nContent-Length: 6\r\n\r\nabc")
+        await asyncio.sleep(0.1)
+        writer.write(b"def")
+        assert await _status(reader) == 200
+        writer.close()
+        assert HANDLED == [b"abcdef"] and server.cuts.counts["body_timeout"] == 1
+
+    run(scenario)
+
+
+def test_a_connection_past_max_connections_is_closed_at_once() -> None:
+    async def scenario(server: HttpServer) -> None:
+        held = [await _connect(server) for _ in range(4)]  # the cap
+        await asyncio.sleep(0.05)
+        reader, writer = await _connect(server)
+        assert await asyncio.wait_for(reader.read(), 0.25) == b""  # before any head timeout
+        writer.close()
+        assert server.cuts.counts == NONE_CUT | {"over_connections": 1}
+        for _, w in held:
+            w.close()
+
+    run(scenario)
+
+
 def test_the_family_reports_every_reason_with_its_count() -> None:
     cuts = ConnectionCuts()
     cuts.cut("bad_head")
     cuts.cut("over_limit", 2)
     fam = cuts.family("kvcast_x_")
     assert fam.name == "kvcast_x_http_connections_cut_total" and fam.kind == "counter"
-    assert dict((labels[0], v) for labels, v in fam.samples) == {
-        "head_timeout": 0.0, "bad_head": 1.0, "over_limit": 2.0,
+    assert dict((labels[0], v) for labels, v in fam.samples) == NONE_CUT | {
+        "bad_head": 1.0, "over_limit": 2.0,
     }  # fmt: skip
 
 

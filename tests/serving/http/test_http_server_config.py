@@ -34,3 +34,9 @@ def test_http_bounds_take_sizes_with_units_and_refuse_a_limit_that_refuses_every
         parse_config(HttpServerConfig, {"limit_concurrency": 1})
     with pytest.raises(ConfigError, match=r"key 'header_timeout_s'.*finite"):
         parse_config(HttpServerConfig, {"header_timeout_s": float("inf")})
+
+
+def test_a_connection_cap_below_limit_concurrency_is_refused_naming_both() -> None:
+    with pytest.raises(ConfigError, match=r"max_connections \(8\).*limit_concurrency \(16\)"):
+        parse_config(HttpServerConfig, {"limit_concurrency": 16, "max_connections": 8})
+    assert HttpServerConfig(limit_concurrency=16, max_connections=16).max_connections == 16

@@ -4,8 +4,10 @@ request that arrives with ``limit_concurrency`` connections open is answered 503
 close; a connection whose request head (request line and headers) is not all in within
 ``header_timeout_s`` is closed, whether it sends nothing or a byte now and then; an
 unfinished head that outgrows ``max_incomplete_head_bytes`` is answered 400 and closed; an
-idle kept-alive connection is closed after ``timeout_keep_alive_s``. Each connection cut by
-one of the first three is counted in ``/metrics``
+idle kept-alive connection is closed after ``timeout_keep_alive_s``; a request whose declared
+body is not all in within ``body_timeout_s`` is closed unhandled; a connection accepted with
+``max_connections`` open is closed at once. Each connection cut by a bound (but the idle one)
+is counted in ``/metrics``
 (``kvcast_<sidecar|agent>_http_connections_cut_total{reason}``)."""
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ import pytest
 import yaml
 from serve_processes import AGENT_READY, SIDECAR_READY, start
 
+from kvcast.serving.http.connection_cuts import CUT_REASONS
 from kvcast.serving.tls import ENV
 
 GET = b"GET /healthz HTTP/1.1\r\nHost: kvcast\r\n\r\n"
 LONG = 30.0  # a bound that is not the one under test
+NONE_CUT = dict.fromkeys(CUT_REASONS, 0.0)
 
 
 def _config(tmp_path: Path, kind: str, http: dict[str, Any]) -> str:
@@ -50,7 +54,8 @@ def serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[.
     env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN" and k not in ENV.values()}
 
     def serve_one(**http: Any) -> str:
-        bounds = {"timeout_keep_alive_s": LONG, "header_timeout_s": LONG} | http
+        bounds = {"timeout_keep_alive_s": LONG, "header_timeout_s": LONG,
+                  "body_timeout_s": LONG} | http  # fmt: skip
         proc = start(["serve", kind, "--config", _config(tmp_path, kind, bounds)], env)
         started.append(proc)
         return proc.wait_ready(SIDECAR_READY if kind == "sidecar" else AGENT_READY).group(2)
@@ -143,7 +148,7 @@ def test_a_request_with_limit_concurrency_connections_open_is_answered_503(serve
         assert time.monotonic() < deadline, status
         time.sleep(0.05)
     cuts = _cuts(address)
-    assert cuts["over_limit"] >= 1 and cuts["head_timeout"] == cuts["bad_head"] == 0, cuts
+    assert cuts["over_limit"] >= 1 and cuts == NONE_CUT | {"over_limit": cuts["over_limit"]}
 
 
 def test_a_request_head_not_all_in_within_header_timeout_is_cut_off(serve) -> None:
@@ -164,7 +169,7 @@ def test_a_request_head_not_all_in_within_header_timeout_is_cut_off(serve) -> No
             prompt.sendall(piece)
             time.sleep(0.2)
         assert _response(prompt)[0] == 200
-    assert _cuts(address) == {"head_timeout": 3, "bad_head": 0, "over_limit": 0}
+    assert _cuts(address) == NONE_CUT | {"head_timeout": 3}
 
 
 def test_an_unfinished_head_past_max_incomplete_head_bytes_is_answered_400(serve) -> None:
@@ -182,7 +187,7 @@ def test_an_unfinished_head_past_max_incomplete_head_bytes_is_answered_400(serve
         assert send_head(sock, 1000)[0] == 200
     with _connect(address) as sock:  # a 400 without a length: read to the close, so it closed
         assert send_head(sock, 4096) == (400, b"Invalid HTTP request received.")
-    assert _cuts(address) == {"head_timeout": 0, "bad_head": 1, "over_limit": 0}
+    assert _cuts(address) == NONE_CUT | {"bad_head": 1}
 
 
 def test_an_idle_kept_alive_connection_is_closed_after_timeout_keep_alive(serve) -> None:
@@ -191,3 +196,47 @@ def test_an_idle_kept_alive_connection_is_closed_after_timeout_keep_alive(serve)
         sock.sendall(GET)
         assert _response(sock)[0] == 200
         assert 0.7 < _closed_after(sock, time.monotonic()) < 3.0
+
+
+def test_a_body_not_all_in_within_body_timeout_is_cut_off_unhandled(
+    serve, request: pytest.FixtureRequest
+) -> None:
+    address = serve(body_timeout_s=1.0)
+    route = b"/v1/mode" if request.node.callspec.params["serve"] == "sidecar" else b"/v1/evict"
+    head = b"POST %s HTTP/1.1\r\nHost: kvcast\r\nContent-Length: 400\r\n\r\n" % route
+    with _connect(address) as slow:
+        t0 = time.monotonic()
+        slow.sendall(head)
+        assert 0.8 < _closed_after(slow, t0, b'{"mode": "' + b"a" * 200) < 4.0
+    assert _cuts(address) == NONE_CUT | {"body_timeout": 1}
+    with _connect(address) as prompt:  # a body sent in pieces, but in time, is handled
+        body = b'{"mode": "shadow"}'
+        prompt.sendall(head.replace(b"400", str(len(body)).encode()))
+        time.sleep(0.3)
+        prompt.sendall(body)
+        assert _response(prompt)[0] != 408  # answered by its route, whatever it says
+    assert _cuts(address)["body_timeout"] == 1
+
+
+def test_a_connection_accepted_with_max_connections_open_is_closed_at_once(serve) -> None:
+    address = serve(max_connections=3, limit_concurrency=2)
+    held = [_connect(address) for _ in range(3)]
+    try:
+        with _connect(address) as fourth:  # the server holds three already
+            assert _closed_after(fourth, time.monotonic(), limit_s=2.0) < 1.0
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 5.0
+    while (cuts := _cuts_when_served(address)) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert cuts["over_connections"] >= 1
+
+
+def _cuts_when_served(address: str) -> dict[str, float] | None:
+    """:func:`_cuts`, or None while the server still turns connections away."""
+    try:
+        return _cuts(address)
+    except (AssertionError, ConnectionResetError, BrokenPipeError):
+        return None
