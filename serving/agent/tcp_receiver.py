@@ -19,7 +19,6 @@ import asyncio
 
 from kvcast.serving.agent.buffers import BlockBuffer, BufferAllocator
 from kvcast.serving.agent.checksum import RunningChecksum, checksum
-from kvcast.serving.agent.rate_limit import TokenBucket
 from kvcast.serving.agent.transport import BlockSink, PullRefused, TransportError
 from kvcast.serving.messages import (
     HEADER_SIZE,
@@ -33,6 +32,7 @@ from kvcast.serving.messages import (
     decode_body,
     decode_header,
 )
+from kvcast.serving.token_bucket import TokenBucket
 
 _FINAL_ERRORS = (ErrorCode.UNAUTHORIZED, ErrorCode.BAD_REQUEST)
 STAGING_BYTES = 4 << 20

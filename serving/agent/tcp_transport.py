@@ -16,10 +16,10 @@ import socket
 import ssl
 
 from kvcast.serving.agent.buffers import BufferAllocator
-from kvcast.serving.agent.rate_limit import TokenBucket
 from kvcast.serving.agent.tcp_receiver import STAGING_BYTES, PullProtocol
 from kvcast.serving.agent.transport import BlockSink, Transport, TransportError, parse_peer
 from kvcast.serving.messages import Done, Hello, PullRequest, encode
+from kvcast.serving.token_bucket import TokenBucket
 
 _STAGING_KEPT = 4  # receive areas kept for reuse (touched memory: no page faults next time)
 

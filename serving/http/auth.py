@@ -52,9 +52,12 @@ def token_matches(header: bytes | None, token: bytes) -> bool:
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Whom a request's token speaks for: every tenant (``tenants`` None: the shared token,
-    or no token configured) or only ``tenants`` (a tenant token)."""
+    or no token configured) or only ``tenants`` (a tenant token). ``token`` tells tenant
+    tokens apart (two may speak for the same tenants): its position among the guard's
+    ``tenant_tokens`` (None: not a tenant token)."""
 
     tenants: frozenset[str] | None = None
+    token: int | None = None
 
     @property
     def admin(self) -> bool:
@@ -111,7 +114,8 @@ class BearerTokenGuard:
 
     ``tenant_tokens`` (token -> the tenants it speaks for) may reach only the protected paths
     in ``tenant_paths``; elsewhere they are refused with 403 (``on_forbidden(path)``). An
-    admitted request carries its :class:`Identity` in ``scope["state"]`` for the handler."""
+    admitted request carries its :class:`Identity` in ``scope["state"]`` for the handler; a
+    tenant token's ``Identity.token`` is its position in ``tenant_tokens``' order."""
 
     def __init__(
         self,
@@ -131,8 +135,8 @@ class BearerTokenGuard:
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self._token = token.encode() if token else None
         self._tenants = tuple(
-            (secret.encode(), Identity(frozenset(tenants)))
-            for secret, tenants in (tenant_tokens or {}).items()
+            (secret.encode(), Identity(frozenset(tenants), i))
+            for i, (secret, tenants) in enumerate((tenant_tokens or {}).items())
         )
 
     def guards(self, path: str) -> bool:

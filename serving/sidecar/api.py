@@ -6,8 +6,9 @@ are (``GET /v1/blocks/{hash}``, ``GET /v1/decisions``: which tenant's chains wen
 agent's inventory says). The other ``GET`` routes (mode, model, probes, metrics) stay open for
 operators, probes and scrapers (none returns block contents: the sidecar never holds any).
 The shared token may do everything; a tenant token (the config's ``tenant_tokens``) only
-posts its tenants' arrivals and sees its tenants' decisions and blocks
-(:mod:`.tenant_scope`), and is refused every other guarded route (403).
+posts its tenants' arrivals, at most its entry's rate of them (:mod:`.arrival_rates`: 429),
+and sees its tenants' decisions and blocks (:mod:`.tenant_scope`), and is refused every
+other guarded route (403).
 Ingestion handlers only validate and queue: they answer 202 as soon as the events are in the
 bounded queue. Middleware, outer first: the token guards (401 before the body is read, 403
 for a tenant token on another route), body size.
@@ -65,7 +66,8 @@ LOOKUP_TIMEOUT_S = 5.0
 bearer_scheme = HTTPBearer(
     auto_error=False,
     description="The shared token (KVCAST_TOKEN): every route. Or a tenant token (the config's "
-    "tenant_tokens): POST /v1/requests with its tenants' arrivals only, and GET /v1/decisions "
+    "tenant_tokens): POST /v1/requests with its tenants' arrivals only (at most its entry's "
+    "max_arrivals_per_s: else 429 with Retry-After), and GET /v1/decisions "
     "and GET /v1/blocks/{block_hash} narrowed to its tenants; any other guarded route is 403.",
 )
 Who = Annotated[Identity, Depends(request_identity)]
@@ -91,20 +93,33 @@ def _writes(sc: Sidecar) -> APIRouter:
     router = APIRouter(prefix="/v1", dependencies=[Security(bearer_scheme)])
     names = sc.cfg.node_names
     refusals = error_responses(401, 403, 411, 413, 422)
+    arrival_refusals = error_responses(400, 401, 403, 411, 413, 422, 429)
+    arrival_refusals[429]["headers"] = {"Retry-After": {
+        "description": "seconds until the batch would fit the token's rate (rounded up)",
+        "schema": {"type": "integer", "minimum": 1},
+    }}  # fmt: skip
 
     def accepted(n: int, dropped: int, duplicates: int = 0) -> Accepted:
         return Accepted(
             accepted=n, dropped=dropped, queue_depth=len(sc.queue), duplicates=duplicates
         )
 
-    @router.post("/requests", status_code=202, responses=refusals)
+    @router.post("/requests", status_code=202, responses=arrival_refusals)
     async def requests(body: ArrivalBatch, who: Who) -> Accepted:
         """Requests the router routed (one or more), queued for the feature state. A request
         id posted before for its tenant (a retried batch) is not counted again
         (``duplicates``). A tenant token may post its tenants' arrivals only: a batch with
-        another tenant's is refused whole (403), nothing taken."""
+        another tenant's is refused whole (403), nothing taken. A tenant token whose entry
+        sets ``max_arrivals_per_s`` posts at most that many arrivals per second (bursts up to
+        ``burst_arrivals``, counted in arrivals, retries included): a batch that does not fit
+        is refused whole with 429 and ``Retry-After`` (seconds until it would fit), nothing
+        taken; a batch over the burst never fits: 400, split it. The shared token is never
+        limited."""
         if (refusal := foreign_arrival(body, who)) is not None:
             sc.tenant_refusals["tenant"] += 1
+            raise refusal
+        if (refusal := sc.arrival_rates.admit(who, len(body.requests))) is not None:
+            sc.tenant_refusals["rate" if refusal.status_code == 429 else "burst"] += 1
             raise refusal
         events, queues = arrival_events(body, names, sc.clock_ms())
         for node, depth, ts_ms in queues:

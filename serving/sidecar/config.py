@@ -164,7 +164,8 @@ class SidecarConfig(FiniteConfig):
 
     @property
     def tenant_token_values(self) -> dict[str, frozenset[str]]:
-        """Each tenant token (read from its ``token_env`` at validation) -> its tenants."""
+        """Each tenant token (read from its ``token_env`` at validation) -> its tenants, in
+        the order of ``tenant_tokens`` (the i-th is entry i's: the guard numbers them so)."""
         return dict(self._tenant_secrets)
 
     @property

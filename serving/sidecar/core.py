@@ -24,6 +24,7 @@ from kvcast.features.online.state import FeatureState
 from kvcast.predictor.decider import Decider
 from kvcast.serving.http.connection_cuts import ConnectionCuts
 from kvcast.serving.sidecar.agent_client import AgentClient
+from kvcast.serving.sidecar.arrival_rates import ArrivalRates
 from kvcast.serving.sidecar.config import Mode, SidecarConfig
 from kvcast.serving.sidecar.consumer import StateKeeper
 from kvcast.serving.sidecar.decision_log import DecisionLog
@@ -66,14 +67,17 @@ SEEN_REQUEST_IDS = 1 << 16  # request ids remembered against retried posts
 class Sidecar:
     def __init__(
         self, cfg: SidecarConfig, clock_ms: Callable[[], float] = wall_ms,
-        tls: TlsFiles | None = None,
+        tls: TlsFiles | None = None, monotonic: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         self.cfg, self.clock_ms = cfg, clock_ms
         fcfg, dcfg = cfg.feature_config, cfg.decider_config
         n, names = len(cfg.nodes), cfg.node_names
         self.mode: Mode = cfg.mode
         self.auth_failures = 0
-        self.tenant_refusals = Counter({"route": 0, "tenant": 0})  # 403s to tenant tokens
+        # refused to tenant tokens: 403 (a route, another tenant's arrival), 429 (rate), 400
+        # (a batch over the burst)
+        self.tenant_refusals = Counter({"route": 0, "tenant": 0, "rate": 0, "burst": 0})
+        self.arrival_rates = ArrivalRates(cfg.tenant_tokens, monotonic)  # per tenant token
         self.http_cuts = ConnectionCuts()  # connections its API server cut (counted there)
         self.replicas_lost_on_agents = 0  # replicas the agents removed on their own
         self.block_bytes = cfg.kv_block_bytes

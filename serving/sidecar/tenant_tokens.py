@@ -7,10 +7,15 @@ API: a variable unset or blank, two entries with the same token (neither could b
 from the other), a tenant token equal to the shared token (it would have every right), and
 tenant tokens without a shared token (nothing would then guard the routes they may not use:
 KV events, mode, model). Errors name the entry and its variable, never a secret.
+
+An entry may cap the arrivals its token posts (``max_arrivals_per_s``, bursts up to
+``burst_arrivals``; :mod:`.arrival_rates`), so that one tenant's router cannot fill the
+shared ingestion queue; unset, it is unlimited. The shared token never is.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Annotated
 
@@ -20,27 +25,45 @@ from kvcast.config import FiniteConfig
 from kvcast.serving.agent.api_models import Tenant
 
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+BURST_SECONDS = 2.0  # burst_arrivals left unset: this many seconds of arrivals at the rate
 
 
 class TenantTokenConfig(FiniteConfig):
-    """One tenant token: the tenants it speaks for, and the variable that holds it."""
+    """One tenant token: the tenants it speaks for, the variable that holds it, and the
+    arrivals per second it may post (None: unlimited)."""
 
     tenants: tuple[Tenant, ...] = Field(min_length=1)
     token_env: EnvName
+    max_arrivals_per_s: float | None = Field(None, gt=0, le=1e9)
+    burst_arrivals: int | None = Field(None, ge=1, le=10**12)  # None: BURST_SECONDS at the rate
 
     @model_validator(mode="after")
-    def _distinct(self) -> TenantTokenConfig:
+    def _consistent(self) -> TenantTokenConfig:
         twice = sorted({t for t in self.tenants if self.tenants.count(t) > 1})
         if twice:
             raise ValueError(f"tenants named twice: {twice}")
+        if self.burst_arrivals is not None and self.max_arrivals_per_s is None:
+            raise ValueError("burst_arrivals needs max_arrivals_per_s (without it the token "
+                             "is unlimited)")  # fmt: skip
         return self
+
+    @property
+    def burst(self) -> int | None:
+        """The most arrivals posted at once (None: unlimited): ``burst_arrivals``, else
+        ``BURST_SECONDS`` of arrivals at ``max_arrivals_per_s``, at least one."""
+        if self.max_arrivals_per_s is None:
+            return None
+        if self.burst_arrivals is not None:
+            return self.burst_arrivals
+        return max(1, math.ceil(BURST_SECONDS * self.max_arrivals_per_s))
 
 
 def read_tenant_tokens(
     entries: Sequence[TenantTokenConfig], shared: str | None, environ: Mapping[str, str]
 ) -> dict[str, frozenset[str]]:
-    """token -> the tenants it speaks for, read from ``environ``; a ValueError naming the
-    entry (``tenant_tokens[i]``) and its variable when one is missing, blank or not unique."""
+    """token -> the tenants it speaks for, in the entries' order, read from ``environ``; a
+    ValueError naming the entry (``tenant_tokens[i]``) and its variable when one is missing,
+    blank or not unique."""
     if not entries:
         return {}
     if shared is None:

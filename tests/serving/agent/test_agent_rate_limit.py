@@ -1,43 +1,11 @@
-"""Per-link bandwidth: the token bucket's arithmetic, and a real pull held to its link rate."""
+"""Per-link bandwidth: a bucket per peer, and a real pull held to its link rate (the bucket's
+arithmetic: tests/serving/test_token_bucket.py)."""
 
 from __future__ import annotations
 
 import time
 
-import pytest
-
 from kvcast.serving.agent import Agent, TcpTransport
-from kvcast.serving.agent.rate_limit import TokenBucket
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_bucket_allows_a_burst_then_charges_the_debt_as_delay() -> None:
-    clock = Clock()
-    bucket = TokenBucket(rate=1000, burst=500, clock=clock)
-    assert bucket.consume(500) == 0.0
-    assert bucket.consume(250) == pytest.approx(0.25)  # 250 B of debt at 1000 B/s
-    clock.now += 0.25
-    assert bucket.tokens == pytest.approx(0.0)
-
-
-def test_bucket_never_saves_more_than_its_burst() -> None:
-    clock = Clock()
-    bucket = TokenBucket(rate=1000, burst=500, clock=clock)
-    clock.now += 100.0
-    assert bucket.tokens == 500
-    assert bucket.consume(1500) == pytest.approx(1.0)
-
-
-def test_bucket_rejects_nonpositive_rates() -> None:
-    with pytest.raises(ValueError):
-        TokenBucket(rate=0, burst=1)
 
 
 def test_links_to_different_peers_have_their_own_bucket() -> None:

@@ -1,5 +1,6 @@
 """Helpers for the sidecar tests: configs, an in-process sidecar with an httpx client on its
-ASGI app, and a situation in which the decider replicates a chain."""
+ASGI app or on its API served over a real socket, arrivals and tenant tokens' headers, and a
+situation in which the decider replicates a chain."""
 
 from __future__ import annotations
 
@@ -56,6 +57,51 @@ async def open_sidecar(cfg: Any) -> AsyncIterator[tuple[Any, Any]]:
         await sc.stop()
 
 
+@contextlib.asynccontextmanager
+async def served(cfg: Any, **sidecar: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """A started sidecar (no tick thread: tests tick; ``sidecar``: more arguments of
+    :class:`Sidecar`, e.g. its ``monotonic`` clock) with its API served by uvicorn on a free
+    port, and an httpx client of it."""
+    import httpx
+
+    from kvcast.serving.http.server import HttpServer
+    from kvcast.serving.sidecar.api import build_app
+    from kvcast.serving.sidecar.core import Sidecar
+
+    sc = Sidecar(cfg, **sidecar)
+    await sc.start(decisions=False)
+    server = HttpServer(build_app(sc), "127.0.0.1", 0, limits=cfg.http)
+    try:
+        address = await server.start()
+        async with httpx.AsyncClient(base_url=f"http://{address}", timeout=10.0) as client:
+            yield sc, client
+    finally:
+        await server.stop()
+        await sc.stop()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def arrival(rid: str, tenant: str, hashes: list[int], public: int = 0) -> dict[str, Any]:
+    return {"request_id": rid, "node": "node-a", "tenant": tenant, "block_hashes": hashes,
+            "input_tokens": len(hashes) * BLOCK_TOKENS, "public_blocks": public}  # fmt: skip
+
+
+async def refusals(client: Any) -> dict[str, float]:
+    """``kvcast_sidecar_tenant_refusals_total`` by reason, as the API's ``/metrics`` says."""
+    from kvcast.serving.cluster.summary import by_label, parse_metrics
+
+    text = (await client.get("/metrics")).text
+    return by_label(parse_metrics(text), "kvcast_sidecar_tenant_refusals_total")
+
+
+def no_refusals(**counts: float) -> dict[str, float]:
+    """:func:`refusals` when none were refused but these ``reason=count``."""
+    return {"route": 0.0, "tenant": 0.0, "rate": 0.0, "burst": 0.0} | counts
+
+
 async def settle(sc: Any, timeout_s: float = 5.0) -> None:
     """Until every event queued so far has been applied to the feature state."""
     async with asyncio.timeout(timeout_s):
@@ -94,11 +140,11 @@ async def hot_chain_on_node_a(client: Any, hashes: list[int], tenant: str = "acm
     r = await client.post("/v1/kv-events", json={"node": "node-a", "events": [stored]},
                           headers=AUTH)  # fmt: skip
     assert r.status_code == 202, r.text
-    arrival = {
+    routed = {
         "request_id": f"r-{next(REQUEST_IDS)}", "node": "node-a", "tenant": tenant,
         "session": "s-1",
         "block_hashes": hashes, "input_tokens": len(hashes) * BLOCK_TOKENS + 100,
         "output_tokens": 64, "queue_depth": 4,
     }  # fmt: skip
-    r = await client.post("/v1/requests", json={"requests": [arrival]}, headers=AUTH)
+    r = await client.post("/v1/requests", json={"requests": [routed]}, headers=AUTH)
     assert r.status_code == 202, r.text

@@ -7,25 +7,24 @@ another tenant's arrival a repeat; the OpenAPI schema documents it."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from sidecar_harness import (
     AUTH,
-    BLOCK_TOKENS,
     TOKEN,
+    arrival,
+    bearer,
     chain,
     hot_chain_on_node_a,
+    no_refusals,
+    refusals,
+    served,
     settle,
     sidecar_config,
     telemetry,
     tick,
 )
-
-from kvcast.serving.cluster.summary import by_label, parse_metrics
 
 ACME, GLOBEX, BOTH = "tenant-token-acme", "tenant-token-globex", "tenant-token-both"
 TENANT_TOKENS = [
@@ -35,45 +34,10 @@ TENANT_TOKENS = [
 ]
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 @pytest.fixture
 def tenant_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for entry, token in zip(TENANT_TOKENS, (ACME, GLOBEX, BOTH), strict=True):
         monkeypatch.setenv(entry["token_env"], token)
-
-
-@contextlib.asynccontextmanager
-async def served(cfg: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
-    """A started sidecar (no tick thread: tests tick) with its API served on a free port, and
-    a client of it."""
-    from kvcast.serving.http.server import HttpServer
-    from kvcast.serving.sidecar.api import build_app
-    from kvcast.serving.sidecar.core import Sidecar
-
-    sc = Sidecar(cfg)
-    await sc.start(decisions=False)
-    server = HttpServer(build_app(sc), "127.0.0.1", 0, limits=cfg.http)
-    try:
-        address = await server.start()
-        async with httpx.AsyncClient(base_url=f"http://{address}", timeout=10.0) as client:
-            yield sc, client
-    finally:
-        await server.stop()
-        await sc.stop()
-
-
-def arrival(rid: str, tenant: str, hashes: list[int], public: int = 0) -> dict[str, Any]:
-    return {"request_id": rid, "node": "node-a", "tenant": tenant, "block_hashes": hashes,
-            "input_tokens": len(hashes) * BLOCK_TOKENS, "public_blocks": public}  # fmt: skip
-
-
-async def refusals(client: httpx.AsyncClient) -> dict[str, float]:
-    """``kvcast_sidecar_tenant_refusals_total`` by reason."""
-    text = (await client.get("/metrics")).text
-    return by_label(parse_metrics(text), "kvcast_sidecar_tenant_refusals_total")
 
 
 def test_a_tenant_token_posts_its_tenants_arrivals_and_they_are_ingested(
@@ -110,7 +74,7 @@ def test_a_batch_with_another_tenants_arrival_is_refused_whole_naming_it_and_cou
             await settle(sc)
             assert sc.keeper.applied == 0 and sc.queue.accepted["http"] == 0
             assert len(sc.keeper.routed) == len(sc.chains) == 0
-            assert await refusals(client) == {"route": 0.0, "tenant": 1.0}
+            assert await refusals(client) == no_refusals(tenant=1.0)
             # nothing of the refused batch was remembered: its own arrival is not a repeat
             r = await client.post("/v1/requests", json={"requests": [ours]}, headers=bearer(ACME))
             assert (r.json()["accepted"], r.json()["duplicates"]) == (1, 0)
@@ -136,7 +100,7 @@ def test_a_tenant_token_is_403_on_every_other_guarded_route_and_changes_nothing(
             await settle(sc)
             assert sc.mode == "shadow" and sc.slot.current is None and sc.keeper.applied == 0
             assert sc.auth_failures == 0
-            assert await refusals(client) == {"route": 6.0, "tenant": 0.0}
+            assert await refusals(client) == no_refusals(route=6.0)
             # the open GET routes stay open to it, as to anyone
             for path in ("/v1/mode", "/v1/model", "/healthz", "/metrics"):
                 assert (await client.get(path, headers=bearer(ACME))).status_code == 200
@@ -164,7 +128,7 @@ def test_an_unknown_token_stays_401_and_the_shared_token_keeps_every_right(
             assert (await client.post("/v1/kv-events", json=kv, headers=AUTH)).status_code == 202
             r = await client.post("/v1/mode", json={"mode": "active"}, headers=AUTH)
             assert r.status_code == 200 and sc.mode == "active"
-            assert await refusals(client) == {"route": 0.0, "tenant": 0.0}
+            assert await refusals(client) == no_refusals()
 
     run(main())
 
@@ -314,7 +278,7 @@ def test_an_empty_tenant_tokens_list_leaves_the_shared_token_alone_in_charge(
             assert r.status_code == 200
             r = await client.post("/v1/requests", json=batch, headers=bearer(ACME))
             assert r.status_code == 401 and sc.auth_failures == 1
-            assert await refusals(client) == {"route": 0.0, "tenant": 0.0}
+            assert await refusals(client) == no_refusals()
 
     monkeypatch.setenv("KVCAST_TEST_TOKEN_ACME", ACME)  # set, but no entry names it
     run(main())

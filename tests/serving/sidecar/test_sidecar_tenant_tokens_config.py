@@ -1,8 +1,10 @@
 """The config's ``tenant_tokens:`` section: secrets come from the environment, read at
 start-up; an unset or empty variable, a token shared by two entries or equal to the shared
 token, and tenant tokens without a shared token are refused, each error naming the entry and
-its variable (never a secret), as are malformed entries, naming the value;
-configs/serving/sidecar.yaml documents every key, with none configured by default."""
+its variable (never a secret), as are malformed entries (a rate not > 0, a burst under 1 or
+without a rate), naming the value; an entry is unlimited by default, its burst two seconds of
+its rate unless set; configs/serving/sidecar.yaml documents every key, with none configured
+by default."""
 
 from __future__ import annotations
 
@@ -68,6 +70,20 @@ def test_each_tenant_token_is_read_from_its_variable() -> None:
         ([entry("KT_ACME", "bad\ttenant")], SHARED, "(got 'bad\\ttenant')"),
         ([{"tenants": ["acme"], "token_env": "KT_ACME", "token": "inline"}], SHARED,
          "key 'tenant_tokens.0.token': unknown key"),  # secrets are never written in YAML
+        ([entry("KT_ACME"), entry("KT_GLOBEX") | {"max_arrivals_per_s": 0}], SHARED,
+         "key 'tenant_tokens.1.max_arrivals_per_s': Input should be greater than 0 (got 0)"),
+        ([entry("KT_ACME") | {"max_arrivals_per_s": -5.0}], SHARED,
+         "key 'tenant_tokens.0.max_arrivals_per_s': Input should be greater than 0"),
+        ([entry("KT_ACME") | {"max_arrivals_per_s": float("inf")}], SHARED,
+         "key 'tenant_tokens.0.max_arrivals_per_s': Input should be a finite number"),
+        ([entry("KT_ACME") | {"max_arrivals_per_s": "100"}], SHARED,
+         "key 'tenant_tokens.0.max_arrivals_per_s': Input should be a valid number"),
+        ([entry("KT_ACME") | {"max_arrivals_per_s": 10, "burst_arrivals": 0}], SHARED,
+         "key 'tenant_tokens.0.burst_arrivals': Input should be greater than or equal to 1"),
+        ([entry("KT_ACME") | {"max_arrivals_per_s": 10, "burst_arrivals": 2.5}], SHARED,
+         "key 'tenant_tokens.0.burst_arrivals': Input should be a valid integer"),
+        ([entry("KT_ACME"), entry("KT_GLOBEX") | {"burst_arrivals": 10}], SHARED,
+         "key 'tenant_tokens.1': burst_arrivals needs max_arrivals_per_s"),
     ],
 )  # fmt: skip
 def test_a_bad_tenant_token_is_refused_naming_the_entry_and_value(tokens, token, message) -> None:
@@ -75,6 +91,19 @@ def test_a_bad_tenant_token_is_refused_naming_the_entry_and_value(tokens, token,
         parse(tokens, token)
     assert message in str(err.value)
     assert "s3cret" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("limits", "burst"),
+    [({}, None), ({"max_arrivals_per_s": 100}, 200), ({"max_arrivals_per_s": 2.5}, 5),
+     ({"max_arrivals_per_s": 0.1}, 1), ({"max_arrivals_per_s": 100, "burst_arrivals": 7}, 7)],
+)  # fmt: skip
+def test_an_entry_is_unlimited_by_default_and_its_burst_defaults_to_two_seconds_of_its_rate(
+    limits, burst
+) -> None:
+    (token,) = parse([entry("KT_ACME") | limits]).tenant_tokens
+    assert token.max_arrivals_per_s == limits.get("max_arrivals_per_s")
+    assert token.burst == burst
 
 
 def test_the_cli_refuses_to_start_naming_the_variable_and_never_the_secret(tmp_path) -> None:
