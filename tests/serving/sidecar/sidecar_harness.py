@@ -148,3 +148,17 @@ async def hot_chain_on_node_a(client: Any, hashes: list[int], tenant: str = "acm
     }  # fmt: skip
     r = await client.post("/v1/requests", json={"requests": [routed]}, headers=AUTH)
     assert r.status_code == 202, r.text
+
+
+async def engine_stored(
+    client: Any, sc: Any, node: str, hashes: list[int], auth: dict[str, str], released: int
+) -> None:
+    """``node``'s engine reports it stored ``hashes`` (a vLLM ``BlockStored``, posted); waits
+    until the sidecar has released ``released`` holds on the agents in all."""
+    stored = [{"type": "BlockStored", "block_hashes": hashes, "block_size": 512}]
+    r = await client.post("/v1/kv-events", json={"node": node, "events": stored}, headers=auth)
+    assert r.status_code == 202
+    await settle(sc)
+    async with asyncio.timeout(5):
+        while sc.executor.claims["released"] < released:
+            await asyncio.sleep(0.05)

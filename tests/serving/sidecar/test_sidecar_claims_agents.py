@@ -18,7 +18,15 @@ import time
 import httpx
 from agent_blocks import TENANT, inventory, put_blocks
 from serve_processes import AGENT_READY, start_agent
-from sidecar_harness import CHAIN_BLOCKS, chain, open_sidecar, settle, sidecar_config, tick
+from sidecar_harness import (
+    CHAIN_BLOCKS,
+    chain,
+    engine_stored,
+    open_sidecar,
+    settle,
+    sidecar_config,
+    tick,
+)
 
 from kvcast.serving.cluster.summary import parse_metrics
 
@@ -116,14 +124,7 @@ def test_routed_requests_hold_their_replicas_on_the_agent_until_their_engine_sto
             assert sorted(held) == sorted(c1 + c2)  # and still on node b, past their TTL
 
             # node b's engine read chain 1 and stored it: its holds end, it expires now
-            b_stored = [{"type": "BlockStored", "block_hashes": c1, "block_size": 512}]
-            r = await client.post("/v1/kv-events", json={"node": "node-b", "events": b_stored},
-                                  headers=auth)  # fmt: skip
-            assert r.status_code == 202
-            await settle(sc)
-            async with asyncio.timeout(5):
-                while sc.executor.claims["released"] < CHAIN_BLOCKS:
-                    await asyncio.sleep(0.05)
+            await engine_stored(client, sc, "node-b", c1, auth, CHAIN_BLOCKS)
             assert sorted(await inventory(http, b, auth)) == sorted(c2)
 
             # chain 2's engine event never comes: its hold runs out at claim_hold_s
@@ -179,14 +180,7 @@ def test_a_replica_on_its_way_when_its_request_is_routed_is_claimed_when_it_land
             assert sc.expire_replicas() == 0  # past their TTL, held: kept in view
             assert sorted(await inventory(http, b, auth)) == sorted(c1)  # and on node b
 
-            b_stored = [{"type": "BlockStored", "block_hashes": c1, "block_size": 512}]
-            r = await client.post("/v1/kv-events", json={"node": "node-b", "events": b_stored},
-                                  headers=auth)  # fmt: skip
-            assert r.status_code == 202
-            await settle(sc)
-            async with asyncio.timeout(5):
-                while sc.executor.claims["released"] < CHAIN_BLOCKS:
-                    await asyncio.sleep(0.05)
+            await engine_stored(client, sc, "node-b", c1, auth, CHAIN_BLOCKS)
             assert await inventory(http, b, auth) == {}  # released: its TTL had passed
 
     run(main(), timeout=60.0)

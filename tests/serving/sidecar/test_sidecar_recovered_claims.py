@@ -18,7 +18,7 @@ import time
 import httpx
 from agent_blocks import TENANT, inventory, put_blocks
 from serve_processes import AGENT_READY, start_agent
-from sidecar_harness import CHAIN_BLOCKS, chain, open_sidecar, settle, sidecar_config
+from sidecar_harness import CHAIN_BLOCKS, chain, engine_stored, open_sidecar, sidecar_config
 
 TTL_S, HOLD_S = 3.0, 6.0
 
@@ -85,14 +85,7 @@ def test_a_restarted_sidecar_takes_back_the_claims_its_agents_hold(tmp_path, run
                 assert sorted(await inventory(http, b, auth)) == sorted(c1 + c2)  # and there
 
                 # node b's engine read chain 1 and stored it: the second life releases r-1
-                stored = [{"type": "BlockStored", "block_hashes": c1, "block_size": 512}]
-                r = await client.post("/v1/kv-events", json={"node": "node-b", "events": stored},
-                                      headers=auth)  # fmt: skip
-                assert r.status_code == 202
-                await settle(sc)
-                async with asyncio.timeout(5):
-                    while sc.executor.claims["released"] < CHAIN_BLOCKS:
-                        await asyncio.sleep(0.05)
+                await engine_stored(client, sc, "node-b", c1, auth, CHAIN_BLOCKS)
                 assert sorted(await inventory(http, b, auth)) == sorted(c2)  # c1 expired now
                 assert sc.expire_replicas() == 0 and sc.replicas.nodes_of(c2[0]) == [1]
 
