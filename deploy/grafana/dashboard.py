@@ -142,8 +142,9 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
              "sidecar {{reason}}"),
             (f"sum by (reason) (rate(kvcast_agent_http_connections_cut_total{RATE}))",
              "agents {{reason}}"),
-        ), "ops", "Cut before a route saw the request: head_timeout (header_timeout_s), "
-           "bad_head (400), over_limit (503, limit_concurrency)."),
+        ), "ops", "Connections the servers' http: bounds cut: head_timeout (header_timeout_s), "
+           "body_timeout (body_timeout_s), bad_request (400), over_limit (503, "
+           "limit_concurrency), over_connections (max_connections)."),
     )),
 )  # fmt: skip
 

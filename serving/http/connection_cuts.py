@@ -1,13 +1,15 @@
-"""Connections an HTTP server turned away before any route saw their request: counted by
+"""Connections an HTTP server cut, most before any route saw their request: counted by
 reason, so that ``/metrics`` shows a slowloris, a flood past ``limit_concurrency`` or a client
 that sends broken heads, not just the requests the routes answered.
 
 Reasons: ``head_timeout`` (a request head not all in within ``header_timeout_s``: closed),
-``body_timeout`` (a declared body not all in within ``body_timeout_s`` of its head: closed),
-``bad_head`` (a malformed head, or an unfinished one past ``max_incomplete_head_bytes``:
-answered 400 and closed), ``over_limit`` (a request that came with ``limit_concurrency``
-connections or requests open: answered 503 and closed), ``over_connections`` (a connection
-accepted with ``max_connections`` open: closed at once). Counted on the server's event loop.
+``body_timeout`` (a declared body not all in by its deadline, ``body_timeout_s`` plus its length
+at ``body_min_bytes_per_s`` after its head: closed; its route sees the client gone),
+``bad_request`` (a malformed head, an unfinished one past ``max_incomplete_head_bytes``, or a
+broken chunked body: answered 400 and closed), ``over_limit`` (a request that came with
+``limit_concurrency`` connections or requests open: answered 503 and closed),
+``over_connections`` (a connection accepted with ``max_connections`` open: closed at once).
+Counted on the server's event loop.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Literal
 
 from kvcast.serving.http.metrics import Family
 
-CutReason = Literal["head_timeout", "body_timeout", "bad_head", "over_limit", "over_connections"]
+CutReason = Literal["head_timeout", "body_timeout", "bad_request", "over_limit", "over_connections"]
 CUT_REASONS: tuple[CutReason, ...] = (
-    "head_timeout", "body_timeout", "bad_head", "over_limit", "over_connections",
+    "head_timeout", "body_timeout", "bad_request", "over_limit", "over_connections",
 )  # fmt: skip
 
 

@@ -11,14 +11,17 @@ of its headers or body now and then (slowloris), is held for ever. :class:`Bound
 
 - closes a connection whose head is not all in ``header_timeout_s`` after the connection
   opened (once its TLS handshake is done) or after its previous response;
-- closes a connection whose declared body is not all in ``body_timeout_s`` after its head
-  (the route sees the client gone: a request cut mid-body is never handled);
+- closes a connection whose declared body is not all in ``body_timeout_s`` plus its declared
+  length at ``body_min_bytes_per_s`` after its head (the route sees the client gone: a
+  request cut mid-body is never handled);
 - closes a connection at once when ``max_connections`` are open without it (its file
   descriptor is freed as soon as it is accepted).
 
-A request being handled is not affected. Each cut is counted in the server's
-:class:`~kvcast.serving.http.connection_cuts.ConnectionCuts`, with uvicorn's own 400s for a bad
-or oversized head and 503s past ``limit_concurrency`` (uvicorn decides those from its
+A request being handled is not affected; a connection whose route answered before its body was
+all in waits for its next head from the end of that body. Each cut is counted in the server's
+:class:`~kvcast.serving.http.connection_cuts.ConnectionCuts`, with uvicorn's own 400s for a
+malformed request (an oversized or broken head, or a broken chunked body) and 503s past
+``limit_concurrency`` (uvicorn decides those from its
 ``connections`` and ``tasks``; :meth:`BoundedProtocol.handle_events` reads them the same way,
 before uvicorn does: uvicorn internals, tested on uvicorn 0.55).
 """
@@ -60,11 +63,13 @@ class BoundedProtocol(H11Protocol):
             return
         if state is h11.SEND_BODY:  # a head came in, its body is to come
             self._await("body")
-        elif state is not h11.IDLE:  # the whole request is in (or the connection failed)
+        elif state is h11.IDLE:  # a body came in after its response: the next head is due
+            self._await("head")
+        else:  # the whole request is in (or the connection failed)
             self._stop_timer()
 
     def send_400_response(self, msg: str) -> None:
-        self.cuts.cut("bad_head")
+        self.cuts.cut("bad_request")
         super().send_400_response(msg)
 
     def on_response_complete(self) -> None:
@@ -81,7 +86,14 @@ class BoundedProtocol(H11Protocol):
         if part == "head":
             self._timer = self.loop.call_later(self.limits.header_timeout_s, self._head_overdue)
         else:
-            self._timer = self.loop.call_later(self.limits.body_timeout_s, self._body_overdue)
+            self._timer = self.loop.call_later(self._body_deadline_s(), self._body_overdue)
+
+    def _body_deadline_s(self) -> float:
+        """``body_timeout_s``, plus the declared body's time at ``body_min_bytes_per_s``
+        (a chunked body declares no length: the base alone)."""
+        declared = dict(self.headers).get(b"content-length", b"")
+        size = int(declared) if declared.isdigit() else 0
+        return self.limits.body_timeout_s + size / self.limits.body_min_bytes_per_s
 
     def _stop_timer(self) -> None:
         if self._timer is not None:

@@ -19,6 +19,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from kvcast.serving.http.connection_cuts import ConnectionCuts
+from kvcast.serving.http.open_files import ensure_open_files
 from kvcast.serving.http.protocol import bounded_protocol
 from kvcast.serving.http.server_config import HttpServerConfig
 from kvcast.serving.tls import ServerTls
@@ -71,6 +72,7 @@ class HttpServer:
         self.address = ""
 
     async def start(self, timeout_s: float = 10.0) -> str:
+        ensure_open_files(self.limits.max_connections)  # else accept() fails before the cap
         sock = bind_socket(self.host, self.port)
         self.address = socket_address(sock)
         config = uvicorn.Config(

@@ -14,8 +14,10 @@ What each bound covers (uvicorn with h11, :mod:`.server`):
 - ``header_timeout_s``: a connection whose request line and headers (its head) are not all in
   that long after it opened (after the TLS handshake) or after its previous response is closed
   (:mod:`.protocol`; uvicorn has no such limit).
-- ``body_timeout_s``: a connection whose declared body is not all in that long after its head
-  is closed, the request unhandled (:mod:`.protocol`; uvicorn has no such limit).
+- ``body_timeout_s`` and ``body_min_bytes_per_s``: a connection whose declared body is not all
+  in ``body_timeout_s`` plus its declared length at ``body_min_bytes_per_s`` after its head is
+  closed, the request unhandled (:mod:`.protocol`; uvicorn has no such limit): a small body
+  gets the base, a large upload (an agent's ``PUT /v1/blocks``) the time it needs at that rate.
 - ``timeout_keep_alive_s``: a connection idle that long after a response is closed (uvicorn's
   ``timeout_keep_alive``).
 - ``max_incomplete_head_bytes``: a head still unfinished with more than this buffered is
@@ -60,7 +62,8 @@ class HttpServerConfig(FiniteConfig):
     max_connections: int = Field(1024, ge=2)
     timeout_keep_alive_s: float = Field(5.0, gt=0)  # idle time allowed between requests
     header_timeout_s: float = Field(10.0, gt=0)  # to send a request line and its headers
-    body_timeout_s: float = Field(30.0, gt=0)  # to send a declared body, from its head
+    body_timeout_s: float = Field(30.0, gt=0)  # to send a declared body, from its head ...
+    body_min_bytes_per_s: Bytes = Field(1 << 20, ge=1024)  # ... plus its length at this rate
     # an unfinished request head buffered beyond this is refused (400)
     max_incomplete_head_bytes: Bytes = Field(MAX_INCOMPLETE_HEAD_BYTES, ge=1024, le=1 << 20)
 

@@ -1,6 +1,6 @@
 """Each connection the HTTP server cuts before a route sees its request is counted once, by
 reason, in its :class:`ConnectionCuts` (an in-process server on loopback, raw sockets): a head
-not in within ``header_timeout_s`` (head_timeout), an oversized head (bad_head: 400), a
+not in within ``header_timeout_s`` (head_timeout), an oversized head (bad_request: 400), a
 request past ``limit_concurrency`` (over_limit: 503); a request served is not counted."""
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ HANDLED: list[bytes] = []  # the bodies the app read whole
 
 
 async def ok(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["path"] == "/early":  # answers before reading the body (as a 401 or a 413 does)
+        headers = [(b"content-type", b"text/plain"), (b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": b"no"})
+        return
     body, more = b"", True
     while more:
         message = await receive()
@@ -94,13 +99,13 @@ def test_a_silent_connection_is_counted_once_as_head_timeout() -> None:
     run(scenario)
 
 
-def test_an_oversized_head_is_counted_as_bad_head() -> None:
+def test_an_oversized_head_is_counted_as_bad_request() -> None:
     async def scenario(server: HttpServer) -> None:
         reader, writer = await _connect(server)
         writer.write(b"GET / HTTP/1.1\r\nHost: kvcast\r\nX-Pad: " + b"a" * 2048)  # unfinished
         assert await _status(reader) == 400
         writer.close()
-        assert server.cuts.counts == NONE_CUT | {"bad_head": 1}
+        assert server.cuts.counts == NONE_CUT | {"bad_request": 1}
 
     run(scenario)
 
@@ -143,6 +148,36 @@ def test_a_body_not_in_within_body_timeout_is_cut_and_never_handled() -> None:
     run(scenario)
 
 
+def test_a_body_sent_after_its_early_answer_leaves_the_next_head_on_its_deadline() -> None:
+    async def scenario(server: HttpServer) -> None:
+        reader, writer = await _connect(server)
+        writer.write(b"POST /early HTTP/1.1\r\nHost: kvcast\r\nContent-Length: 5\r\n\r\n")
+        assert await _status(reader) == 401
+        await reader.readexactly(2)
+        writer.write(b"hello")  # the body, after its answer: the connection is idle again
+        assert await asyncio.wait_for(reader.read(), 5.0) == b""  # cut: no head came
+        writer.close()
+        assert server.cuts.counts == NONE_CUT | {"head_timeout": 1}
+
+    run(scenario)
+
+
+def test_a_body_deadline_grows_with_the_declared_length() -> None:
+    async def scenario(server: HttpServer) -> None:
+        HANDLED.clear()
+        size = 1 << 19  # at body_min_bytes_per_s (1 MiB/s): 0.5 s on top of the 0.3 s base
+        reader, writer = await _connect(server)
+        writer.write(b"POST / HTTP/1.1\r\nHost: kvcast\r\nContent-Length: %d\r\n\r\n" % size)
+        await asyncio.sleep(0.5)  # past the base alone, within the body's own deadline
+        writer.write(b"x" * size)
+        assert await _status(reader) == 200
+        writer.close()
+        assert len(HANDLED) == 1 and HANDLED[0] == b"x" * size
+        assert server.cuts.counts == NONE_CUT
+
+    run(scenario)
+
+
 def test_a_connection_past_max_connections_is_closed_at_once() -> None:
     async def scenario(server: HttpServer) -> None:
         held = [await _connect(server) for _ in range(4)]  # the cap
@@ -159,12 +194,12 @@ def test_a_connection_past_max_connections_is_closed_at_once() -> None:
 
 def test_the_family_reports_every_reason_with_its_count() -> None:
     cuts = ConnectionCuts()
-    cuts.cut("bad_head")
+    cuts.cut("bad_request")
     cuts.cut("over_limit", 2)
     fam = cuts.family("kvcast_x_")
     assert fam.name == "kvcast_x_http_connections_cut_total" and fam.kind == "counter"
     assert dict((labels[0], v) for labels, v in fam.samples) == NONE_CUT | {
-        "bad_head": 1.0, "over_limit": 2.0,
+        "bad_request": 1.0, "over_limit": 2.0,
     }  # fmt: skip
 
 
