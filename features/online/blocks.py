@@ -189,18 +189,6 @@ class BlockTable:
             else:
                 switch(run, t, ten, ts, window)
 
-    def tenants_of(self, h: int) -> set[Any]:
-        """The tenant keys of the requests that touched block ``h`` while it is tracked (empty:
-        not tracked): every one seen within ``window``; of more than 16, older ones may be
-        forgotten."""
-        run = self._run_of(h)
-        if run is None:
-            return set()
-        at = self.k + TENANT
-        keys = {run[at + KEY], run[at + KEY2], *(run[at + OLDER] or ())}
-        keys.discard(None)
-        return keys
-
     def over_cap(self) -> bool:
         return self.max_blocks is not None and len(self.code_of) > self.max_blocks
 

@@ -152,12 +152,6 @@ class FeatureState:
                 out += named(code_of, r[k + HASHES], r[k + SLOT])
         return out
 
-    def requested_by(self, block: int, tenants: Iterable[str]) -> bool:
-        """Whether a request of one of ``tenants`` touched ``block`` while it is tracked (see
-        :meth:`BlockTable.tenants_of`); tenants are told apart by their ``tenant_code``."""
-        keys = self.blocks.tenants_of(block & U64)
-        return any(tenant_code(t) in keys for t in tenants)
-
     def rows(self, now_ms: float, candidate_blocks: Iterable[int]) -> np.ndarray:
         """Feature matrix ``[n, len(spec)]`` for ``candidate_blocks`` at ``now_ms``."""
         self._buffer.commit(now_ms)

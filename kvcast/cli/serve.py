@@ -178,6 +178,7 @@ def sidecar_cmd(
     from kvcast.serving.http.auth import token_from_env
     from kvcast.serving.sidecar.config import SidecarConfig
     from kvcast.serving.sidecar.service import run_sidecar
+    from kvcast.serving.sidecar.tenant_tokens import read_tenant_tokens
 
     if log_level not in LOG_LEVELS:
         raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
@@ -195,11 +196,14 @@ def sidecar_cmd(
     cfg = parse_config(SidecarConfig, data, source=settings_source(config, given))
     cfg.feature_config  # noqa: B018 - load the feature and decider files now: errors exit 2
     cfg.decider_config  # noqa: B018
+    # the tenant tokens' secrets, from their variables (errors name the variable): here, as the
+    # shared token's, so that the config itself never depends on the environment
+    tenant_tokens = read_tenant_tokens(cfg.tenant_tokens, cfg.token_value, os.environ)
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     uvicorn_level = "debug" if log_level == "debug" else "warning"
     try:
-        asyncio.run(run_sidecar(cfg, uvicorn_level))
+        asyncio.run(run_sidecar(cfg, uvicorn_level, tenant_tokens))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

@@ -6,9 +6,9 @@ are (``GET /v1/blocks/{hash}``, ``GET /v1/decisions``: which tenant's chains wen
 agent's inventory says). The other ``GET`` routes (mode, model, probes, metrics) stay open for
 operators, probes and scrapers (none returns block contents: the sidecar never holds any).
 The shared token may do everything; a tenant token (the config's ``tenant_tokens``) only
-posts its tenants' arrivals, at most its entry's rate of them (:mod:`.arrival_rates`: 429),
-and sees its tenants' decisions and blocks (:mod:`.tenant_scope`), and is refused every
-other guarded route (403).
+posts its tenants' arrivals (without queue depths), at most its entry's rate of them
+(:mod:`.arrival_rates`: 429), and sees its tenants' decisions and blocks
+(:mod:`.tenant_scope`), and is refused every other guarded route (403).
 Ingestion handlers only validate and queue: they answer 202 as soon as the events are in the
 bounded queue. Middleware, outer first: the token guards (401 before the body is read, 403
 for a tenant token on another route), body size.
@@ -50,6 +50,7 @@ from kvcast.serving.sidecar.tenant_scope import (
     foreign_arrival,
     own_decisions,
     own_replicas,
+    queue_report,
 )
 from kvcast.serving.sidecar.tick_input import locate
 from kvcast.serving.sidecar.translate import (
@@ -66,8 +67,8 @@ LOOKUP_TIMEOUT_S = 5.0
 bearer_scheme = HTTPBearer(
     auto_error=False,
     description="The shared token (KVCAST_TOKEN): every route. Or a tenant token (the config's "
-    "tenant_tokens): POST /v1/requests with its tenants' arrivals only (at most its entry's "
-    "max_arrivals_per_s: else 429 with Retry-After), and GET /v1/decisions "
+    "tenant_tokens): POST /v1/requests with its tenants' arrivals only, without queue_depth "
+    "(at most its entry's max_arrivals_per_s: else 429 with Retry-After), and GET /v1/decisions "
     "and GET /v1/blocks/{block_hash} narrowed to its tenants; any other guarded route is 403.",
 )
 Who = Annotated[Identity, Depends(request_identity)]
@@ -109,22 +110,30 @@ def _writes(sc: Sidecar) -> APIRouter:
         """Requests the router routed (one or more), queued for the feature state. A request
         id posted before for its tenant (a retried batch) is not counted again
         (``duplicates``). A tenant token may post its tenants' arrivals only: a batch with
-        another tenant's is refused whole (403), nothing taken. A tenant token whose entry
-        sets ``max_arrivals_per_s`` posts at most that many arrivals per second (bursts up to
+        another tenant's, or with a ``queue_depth`` (a node's queue: the shared token's to
+        report), is refused whole (403), nothing taken; its ``ts_ms`` later than the
+        sidecar's clock is taken as the time received. A tenant token whose entry sets
+        ``max_arrivals_per_s`` posts at most that many arrivals per second (bursts up to
         ``burst_arrivals``, counted in arrivals, retries included): a batch that does not fit
         is refused whole with 429 and ``Retry-After`` (seconds until it would fit), nothing
-        taken; a batch over the burst never fits: 400, split it. The shared token is never
-        limited."""
+        taken; a batch over the burst never fits: 400, split it. A refused batch (403, 422,
+        429, 400) uses none of the rate. The shared token is never limited."""
         if (refusal := foreign_arrival(body, who)) is not None:
             sc.tenant_refusals["tenant"] += 1
             raise refusal
+        if (refusal := queue_report(body, who)) is not None:
+            sc.tenant_refusals["queue_depth"] += 1
+            raise refusal
+        events, queues = arrival_events(body, names, sc.clock_ms(), ahead_ok=who.admin)
         if (refusal := sc.arrival_rates.admit(who, len(body.requests))) is not None:
             sc.tenant_refusals["rate" if refusal.status_code == 429 else "burst"] += 1
             raise refusal
-        events, queues = arrival_events(body, names, sc.clock_ms())
-        for node, depth, ts_ms in queues:
+        for node, depth, ts_ms in queues:  # the shared token's only
             sc.loads.note_router_queue(node, depth, ts_ms)
-        fresh = [e for e in events if sc.seen_requests.first_time((e.tenant, e.request_id))]
+        if sc.block_tenants is not None:  # whose blocks a tenant token may look up
+            sc.block_tenants.note(events)
+        seen = sc.seen_requests
+        fresh = [e for e in events if seen.first_time((e.tenant, e.request_id), who.token)]
         sc.claim_routed(fresh)  # active mode: their nodes hold the replicas they count
         if sc.routes_log is not None:
             sc.routes_log.note(fresh)  # written by the next decision tick, off this path
@@ -191,17 +200,17 @@ def _lookups(sc: Sidecar) -> APIRouter:
     ) -> BlockLocation:
         """Where a block lives: nodes holding it in GPU memory or lower tiers, and the nodes
         holding a replica this sidecar placed. 404 when no node holds it. To a tenant token,
-        only a block one of its tenants requested or has a replica of (else 404, as unknown),
-        and only its tenants' replicas."""
+        only a block an arrival of one of its tenants named (among the most recently named
+        ``max_tracked_blocks``, within the features' horizon) or one of its tenants has a
+        replica of (else 404, as unknown), and only its tenants' replicas."""
         try:
             h = block_hash_param(block_hash)
         except ValueError as err:
             raise invalid(("path", "block_hash"), str(err)) from None
-        tenants = who.tenants or ()
-        future = sc.keeper.ask(
-            lambda k: (locate(k, [h])[0], who.admin or k.state.requested_by(h, tenants))
-        )
-        loc, theirs = await asyncio.wait_for(asyncio.wrap_future(future), LOOKUP_TIMEOUT_S)
+        named = sc.block_tenants
+        theirs = who.admin or (named is not None and named.named_by(h, who.tenants or ()))
+        future = sc.keeper.ask(lambda k: locate(k, [h])[0])
+        loc = await asyncio.wait_for(asyncio.wrap_future(future), LOOKUP_TIMEOUT_S)
         replicas = own_replicas(sc.replicas, h, who)
         if not (theirs or replicas) or not (loc.gpu or loc.lower or replicas):
             whose = "" if who.admin else " for this token's tenants"
@@ -270,7 +279,7 @@ def build_app(sc: Sidecar) -> FastAPI:
     for protected, methods in ((set(GUARDED), {"POST"}), (looked_up, None)):
         app.add_middleware(
             BearerTokenGuard, token=sc.cfg.token_value, protected=protected,
-            on_refused=refused, methods=methods, tenant_tokens=sc.cfg.tenant_token_values,
+            on_refused=refused, methods=methods, tenant_tokens=sc.tenant_tokens,
             tenant_paths=TENANT_ROUTES, on_forbidden=forbidden,
         )  # fmt: skip
     app.state.sidecar = sc

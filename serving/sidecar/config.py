@@ -7,13 +7,12 @@ logs, metrics and the HTTP API show (``POST /v1/requests`` accepts either).
 
 from __future__ import annotations
 
-import os
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, model_validator
 
 from kvcast.config import FiniteConfig, load_config, with_overrides
 from kvcast.features.config import FeatureConfig
@@ -23,7 +22,7 @@ from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.http.auth import Token
 from kvcast.serving.http.server_config import HttpServerConfig, ServerTlsConfig
-from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig, read_tenant_tokens
+from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig
 
 Mode = Literal["shadow", "active"]
 Name = str
@@ -118,9 +117,9 @@ class SidecarConfig(FiniteConfig):
     decision_log: DecisionLogConfig = DecisionLogConfig()
     shutdown_grace_s: float = Field(5.0, gt=0)
     token: Token | None = None  # shared token (the CLI reads KVCAST_TOKEN)
-    # tokens speaking for some tenants only, their secrets read from the environment
+    # tokens speaking for some tenants only; their secrets are read from the environment at
+    # start-up (read_tenant_tokens, by the CLI), never by validating this config
     tenant_tokens: tuple[TenantTokenConfig, ...] = ()
-    _tenant_secrets: dict[str, frozenset[str]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> SidecarConfig:
@@ -155,18 +154,11 @@ class SidecarConfig(FiniteConfig):
                 if (other := seen.setdefault(end, node.name)) != node.name:
                     raise ValueError(f"nodes {other!r} and {node.name!r} share {what} {end!r}: "
                                      "each node has its own")  # fmt: skip
-        self._tenant_secrets = read_tenant_tokens(self.tenant_tokens, self.token_value, os.environ)
         return self
 
     @property
     def token_value(self) -> str | None:
         return self.token.get_secret_value() if self.token else None
-
-    @property
-    def tenant_token_values(self) -> dict[str, frozenset[str]]:
-        """Each tenant token (read from its ``token_env`` at validation) -> its tenants, in
-        the order of ``tenant_tokens`` (the i-th is entry i's: the guard numbers them so)."""
-        return dict(self._tenant_secrets)
 
     @property
     def node_names(self) -> tuple[str, ...]:

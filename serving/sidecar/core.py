@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import httpx
 from pydantic import ValidationError
@@ -25,6 +25,7 @@ from kvcast.predictor.decider import Decider
 from kvcast.serving.http.connection_cuts import ConnectionCuts
 from kvcast.serving.sidecar.agent_client import AgentClient
 from kvcast.serving.sidecar.arrival_rates import ArrivalRates
+from kvcast.serving.sidecar.block_tenants import BlockTenants
 from kvcast.serving.sidecar.config import Mode, SidecarConfig
 from kvcast.serving.sidecar.consumer import StateKeeper
 from kvcast.serving.sidecar.decision_log import DecisionLog
@@ -61,28 +62,43 @@ def wall_ms() -> float:
     return time.time() * 1000.0
 
 
-SEEN_REQUEST_IDS = 1 << 16  # request ids remembered against retried posts
+SEEN_REQUEST_IDS = 1 << 16  # request ids remembered against retried posts (shared token)
+TENANT_TOKEN_REQUEST_IDS = 1 << 14  # likewise, each tenant token's own
 
 
 class Sidecar:
     def __init__(
         self, cfg: SidecarConfig, clock_ms: Callable[[], float] = wall_ms,
         tls: TlsFiles | None = None, monotonic: Callable[[], float] = time.monotonic,
+        tenant_tokens: Mapping[str, frozenset[str]] | None = None,
     ) -> None:  # fmt: skip
+        """``tenant_tokens``: each tenant token (its secret, read at the edge:
+        :func:`~.tenant_tokens.read_tenant_tokens`) -> its tenants, one per entry of the
+        config's ``tenant_tokens``, in its order; a ValueError when they do not match."""
         self.cfg, self.clock_ms = cfg, clock_ms
+        self.tenant_tokens = dict(tenant_tokens or {})
+        if list(self.tenant_tokens.values()) != [frozenset(e.tenants) for e in cfg.tenant_tokens]:
+            raise ValueError(
+                f"the tenant tokens given ({len(self.tenant_tokens)}) do not match the config's "
+                f"{len(cfg.tenant_tokens)} tenant_tokens entries: one per entry, in its order, "
+                "with its tenants (read_tenant_tokens reads them)"
+            )
         fcfg, dcfg = cfg.feature_config, cfg.decider_config
         n, names = len(cfg.nodes), cfg.node_names
         self.mode: Mode = cfg.mode
         self.auth_failures = 0
-        # refused to tenant tokens: 403 (a route, another tenant's arrival), 429 (rate), 400
-        # (a batch over the burst)
-        self.tenant_refusals = Counter({"route": 0, "tenant": 0, "rate": 0, "burst": 0})
+        # refused to tenant tokens: 403 (a route, another tenant's arrival, a queue depth),
+        # 429 (rate), 400 (a batch over the burst)
+        self.tenant_refusals = Counter(
+            {"route": 0, "tenant": 0, "queue_depth": 0, "rate": 0, "burst": 0}
+        )
         self.arrival_rates = ArrivalRates(cfg.tenant_tokens, monotonic)  # per tenant token
         self.http_cuts = ConnectionCuts()  # connections its API server cut (counted there)
         self.replicas_lost_on_agents = 0  # replicas the agents removed on their own
         self.block_bytes = cfg.kv_block_bytes
         self.queue = EventQueue(cfg.queue_events)
-        self.seen_requests = SeenRequests(SEEN_REQUEST_IDS)  # a retried POST counts once
+        # a retried POST counts once; each tenant token remembers its own ids
+        self.seen_requests = SeenRequests(SEEN_REQUEST_IDS, TENANT_TOKEN_REQUEST_IDS)
         self.state = FeatureState(
             fcfg, max_blocks=cfg.max_tracked_blocks, max_sessions=cfg.max_tracked_sessions
         )
@@ -90,6 +106,12 @@ class Sidecar:
             dcfg.loop.lookback_ms, dcfg.loop.max_candidates, fcfg.block_tokens
         )
         self.replicas = ReplicaTracker()
+        # which tenants named a block, for a tenant token's lookups (exact names)
+        self.block_tenants = (
+            BlockTenants([t for e in cfg.tenant_tokens for t in e.tenants],
+                         cfg.max_tracked_blocks, fcfg.horizon_ms / 1e3, monotonic)
+            if cfg.tenant_tokens else None
+        )  # fmt: skip
         stale_s = max(STALE_POLLS * cfg.agents.telemetry_period_s, STALE_MIN_S)
         self.loads = NodeLoads(n, fcfg.prefill, stale_s)
         self.keeper = StateKeeper(self.state, self.queue, self.chains, self.replicas, self.loads)

@@ -166,9 +166,10 @@ class Executor:
         try:
             failure = await self._pull(d, url, source, landed)
         except BaseException:
-            self.replicas.landed(d.target, d.block_hashes)  # over all the same
+            self.replicas.landed(d.target, d.tenant, d.block_hashes)  # over all the same
             raise
-        for request_id, hashes, left_s in self.replicas.landed(d.target, d.block_hashes):
+        landed_now = self.replicas.landed(d.target, d.tenant, d.block_hashes)
+        for request_id, hashes, left_s in landed_now:
             self.hold(d.target, request_id, d.tenant, hashes, left_s)
         return failure
 

@@ -17,11 +17,13 @@ waits in the engine's queue. A claim ends when the engine stores the block
 maximum hold; meanwhile the sweep keeps the replica, as its agent does. Several requests may
 claim one replica (one claim each, by request id). A replica still on its way when the request
 is routed (:meth:`ReplicaTracker.expect`) is claimed when it lands, for what is left of the
-hold (:meth:`ReplicaTracker.landed` says which to hold then). A restarted sidecar takes back
-the claims its agents still hold (:meth:`ReplicaTracker.restore_claims`, from their
-inventories). Thread-safe: the executor places and removes, the consumer thread reports
-requests and stores, the HTTP handlers claim. Memory is bounded by the live replicas (expired
-ones are swept), the copies in flight, and their claims (each at most ``claim_hold_s``).
+hold (:meth:`ReplicaTracker.landed` says which to hold then); copies of one block to one node
+for two tenants are on their way side by side, each with its own tenant's claims. A restarted
+sidecar takes back the claims its agents still hold (:meth:`ReplicaTracker.restore_claims`,
+from their inventories). Thread-safe: the executor places and removes, the consumer thread
+reports requests and stores, the HTTP handlers claim. Memory is bounded by the live replicas
+(expired ones are swept), the copies in flight, and their claims (each at most
+``claim_hold_s``).
 """
 
 from __future__ import annotations
@@ -54,10 +56,9 @@ class Replica:
 
 @dataclass(slots=True)
 class Coming:
-    """A block of ``tenant`` on its way to a node (``copies`` in flight), and the requests
-    routed there meanwhile that claim it when it lands."""
+    """A block of one tenant on its way to a node (``copies`` in flight), and the requests of
+    that tenant routed there meanwhile that claim it when it lands."""
 
-    tenant: str
     copies: int = 1
     claims: dict[str, float] | None = None  # request id -> end of its hold (clock seconds)
 
@@ -71,7 +72,8 @@ class ReplicaTracker:
         self._clock = clock
         self._lock = threading.Lock()
         self._live: dict[tuple[int, int], Replica] = {}  # (node, hash) -> replica
-        self._coming: dict[tuple[int, int], Coming] = {}  # (node, hash) -> copies in flight
+        # (node, hash) -> tenant -> its copies in flight
+        self._coming: dict[tuple[int, int], dict[str, Coming]] = {}
         self.placed = 0
         self.used = 0
         self.wasted = 0
@@ -121,8 +123,8 @@ class ReplicaTracker:
             for h in hashes:
                 r = live.get((node, h))
                 if r is None or r.expires_at <= now:  # not there (yet)
-                    c = coming.get((node, h))
-                    if c is not None and c.tenant == tenant:
+                    c = coming.get((node, h), {}).get(tenant)
+                    if c is not None:
                         if c.claims is None:
                             c.claims = {}
                         c.claims[claim_id] = now + hold_s
@@ -135,33 +137,37 @@ class ReplicaTracker:
 
     def expect(self, node: int, tenant: str, hashes: Iterable[int]) -> None:
         """A copy of these blocks of ``tenant`` to ``node`` started; :meth:`landed` must
-        follow, however it ends."""
+        follow (with the same tenant), however it ends."""
         with self._lock:
             coming = self._coming
             for h in hashes:
-                c = coming.get((node, h))
-                if c is None or c.tenant != tenant:
-                    coming[(node, h)] = Coming(tenant)
+                c = coming.setdefault((node, h), {}).get(tenant)
+                if c is None:
+                    coming[(node, h)][tenant] = Coming()
                 else:
                     c.copies += 1
 
-    def landed(self, node: int, hashes: Iterable[int]) -> list[Hold]:
-        """The copy :meth:`expect` announced is over (the blocks that landed are placed):
-        the requests routed to ``node`` meanwhile claim those that are live replicas of their
-        tenant now; returns what to hold on the agent, for what is left of each hold."""
+    def landed(self, node: int, tenant: str, hashes: Iterable[int]) -> list[Hold]:
+        """The copy of ``tenant``'s blocks that :meth:`expect` announced is over (the blocks
+        that landed are placed): the requests of ``tenant`` routed to ``node`` meanwhile
+        claim those that are live replicas of ``tenant`` now; returns what to hold on the
+        agent, for what is left of each hold."""
         now = self._clock()
         out: dict[str, Hold] = {}
         with self._lock:
             for h in hashes:
                 key = (node, h)
-                c = self._coming.get(key)
+                tenants = self._coming.get(key, {})
+                c = tenants.get(tenant)
                 if c is None:
                     continue
                 c.copies -= 1
                 if c.copies <= 0:
-                    del self._coming[key]
+                    del tenants[tenant]
+                    if not tenants:
+                        del self._coming[key]
                 r = self._live.get(key)
-                if not c.claims or r is None or r.adopted or r.tenant != c.tenant:
+                if not c.claims or r is None or r.adopted or r.tenant != tenant:
                     continue
                 for claim_id, until in c.claims.items():
                     if until > now:
@@ -196,8 +202,8 @@ class ReplicaTracker:
             live = self._live
             for h in hashes:
                 r = live.get((node, h))
-                if (node, h) in self._coming:
-                    self._coming[(node, h)].claims = None  # its requests need it no more
+                for c in self._coming.get((node, h), {}).values():
+                    c.claims = None  # its requests need it no more
                 if r is None:
                     continue
                 r.adopted = True

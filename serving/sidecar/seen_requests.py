@@ -3,9 +3,12 @@ router timed out waiting for the answer, and sends the batch again) counts each 
 
 The API remembers (tenant, request id): a retry repeats both, and an arrival of one tenant
 never makes another tenant's arrival of the same id a repeat (a tenant token cannot silence
-another tenant's requests). Bounded: the ``capacity`` most recent ids are remembered, the
-oldest forgotten first; a retry comes seconds after the first try, long before its id is
-pushed out.
+another tenant's requests). Bounded, per poster: the ids the shared token posted (``owner``
+None) are remembered among its ``capacity`` most recent, those each tenant token posted
+(``owner``: its entry's position) among that token's own ``owner_capacity`` most recent; the
+oldest of each are forgotten first. So a tenant token posting ever new ids pushes out only
+its own, never the router's or another token's. An id is a repeat when any poster's memory
+holds it. A retry comes seconds after the first try, long before its id is pushed out.
 """
 
 from __future__ import annotations
@@ -16,21 +19,26 @@ from collections.abc import Hashable
 
 
 class SeenRequests:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, owner_capacity: int | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if owner_capacity is not None and owner_capacity < 1:
+            raise ValueError(f"owner_capacity must be >= 1, got {owner_capacity}")
         self.capacity = capacity
-        self._ids: OrderedDict[Hashable, None] = OrderedDict()
+        self.owner_capacity = capacity if owner_capacity is None else owner_capacity
+        self._ids: dict[int | None, OrderedDict[Hashable, None]] = {None: OrderedDict()}
         self._lock = threading.Lock()
         self.duplicates = 0  # arrivals refused as already seen
 
-    def first_time(self, request_id: Hashable) -> bool:
-        """Whether ``request_id`` is new (and now remembered); a repeat is counted."""
+    def first_time(self, request_id: Hashable, owner: int | None = None) -> bool:
+        """Whether ``request_id`` is new (and now remembered among ``owner``'s); a repeat is
+        counted."""
         with self._lock:
-            if request_id in self._ids:
+            if any(request_id in ids for ids in self._ids.values()):
                 self.duplicates += 1
                 return False
-            self._ids[request_id] = None
-            if len(self._ids) > self.capacity:
-                self._ids.popitem(last=False)
+            ids = self._ids.setdefault(owner, OrderedDict())
+            ids[request_id] = None
+            if len(ids) > (self.capacity if owner is None else self.owner_capacity):
+                ids.popitem(last=False)
             return True

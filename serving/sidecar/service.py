@@ -11,6 +11,7 @@ so the process exits 0.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_signals
@@ -24,14 +25,17 @@ log = logging.getLogger("kvcast.serving.sidecar")
 
 class SidecarService:
     """A :class:`Sidecar` and its HTTP server; ``start()`` / ``stop()``. ``tls``: the
-    sidecar's certificate for its calls to the agents; ``api_tls``: TLS on its own API."""
+    sidecar's certificate for its calls to the agents; ``api_tls``: TLS on its own API;
+    ``tenant_tokens``: the secrets of the config's ``tenant_tokens`` (token -> tenants, as
+    :func:`~.tenant_tokens.read_tenant_tokens` reads them)."""
 
     def __init__(
         self, config: SidecarConfig, log_level: str = "warning", tls: TlsFiles | None = None,
         api_tls: ServerTls | None = None,
+        tenant_tokens: Mapping[str, frozenset[str]] | None = None,
     ) -> None:  # fmt: skip
         self.config = config
-        self.sidecar = Sidecar(config, tls=tls)
+        self.sidecar = Sidecar(config, tls=tls, tenant_tokens=tenant_tokens)
         self.app = build_app(self.sidecar)
         host, port = parse_peer(config.listen, allow_port_zero=True)
         self.http = HttpServer(
@@ -53,11 +57,15 @@ class SidecarService:
         await self.sidecar.stop()
 
 
-async def run_sidecar(config: SidecarConfig, log_level: str = "warning") -> None:
+async def run_sidecar(
+    config: SidecarConfig, log_level: str = "warning",
+    tenant_tokens: Mapping[str, frozenset[str]] | None = None,
+) -> None:  # fmt: skip
     """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised). Calls
     to the agents use mutual TLS when the ``KVCAST_TLS_*`` variables are set; the API is served
     over TLS when the config has a ``tls:`` section (a ValueError naming its keys when its
-    files do not load)."""
+    files do not load). ``tenant_tokens``: the secrets of the config's ``tenant_tokens``, read
+    by the caller (the CLI: :func:`~.tenant_tokens.read_tenant_tokens`)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per agent call at INFO
     tls = tls_from_env()
     api_tls = None if config.tls is None else config.tls.server_tls()
@@ -65,7 +73,7 @@ async def run_sidecar(config: SidecarConfig, log_level: str = "warning") -> None
     if plain:  # every call would fail against agents that speak TLS only
         raise ValueError(f"mutual TLS is on (KVCAST_TLS_*), but nodes {plain} name http:// "
                          "agents: use https:// URLs, or unset KVCAST_TLS_*")  # fmt: skip
-    service = SidecarService(config, log_level, tls, api_tls)
+    service = SidecarService(config, log_level, tls, api_tls, tenant_tokens)
     sc = service.sidecar
     with stop_on_signals() as stop:
         try:

@@ -6,12 +6,18 @@ The guard (:class:`~kvcast.serving.http.auth.BearerTokenGuard`) lets a tenant to
 
 - arrivals (``POST /v1/requests``): a batch is taken only when every arrival's tenant is one
   of the token's; else it is refused whole (403 naming the first other tenant), nothing
-  ingested;
+  ingested. A batch carrying ``queue_depth`` is refused whole too (403 naming the field): a
+  node's queue is a node-level fact that steers replication for every tenant, for the shared
+  token (the router's) alone to report. A ``ts_ms`` later than the sidecar's clock is taken
+  as the time received (:func:`~.translate.arrival_events`): the stream is kept in order, so
+  an arrival stamped ahead would move every tenant's later events ahead with it;
 - decisions (``GET /v1/decisions``): those of its tenants' chains only (an eviction names no
   tenant: never shown); ``total`` counts its tenants' decisions among those kept;
-- a block's locations (``GET /v1/blocks/{hash}``): the block is its tenants' when one of
-  them requested it (as the feature state remembers: within its horizon and caps) or this
-  sidecar placed a replica of it for one of them; then its GPU and lower-tier holders are
+- a block's locations (``GET /v1/blocks/{hash}``): the block is its tenants' when an arrival
+  of one of them named it (as :class:`~.block_tenants.BlockTenants` remembers, by exact
+  tenant name: the most recently named ``max_tracked_blocks`` blocks, within the features'
+  horizon; a forgotten block is a 404 until its tenants name it again) or this sidecar
+  placed a replica of it for one of them; then its GPU and lower-tier holders are
   shown as to the shared token (an engine's cache, and so its KV events, knows a hash, not a
   tenant), and its tenants' replicas only. Any other block is a 404, as an unknown one. A
   public prefix is no exception: *public* lets the decider copy a prefix to other tenants'
@@ -43,6 +49,21 @@ def foreign_arrival(batch: ArrivalBatch, who: Identity) -> HTTPException | None:
             return HTTPException(
                 403, f"body.requests.{i}.tenant: this token may not post arrivals of tenant "
                 f"{arrival.tenant!r} (its tenants: {sorted(who.tenants)}); nothing was taken",
+            )  # fmt: skip
+    return None
+
+
+def queue_report(batch: ArrivalBatch, who: Identity) -> HTTPException | None:
+    """The 403 for a tenant token's batch that reports a node's queue depth (None: the
+    shared token, or no arrival carries one)."""
+    if who.admin:
+        return None
+    for i, arrival in enumerate(batch.requests):
+        if arrival.queue_depth is not None:
+            return HTTPException(
+                403, f"body.requests.{i}.queue_depth: a tenant token may not report a node's "
+                "queue depth (it steers replication for every tenant): only the shared token "
+                "may; leave it out; nothing was taken",
             )  # fmt: skip
     return None
 

@@ -2,11 +2,13 @@
 
 The config's ``tenant_tokens:`` section lists entries of ``tenants`` and ``token_env``, the
 name of the environment variable holding that entry's secret: secrets are never written in
-YAML. :func:`read_tenant_tokens` reads them at start-up and refuses what would weaken the
-API: a variable unset or blank, two entries with the same token (neither could be told
-from the other), a tenant token equal to the shared token (it would have every right), and
-tenant tokens without a shared token (nothing would then guard the routes they may not use:
-KV events, mode, model). Errors name the entry and its variable, never a secret.
+YAML. :func:`read_tenant_tokens` reads them at start-up (``kvcast serve sidecar``, where the
+shared token is read from ``KVCAST_TOKEN``: validating a config never reads the environment,
+so a config with tenant tokens validates the same anywhere) and refuses what would weaken the
+API: a variable unset or blank, two entries with the same token (neither could be told from
+the other), a tenant token equal to the shared token (it would have every right), and tenant
+tokens without a shared token (nothing would then guard the routes they may not use: KV
+events, mode, model). Errors name the entry and its variable, never a secret.
 
 An entry may cap the arrivals its token posts (``max_arrivals_per_s``, bursts up to
 ``burst_arrivals``; :mod:`.arrival_rates`), so that one tenant's router cannot fill the

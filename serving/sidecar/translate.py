@@ -68,13 +68,18 @@ def block_hash_param(text: str) -> int:
 
 
 def arrival_events(
-    batch: ArrivalBatch, names: Sequence[str], now_ms: float
+    batch: ArrivalBatch, names: Sequence[str], now_ms: float, *, ahead_ok: bool = True
 ) -> tuple[list[RequestArrived], list[tuple[int, int, float]]]:
-    """The arrivals as events, and the (node, queue depth, ts_ms) reports they carried."""
+    """The arrivals as events, and the (node, queue depth, ts_ms) reports they carried. Not
+    ``ahead_ok`` (a tenant token's arrivals), a ``ts_ms`` later than ``now_ms`` is taken as
+    ``now_ms``: the consumer keeps the stream in order, so one arrival stamped ahead would move
+    every tenant's later events ahead with it."""
     events, queues = [], []
     for i, a in enumerate(batch.requests):
         node = node_index(a.node, names, ("body", "requests", i, "node"))
         ts_ms = stamp(a.ts_ms, now_ms, ("body", "requests", i, "ts_ms"))
+        if not ahead_ok:
+            ts_ms = min(ts_ms, now_ms)
         events.append(RequestArrived(
             ts_ms=ts_ms,
             request_id=a.request_id, node=node,

@@ -161,21 +161,3 @@ def test_a_session_cap_forgets_the_least_recently_seen_sessions_first(
     assert state.sessions.live("s299", 3000.0) is not None
     with pytest.raises(ValueError, match="max_sessions must be >= 1 or None, got 0"):
         FeatureState(cfg, max_sessions=0)
-
-
-def test_requested_by_names_every_tenant_that_sent_a_block_across_splits_until_the_horizon(
-    cfg: FeatureConfig, make_request: Callable[..., RequestArrived]
-) -> None:
-    state = FeatureState(cfg)  # horizon 60 s
-    state.update(make_request(0.0, [1, 2, 3], tenant="acme"))
-    state.update(make_request(10.0, [1, 2, 9], tenant="globex"))  # splits acme's run at 3
-    state.update(BlockStored(10.0, 0, (4,), None, 512))  # held, but nobody asked for it
-    assert state.requested_by(1, ["acme"]) and state.requested_by(2, ["globex", "initech"])
-    assert state.requested_by(3, ["acme"]) and not state.requested_by(3, ["globex"])
-    assert state.requested_by(9, ["globex"]) and not state.requested_by(9, ["acme"])
-    assert not state.requested_by(4, ["acme", "globex"]) and not state.requested_by(5, ["acme"])
-    for i in range(1, 20):  # many tenants on one block: every one seen within the window kept
-        state.update(make_request(10.0 + i, [1], tenant=f"t{i}"))
-    assert all(state.requested_by(1, [f"t{i}"]) for i in range(1, 20))
-    state.update(make_request(100_000.0, [7], tenant="initech"))  # past the horizon: swept
-    assert not state.requested_by(3, ["acme"]) and state.requested_by(7, ["initech"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,15 +40,31 @@ def sidecar_config(tmp_path: Path, **overrides: Any) -> Any:
     return SidecarConfig.model_validate(data | overrides)
 
 
+def tenant_secrets(cfg: Any) -> dict[str, frozenset[str]]:
+    """The config's tenant tokens read from the environment, as ``kvcast serve sidecar``
+    reads them (token -> its tenants)."""
+    from kvcast.serving.sidecar.tenant_tokens import read_tenant_tokens
+
+    return read_tenant_tokens(cfg.tenant_tokens, cfg.token_value, os.environ)
+
+
+def make_sidecar(cfg: Any, **sidecar: Any) -> Any:
+    """A :class:`Sidecar` of ``cfg`` (``sidecar``: more of its arguments), its tenant tokens
+    read from the environment unless given."""
+    from kvcast.serving.sidecar.core import Sidecar
+
+    sidecar.setdefault("tenant_tokens", tenant_secrets(cfg))
+    return Sidecar(cfg, **sidecar)
+
+
 @contextlib.asynccontextmanager
 async def open_sidecar(cfg: Any) -> AsyncIterator[tuple[Any, Any]]:
     """A started :class:`Sidecar` (no tick thread: tests tick) and an httpx client on its app."""
     import httpx
 
     from kvcast.serving.sidecar.api import build_app
-    from kvcast.serving.sidecar.core import Sidecar
 
-    sc = Sidecar(cfg)
+    sc = make_sidecar(cfg)
     await sc.start(decisions=False)
     try:
         transport = httpx.ASGITransport(app=build_app(sc))
@@ -60,15 +77,15 @@ async def open_sidecar(cfg: Any) -> AsyncIterator[tuple[Any, Any]]:
 @contextlib.asynccontextmanager
 async def served(cfg: Any, **sidecar: Any) -> AsyncIterator[tuple[Any, Any]]:
     """A started sidecar (no tick thread: tests tick; ``sidecar``: more arguments of
-    :class:`Sidecar`, e.g. its ``monotonic`` clock) with its API served by uvicorn on a free
-    port, and an httpx client of it."""
+    :class:`Sidecar`, e.g. its ``monotonic`` clock; its tenant tokens read from the
+    environment unless given) with its API served by uvicorn on a free port, and an httpx
+    client of it."""
     import httpx
 
     from kvcast.serving.http.server import HttpServer
     from kvcast.serving.sidecar.api import build_app
-    from kvcast.serving.sidecar.core import Sidecar
 
-    sc = Sidecar(cfg, **sidecar)
+    sc = make_sidecar(cfg, **sidecar)
     await sc.start(decisions=False)
     server = HttpServer(build_app(sc), "127.0.0.1", 0, limits=cfg.http)
     try:
@@ -99,7 +116,7 @@ async def refusals(client: Any) -> dict[str, float]:
 
 def no_refusals(**counts: float) -> dict[str, float]:
     """:func:`refusals` when none were refused but these ``reason=count``."""
-    return {"route": 0.0, "tenant": 0.0, "rate": 0.0, "burst": 0.0} | counts
+    return {"route": 0.0, "tenant": 0.0, "queue_depth": 0.0, "rate": 0.0, "burst": 0.0} | counts
 
 
 async def settle(sc: Any, timeout_s: float = 5.0) -> None:

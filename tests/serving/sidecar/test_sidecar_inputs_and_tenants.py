@@ -9,6 +9,7 @@ import time
 
 import httpx
 import numpy as np
+import pytest
 from sidecar_harness import (
     BLOCK_TOKENS,
     chain,
@@ -344,3 +345,18 @@ def test_the_ids_remembered_are_bounded_oldest_forgotten_first() -> None:
     seen = SeenRequests(2)
     assert [seen.first_time(r) for r in ("a", "b", "a", "c")] == [True, True, False, True]
     assert seen.first_time("a") and seen.duplicates == 1  # "a" was pushed out by "c"
+
+
+def test_each_poster_remembers_its_own_ids_so_one_never_pushes_out_anothers() -> None:
+    from kvcast.serving.sidecar.seen_requests import SeenRequests
+
+    seen = SeenRequests(3, owner_capacity=2)  # the shared token's 3, each tenant token's 2
+    assert seen.first_time("s") and seen.first_time("a", owner=0)
+    assert all(seen.first_time(f"b{i}", owner=1) for i in range(10))  # token 1 posts new ids
+    assert not seen.first_time("s") and not seen.first_time("a", owner=0)  # still repeats
+    assert not seen.first_time("a", owner=1)  # a repeat whoever posts it again
+    assert seen.first_time("b0", owner=1) and not seen.first_time("b9", owner=1)  # its own 2
+    assert all(seen.first_time(f"s{i}") for i in range(3)) and seen.first_time("s")
+    assert seen.duplicates == 4
+    with pytest.raises(ValueError, match="owner_capacity must be >= 1, got 0"):
+        SeenRequests(3, owner_capacity=0)

@@ -1,6 +1,7 @@
 """The sidecar's claims: a request routed to a node claims the live replicas of its tenant
 there that the engine has not stored yet (active mode only); a claim keeps the replica in
-view past its TTL until the engine stores the block or the claim's hold runs out."""
+view past its TTL until the engine stores the block or the claim's hold runs out; copies of
+one block to one node for two tenants, on their way together, keep each tenant's claims."""
 
 from __future__ import annotations
 
@@ -62,10 +63,24 @@ def test_a_replica_on_its_way_is_claimed_when_it_lands_for_what_is_left_of_its_h
     t.on_stored(1, [12])  # the engine computed 12 itself meanwhile: r-1 needs it no more
     clock.now += 4.0
     t.place(1, [10, 12], "acme", 100, ttl_s=5.0)  # 11 did not land
-    assert t.landed(1, [10, 11, 12]) == [("r-1", [10], 26.0)]
-    assert t.landed(1, [10]) == []  # over: nothing is coming any more
+    assert t.landed(1, "acme", [10, 11, 12]) == [("r-1", [10], 26.0)]
+    assert t.landed(1, "acme", [10]) == []  # over: nothing is coming any more
     clock.now += 10.0  # past 10's TTL: held for r-1
     assert t.sweep() == [(1, 12)] and t.on_stored(1, [10]) == [("r-1", "acme", [10])]
+
+
+def test_copies_of_one_block_to_one_node_for_two_tenants_keep_each_tenants_claims() -> None:
+    clock = Clock()
+    t = ReplicaTracker(clock)
+    t.expect(1, "acme", [10])
+    t.expect(1, "globex", [10])  # the same hash, another tenant's block, on its way too
+    assert t.claim(1, "acme", [10], "r-a", hold_s=30.0) == []
+    assert t.claim(1, "globex", [10], "r-g", hold_s=30.0) == []
+    clock.now += 2.0
+    t.place(1, [10], "acme", 100, ttl_s=5.0)
+    assert t.landed(1, "acme", [10]) == [("r-a", [10], 28.0)]  # acme's claim survived
+    t.place(1, [10], "globex", 100, ttl_s=5.0)
+    assert t.landed(1, "globex", [10]) == [("r-g", [10], 28.0)]
 
 
 def test_shadow_mode_claims_nothing_active_mode_asks_the_agent_to_hold(tmp_path, run) -> None:

@@ -1,9 +1,11 @@
 """Tenant tokens on the sidecar's API, served by uvicorn on a real socket: a tenant token posts
 its tenants' arrivals only (a batch with another tenant's is refused whole, 403 naming it,
-nothing ingested, counted), sees only its tenants' decisions, blocks and replicas (a public
-prefix only once its tenants sent it), is 403 on every other guarded route, and an unknown
-token stays 401; the shared token keeps every right; one tenant's request id never makes
-another tenant's arrival a repeat; the OpenAPI schema documents it."""
+nothing ingested, counted), sees only its tenants' decisions (never an eviction), blocks and
+replicas (a public prefix only once its tenants sent it; tenants told apart by exact name,
+not by the model's crc32 tenant code; a block named longest ago forgotten past
+max_tracked_blocks), is 403 on every other guarded route, and an unknown token stays 401;
+the shared token keeps every right; one tenant's request id never makes another tenant's
+arrival a repeat; the OpenAPI schema documents it."""
 
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ from sidecar_harness import (
     bearer,
     chain,
     hot_chain_on_node_a,
+    make_sidecar,
     no_refusals,
     refusals,
     served,
     settle,
     sidecar_config,
     telemetry,
+    tenant_secrets,
     tick,
 )
 
@@ -133,13 +137,24 @@ def test_an_unknown_token_stays_401_and_the_shared_token_keeps_every_right(
     run(main())
 
 
-def test_decisions_show_a_tenant_token_only_its_tenants_chains(
+class WallClock:
+    """The sidecar's wall clock (ms), moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1.8e12
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_decisions_show_a_tenant_token_only_its_tenants_chains_never_an_eviction(
     tmp_path, run, tenant_env, model_path
 ) -> None:
     async def main() -> None:
         cfg = sidecar_config(tmp_path, token=TOKEN, tenant_tokens=TENANT_TOKENS,
                              model=str(model_path))  # fmt: skip
-        async with served(cfg) as (sc, client):
+        clock = WallClock()
+        async with served(cfg, clock_ms=clock) as (sc, client):
             for i, name in enumerate(cfg.node_names):
                 sc.loads.note_telemetry(i, telemetry(name))
             await hot_chain_on_node_a(client, chain(1), tenant="acme")
@@ -164,6 +179,16 @@ def test_decisions_show_a_tenant_token_only_its_tenants_chains(
             assert total == 2 and sorted(tenants) == ["acme", "globex"]
             r = await client.get("/v1/decisions", params={"limit": 1}, headers=bearer(BOTH))
             assert r.json()["total"] == 2 and len(r.json()["decisions"]) == 1
+            # the replicas' TTL passes: the next tick evicts them (an eviction names no tenant)
+            clock.now += max(d.ttl_ms for d in made) + 1.0
+            evicted = [d for d in await tick(sc) if d.kind == "evict"]
+            assert evicted and all(d.tenant == "" for d in evicted)
+            _, shown = await seen(TOKEN, kind="evict")
+            assert shown == [""] * len(evicted)  # the shared token sees every eviction
+            for token in (ACME, GLOBEX, BOTH):
+                total, tenants = await seen(token)
+                assert tenants and "" not in tenants and len(tenants) == total
+                assert await seen(token, kind="evict") == (total, [])
 
     run(main())
 
@@ -241,6 +266,64 @@ def test_a_public_prefix_is_shown_to_a_tenant_token_only_once_its_tenants_sent_i
     run(main())
 
 
+def test_a_tenant_token_never_sees_a_block_of_a_tenant_whose_name_shares_its_crc32(
+    tmp_path, run, monkeypatch
+) -> None:
+    """The feature model's tenant code is crc32 of the name; lookups go by exact names."""
+    twins = ("org-fqb17i228u", "org-hh578ntdii")  # crc32 2684583092, both
+    tokens = [{"tenants": [t], "token_env": f"KVCAST_TEST_TWIN_{i}"} for i, t in enumerate(twins)]
+    for i in range(2):
+        monkeypatch.setenv(f"KVCAST_TEST_TWIN_{i}", f"twin-token-{i}")
+
+    async def main() -> None:
+        cfg = sidecar_config(tmp_path, token=TOKEN, tenant_tokens=tokens)
+        async with served(cfg) as (sc, client):
+            stored = {"type": "BlockStored", "block_hashes": [41, 42], "block_size": 16}
+            r = await client.post("/v1/kv-events", json={"node": "node-a", "events": [stored]},
+                                  headers=AUTH)  # fmt: skip
+            assert r.status_code == 202
+            first = {"requests": [arrival("t0", twins[0], [41, 42])]}
+            r = await client.post("/v1/requests", json=first, headers=bearer("twin-token-0"))
+            assert r.status_code == 202, r.text
+            await settle(sc)
+            for block in (41, 42):
+                r = await client.get(f"/v1/blocks/{block}", headers=bearer("twin-token-0"))
+                assert r.status_code == 200 and r.json()["gpu"] == ["node-a"]
+                r = await client.get(f"/v1/blocks/{block}", headers=bearer("twin-token-1"))
+                assert r.status_code == 404, r.text
+
+    run(main())
+
+
+def test_a_block_named_longest_ago_is_forgotten_past_max_tracked_blocks_404_to_a_tenant_token(
+    tmp_path, run, tenant_env
+) -> None:
+    async def main() -> None:
+        cfg = sidecar_config(tmp_path, token=TOKEN, tenant_tokens=TENANT_TOKENS,
+                             max_tracked_blocks=2)  # fmt: skip
+        async with served(cfg) as (sc, client):
+            stored = {"type": "BlockStored", "block_hashes": [51, 52, 53], "block_size": 16}
+            r = await client.post("/v1/kv-events", json={"node": "node-a", "events": [stored]},
+                                  headers=AUTH)  # fmt: skip
+            assert r.status_code == 202
+            for rid, block in (("a1", 51), ("a2", 52), ("a3", 53)):
+                one = {"requests": [arrival(rid, "acme", [block])]}
+                r = await client.post("/v1/requests", json=one, headers=bearer(ACME))
+                assert r.status_code == 202, r.text
+            await settle(sc)
+
+            async def status(token: str, block: int) -> int:
+                return (await client.get(f"/v1/blocks/{block}", headers=bearer(token))).status_code
+
+            assert [await status(ACME, b) for b in (51, 52, 53)] == [404, 200, 200]
+            assert sc.block_tenants is not None and len(sc.block_tenants) == 2
+            again = {"requests": [arrival("a4", "acme", [51])]}  # named again: known again
+            assert (await client.post("/v1/requests", json=again, headers=AUTH)).status_code == 202
+            assert [await status(ACME, b) for b in (51, 52, 53)] == [200, 404, 200]
+
+    run(main())
+
+
 def test_one_tenants_request_id_never_makes_another_tenants_arrival_a_repeat(
     tmp_path, run, tenant_env
 ) -> None:
@@ -268,7 +351,7 @@ def test_an_empty_tenant_tokens_list_leaves_the_shared_token_alone_in_charge(
 
     async def main() -> None:
         cfg = sidecar_config(tmp_path, token=TOKEN, tenant_tokens=[])
-        assert cfg.tenant_token_values == {}
+        assert tenant_secrets(cfg) == {}
         async with served(cfg) as (sc, client):
             batch = {"requests": [arrival("r1", "acme", [1]), arrival("r2", "globex", [1])]}
             assert (await client.post("/v1/requests", json=batch, headers=AUTH)).status_code == 202
@@ -286,10 +369,9 @@ def test_an_empty_tenant_tokens_list_leaves_the_shared_token_alone_in_charge(
 
 def test_the_openapi_schema_documents_tenant_tokens_and_their_403s(tmp_path, tenant_env) -> None:
     from kvcast.serving.sidecar.api import build_app
-    from kvcast.serving.sidecar.core import Sidecar
 
     cfg = sidecar_config(tmp_path, token=TOKEN, tenant_tokens=TENANT_TOKENS)
-    schema = build_app(Sidecar(cfg)).openapi()
+    schema = build_app(make_sidecar(cfg)).openapi()
     (scheme,) = schema["components"]["securitySchemes"].values()
     assert "tenant token" in scheme["description"] and "403" in scheme["description"]
     for path in ("/v1/requests", "/v1/kv-events", "/v1/mode", "/v1/model"):

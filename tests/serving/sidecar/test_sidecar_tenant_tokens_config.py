@@ -1,13 +1,16 @@
 """The config's ``tenant_tokens:`` section: secrets come from the environment, read at
-start-up; an unset or empty variable, a token shared by two entries or equal to the shared
-token, and tenant tokens without a shared token are refused, each error naming the entry and
-its variable (never a secret), as are malformed entries (a rate not > 0, a burst under 1 or
+start-up (never by validating the config: a config with tenant tokens validates without their
+variables or the shared token's, as ``cluster up`` validates the files it writes); an unset or
+empty variable, a token shared by two entries or equal to the shared token, and tenant tokens
+without a shared token are refused at start-up, each error naming the entry and its variable
+(never a secret), as are malformed entries by the config (a rate not > 0, a burst under 1 or
 without a rate), naming the value; an entry is unlimited by default, its burst two seconds of
-its rate unless set; configs/serving/sidecar.yaml documents every key, with none configured
-by default."""
+its rate unless set; a sidecar is given exactly its config's tenant tokens;
+configs/serving/sidecar.yaml documents every key, with none configured by default."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from typer.testing import CliRunner
 
 from kvcast.config import ConfigError, load_config, parse_config
 from kvcast.serving.sidecar.config import SidecarConfig
-from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig
+from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig, read_tenant_tokens
 
 NODES = [{"name": "a"}]
 SHARED = "shared-s3cret"
@@ -40,11 +43,18 @@ def parse(tokens: list[dict], token: str | None = SHARED) -> SidecarConfig:
                         "sidecar.yaml")  # fmt: skip
 
 
+def secrets(tokens: list[dict], token: str | None = SHARED) -> dict[str, frozenset[str]]:
+    """The tenant tokens of a config with these entries, as read at start-up."""
+    cfg = parse(tokens, token)
+    return read_tenant_tokens(cfg.tenant_tokens, cfg.token_value, os.environ)
+
+
 def test_each_tenant_token_is_read_from_its_variable() -> None:
-    cfg = parse([entry("KT_ACME", "acme"), entry("KT_GLOBEX", "globex", "initech")])
-    assert cfg.tenant_token_values == {
+    got = secrets([entry("KT_ACME", "acme"), entry("KT_GLOBEX", "globex", "initech")])
+    assert got == {
         "acme-s3cret": frozenset({"acme"}), "globex-s3cret": frozenset({"globex", "initech"})
     }  # fmt: skip
+    cfg = parse([entry("KT_ACME", "acme")])
     assert "s3cret" not in repr(cfg) and "s3cret" not in str(cfg.model_dump())
 
 
@@ -61,36 +71,85 @@ def test_each_tenant_token_is_read_from_its_variable() -> None:
         ([entry("KT_SHARED")], SHARED,
          "tenant_tokens[0] (KT_SHARED): its token is the shared token"),
         ([entry("KT_ACME")], None, "tenant_tokens need a shared token"),
-        ([entry("KT_ACME", "acme", "globex", "acme")], SHARED,
+    ],
+)  # fmt: skip
+def test_a_bad_tenant_token_is_refused_at_start_up_naming_the_entry_and_variable(
+    tokens, token, message
+) -> None:
+    with pytest.raises(ValueError) as err:
+        secrets(tokens, token)
+    assert message in str(err.value)
+    assert "s3cret" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        ([entry("KT_ACME", "acme", "globex", "acme")],
          "key 'tenant_tokens.0': tenants named twice: ['acme']"),
-        ([{"tenants": [], "token_env": "KT_ACME"}], SHARED,
+        ([{"tenants": [], "token_env": "KT_ACME"}],
          "key 'tenant_tokens.0.tenants': Tuple should have at least 1 item"),
-        ([entry("KT-ACME")], SHARED, "key 'tenant_tokens.0.token_env': String should match "
+        ([entry("KT-ACME")], "key 'tenant_tokens.0.token_env': String should match "
          "pattern '^[A-Za-z_][A-Za-z0-9_]*$' (got 'KT-ACME')"),
-        ([entry("KT_ACME", "bad\ttenant")], SHARED, "(got 'bad\\ttenant')"),
-        ([{"tenants": ["acme"], "token_env": "KT_ACME", "token": "inline"}], SHARED,
+        ([entry("KT_ACME", "bad\ttenant")], "(got 'bad\\ttenant')"),
+        ([{"tenants": ["acme"], "token_env": "KT_ACME", "token": "inline"}],
          "key 'tenant_tokens.0.token': unknown key"),  # secrets are never written in YAML
-        ([entry("KT_ACME"), entry("KT_GLOBEX") | {"max_arrivals_per_s": 0}], SHARED,
+        ([entry("KT_ACME"), entry("KT_GLOBEX") | {"max_arrivals_per_s": 0}],
          "key 'tenant_tokens.1.max_arrivals_per_s': Input should be greater than 0 (got 0)"),
-        ([entry("KT_ACME") | {"max_arrivals_per_s": -5.0}], SHARED,
+        ([entry("KT_ACME") | {"max_arrivals_per_s": -5.0}],
          "key 'tenant_tokens.0.max_arrivals_per_s': Input should be greater than 0"),
-        ([entry("KT_ACME") | {"max_arrivals_per_s": float("inf")}], SHARED,
+        ([entry("KT_ACME") | {"max_arrivals_per_s": float("inf")}],
          "key 'tenant_tokens.0.max_arrivals_per_s': Input should be a finite number"),
-        ([entry("KT_ACME") | {"max_arrivals_per_s": "100"}], SHARED,
+        ([entry("KT_ACME") | {"max_arrivals_per_s": "100"}],
          "key 'tenant_tokens.0.max_arrivals_per_s': Input should be a valid number"),
-        ([entry("KT_ACME") | {"max_arrivals_per_s": 10, "burst_arrivals": 0}], SHARED,
+        ([entry("KT_ACME") | {"max_arrivals_per_s": 10, "burst_arrivals": 0}],
          "key 'tenant_tokens.0.burst_arrivals': Input should be greater than or equal to 1"),
-        ([entry("KT_ACME") | {"max_arrivals_per_s": 10, "burst_arrivals": 2.5}], SHARED,
+        ([entry("KT_ACME") | {"max_arrivals_per_s": 10, "burst_arrivals": 2.5}],
          "key 'tenant_tokens.0.burst_arrivals': Input should be a valid integer"),
-        ([entry("KT_ACME"), entry("KT_GLOBEX") | {"burst_arrivals": 10}], SHARED,
+        ([entry("KT_ACME"), entry("KT_GLOBEX") | {"burst_arrivals": 10}],
          "key 'tenant_tokens.1': burst_arrivals needs max_arrivals_per_s"),
     ],
 )  # fmt: skip
-def test_a_bad_tenant_token_is_refused_naming_the_entry_and_value(tokens, token, message) -> None:
+def test_a_malformed_tenant_token_entry_is_refused_by_the_config_naming_the_value(
+    tokens, message
+) -> None:
     with pytest.raises(ConfigError) as err:
-        parse(tokens, token)
+        parse(tokens)
     assert message in str(err.value)
     assert "s3cret" not in str(err.value)
+
+
+def test_validating_a_config_with_tenant_tokens_never_reads_the_environment(
+    tmp_path, monkeypatch
+) -> None:
+    """``cluster up`` validates the sidecar file it writes, its shared token in KVCAST_TOKEN
+    and the tenant tokens' variables set (or not) only where the sidecar runs."""
+    from kvcast.serving.cluster.config_gen import feature_spec, write_configs
+
+    monkeypatch.delenv("KVCAST_TOKEN", raising=False)
+    tokens = [entry("KT_UNSET"), entry("KT_BLANK", "globex")]
+    sidecar = {"nodes": NODES, "decision_log": {"path": None}, "tenant_tokens": tokens}
+    path = write_configs(tmp_path, sidecar, {})
+    assert [e.token_env for e in load_config(SidecarConfig, path).tenant_tokens] == [
+        "KT_UNSET", "KT_BLANK"
+    ]  # fmt: skip
+    assert feature_spec(path) is not None
+    assert parse(tokens, token=None).tenant_tokens[1].tenants == ("globex",)
+
+
+def test_a_sidecar_is_given_exactly_its_configs_tenant_tokens(tmp_path) -> None:
+    from kvcast.serving.sidecar.core import Sidecar
+
+    cfg = parse_config(SidecarConfig, {
+        "nodes": NODES, "token": SHARED, "decision_log": {"path": None},
+        "tenant_tokens": [entry("KT_ACME"), entry("KT_GLOBEX", "globex")],
+    }, "sidecar.yaml")  # fmt: skip
+    given = read_tenant_tokens(cfg.tenant_tokens, cfg.token_value, os.environ)
+    assert Sidecar(cfg, tenant_tokens=given).tenant_tokens == given
+    for wrong in (None, {"acme-s3cret": frozenset({"acme"})},
+                  dict(reversed(given.items()))):  # fmt: skip
+        with pytest.raises(ValueError, match="do not match the config's 2 tenant_tokens entries"):
+            Sidecar(cfg, tenant_tokens=wrong)
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,10 @@
 entry's ``max_arrivals_per_s`` (bursts up to ``burst_arrivals``) is counted in arrivals; a
 batch that does not fit is refused whole (429, ``Retry-After`` the seconds until it would,
 rounded up), nothing ingested or remembered, counted; the budget refills with time; a batch
-over the burst is refused with 400 asking to split it; each entry has its own budget, and
-entries without a rate and the shared token are never limited; the OpenAPI schema documents
-the 429 and its header."""
+over the burst is refused with 400 asking to split it; a batch refused for another reason
+(422, 403) takes none of the budget; each entry has its own budget, and entries without a
+rate and the shared token are never limited; the OpenAPI schema documents the 429 and its
+header."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sidecar_harness import (
     TOKEN,
     arrival,
     bearer,
+    make_sidecar,
     no_refusals,
     refusals,
     served,
@@ -167,12 +169,40 @@ def test_a_batch_over_the_burst_is_refused_400_asking_to_split_it(
     run(main())
 
 
+def test_a_batch_refused_as_invalid_or_forbidden_uses_none_of_the_tokens_rate(
+    tmp_path, run, tenant_env
+) -> None:
+    """Validation (422: an unknown node, a time far ahead) and the tenant checks (403) come
+    before the rate is taken: a refused batch, whatever refused it, takes nothing."""
+
+    async def main() -> None:
+        cfg = config(tmp_path, {"max_arrivals_per_s": 0.001, "burst_arrivals": 2})
+        async with served(cfg, monotonic=Clock()) as (sc, client):
+            unknown = batch("a", 2)
+            unknown["requests"][1]["node"] = "node-z"
+            ahead = batch("b", 2)
+            ahead["requests"][0]["ts_ms"] = 4e12  # decades ahead of the sidecar's clock
+            deep = batch("c", 2)
+            deep["requests"][0]["queue_depth"] = 3
+            for body, status in ((unknown, 422), (ahead, 422), (deep, 403)):
+                r = await client.post("/v1/requests", json=body, headers=bearer(ACME))
+                assert r.status_code == status, r.text
+            r = await client.post("/v1/requests", json=batch("d", 2), headers=bearer(ACME))
+            assert r.status_code == 202 and r.json()["accepted"] == 2, r.text  # the whole burst
+            r = await client.post("/v1/requests", json=batch("e", 1), headers=bearer(ACME))
+            assert r.status_code == 429  # and now it is spent
+            await settle(sc)
+            assert sc.keeper.applied == 2
+            assert await refusals(client) == no_refusals(queue_depth=1.0, rate=1.0)
+
+    run(main())
+
+
 def test_the_openapi_schema_documents_the_429_and_its_retry_after(tmp_path, tenant_env) -> None:
     from kvcast.serving.sidecar.api import build_app
-    from kvcast.serving.sidecar.core import Sidecar
 
     cfg = config(tmp_path, {"max_arrivals_per_s": 1})
-    post = build_app(Sidecar(cfg)).openapi()["paths"]["/v1/requests"]["post"]
+    post = build_app(make_sidecar(cfg)).openapi()["paths"]["/v1/requests"]["post"]
     assert "Retry-After" in post["responses"]["429"]["headers"]
     assert "400" in post["responses"]
     assert "max_arrivals_per_s" in post["description"] and "429" in post["description"]
