@@ -6,17 +6,22 @@ bytes outside the body. Decoding is total: any bad input raises :class:`Protocol
 
 Protocol version 2: a connection opens with the puller's :class:`Hello` (its token), whose body
 is at most :data:`MAX_HELLO_BODY` bytes, a limit :func:`decode_header` enforces from the header
-alone, so that a source reads at most that much of an unauthenticated peer; a
-:class:`PullRequest` (which carried the token last in version 1) follows. A frame of another
-version raises :class:`VersionMismatch` (a :class:`ProtocolError`) at its header. An
-:class:`Error` frame reads the same in versions 1 and 2, so that a source can refuse a version-1
-puller in words that puller decodes (:func:`encode` with ``version=1``).
+alone; a source takes at most ``HEADER_SIZE + MAX_HELLO_BODY`` bytes from the socket of a peer
+it has not authenticated (``serving/agent/tcp_server.py``); a :class:`PullRequest` (which
+carried the token last in version 1) follows. A frame of another version raises
+:class:`VersionMismatch` (a :class:`ProtocolError`) at its header, and either side says why in
+:func:`version_refusal`'s words. An :class:`Error` frame reads the same in versions 1 and 2, so
+that a source can refuse a version-1 puller in words that puller decodes (:func:`encode` with
+``version=1``).
+
+A message's ``repr`` and the errors its checks raise never show a secret field (the Hello's
+token), and show at most a short prefix of any other long value.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
@@ -24,7 +29,8 @@ MAGIC, VERSION = b"KVCT", 2
 HEADER = struct.Struct(">4sBBHI")
 HEADER_SIZE = HEADER.size
 MAX_BODY, MAX_HASH_BYTES, MAX_U64 = 1 << 20, 64, (1 << 64) - 1
-MAX_HELLO_BODY = 4 << 10  # all a source reads of a peer before it has checked its token
+MAX_HELLO_BODY = 4 << 10  # a Hello's body: with the header, all a source holds of a peer
+# before it has checked its token
 ERROR_VERSIONS = frozenset({1, 2})  # versions whose Error frame is this version's
 
 BlockHash = int | bytes
@@ -41,6 +47,17 @@ class VersionMismatch(ProtocolError):
     def __init__(self, version: int) -> None:
         super().__init__(f"frame of protocol version {version}; this side speaks {VERSION}")
         self.version = version
+
+
+def version_refusal(source: int, puller: int) -> str:
+    """Why a pull between a source speaking protocol version ``source`` and a puller speaking
+    ``puller`` is refused, naming the side to upgrade (the older one): what a source tells
+    (and logs of) a puller of another version, and what a puller reports of such a source."""
+    older = "puller" if puller < source else "source"
+    return (
+        f"the source speaks kvcast transfer protocol version {source}, the puller version "
+        f"{puller}: upgrade the {older}"
+    )
 
 
 class MsgType(IntEnum):
@@ -69,23 +86,43 @@ def _valid(kind: str, v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _LIMIT[kind]
 
 
+_SHOWN_CHARS = 32  # of a bad value, at most this much of its repr goes into an error
+
+
+def _shown(value: object, secret: bool) -> str:
+    """``value`` as an error may show it: a secret by its type and size alone, another value by
+    its repr, cut to a short prefix."""
+    size = f" of length {len(value)}" if isinstance(value, str | bytes | tuple) else ""
+    if secret:
+        return f"<a {type(value).__name__}{size}, not shown>"
+    if len(text := repr(value)) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS]}... (a {type(value).__name__}{size})"
+
+
 class _Checked:
+    """Checks each field against the message's schema. A field declared ``repr=False`` is a
+    secret: an error names it, never shows its value."""
+
     __slots__ = ()
 
     def __post_init__(self) -> None:
-        for kind, name in zip(_SCHEMA[type(self)][1], self.__slots__, strict=True):
-            if not _valid(kind, getattr(self, name)):
-                raise ValueError(f"{type(self).__name__}.{name}: bad value {getattr(self, name)!r}")
+        kinds = _SCHEMA[type(self)][1]
+        for kind, spec in zip(kinds, fields(self), strict=True):  # type: ignore[arg-type]
+            if not _valid(kind, value := getattr(self, spec.name)):
+                shown = _shown(value, secret=not spec.repr)
+                raise ValueError(f"{type(self).__name__}.{spec.name}: bad value {shown}")
 
 
 @dataclass(frozen=True, slots=True)
 class Hello(_Checked):
     """Puller -> source, the connection's first frame: ``token`` authenticates the puller
     (empty: none); ``node_id`` names it in the source's logs (a claim, not authenticated).
-    Its body is at most :data:`MAX_HELLO_BODY` bytes."""
+    Its body is at most :data:`MAX_HELLO_BODY` bytes. The token is kept out of its ``repr``
+    and of the errors its checks raise."""
 
     node_id: str
-    token: str
+    token: str = field(repr=False)
 
     def __post_init__(self) -> None:
         _Checked.__post_init__(self)

@@ -34,7 +34,8 @@ class AgentConfig(FiniteConfig):
     connect_timeout_s: float = Field(5.0, gt=0)
     request_timeout_s: float = Field(10.0, gt=0)
     # peers the transfer server serves at once (more are refused, busy); of a peer not yet
-    # authenticated it reads at most a 4 KiB Hello, whose token it checks before any request
+    # authenticated it takes at most 4108 bytes from the socket (a header and a 4 KiB Hello),
+    # and checks the Hello's token before any request: the rest waits in the kernel
     max_transfer_connections: int = Field(MAX_CONNECTIONS, ge=1)
     shutdown_grace_s: float = Field(5.0, gt=0)  # time given to HTTP requests in flight
     http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many HTTP clients

@@ -31,20 +31,12 @@ from kvcast.serving.messages import (
     VersionMismatch,
     decode_body,
     decode_header,
+    version_refusal,
 )
 from kvcast.serving.token_bucket import TokenBucket
 
 _FINAL_ERRORS = (ErrorCode.UNAUTHORIZED, ErrorCode.BAD_REQUEST)
 STAGING_BYTES = 4 << 20
-
-
-def source_version_refusal(source_version: int) -> str:
-    """Why a pull from a source of another protocol version is refused, and what to upgrade."""
-    upgrade = "the source" if source_version < VERSION else "this agent"
-    return (
-        f"the source speaks kvcast transfer protocol version {source_version}, this agent "
-        f"version {VERSION}: upgrade {upgrade}"
-    )
 
 
 class _Landing:
@@ -169,7 +161,7 @@ class PullProtocol(asyncio.BufferedProtocol):
             try:
                 mtype, length = decode_header(raw)
             except VersionMismatch as err:
-                raise PullRefused(source_version_refusal(err.version)) from None
+                raise PullRefused(version_refusal(err.version, VERSION)) from None
             if available < HEADER_SIZE + length:
                 self._make_room(HEADER_SIZE + length)
                 break

@@ -4,15 +4,26 @@ One pull per connection: ``Hello`` (the puller's token) then ``PullRequest`` in;
 ``BlockHeader`` and raw bytes per block held, then ``Done`` listing the blocks it lacks (or one
 ``Error``) out. Only blocks of the request's own tenant are ever read. With a token configured,
 a peer whose ``Hello`` lacks it is refused (``UNAUTHORIZED``) and counted before any pull
-request is read.
+request is parsed.
 
 Authentication comes first (protocol version 2): of a peer not yet authenticated the server
-reads a frame header and, if it announces a ``Hello`` of at most ``MAX_HELLO_BODY`` (4 KiB),
+parses a frame header and, if it announces a ``Hello`` of at most ``MAX_HELLO_BODY`` (4 KiB),
 that body; any other first frame, or a longer one, is refused from its header alone. A peer of
 another protocol version is refused from its header too, in an ``Error`` frame of its own
 version where that version can read it (version 1), and counted. At most ``max_connections``
 peers are served at once (others get a ``BUSY`` error at once). A peer that sends no complete
 ``Hello`` and request, or takes no bytes of the pull, for ``request_timeout_s`` is cut off.
+
+What the server holds of a peer is bounded, not only what it parses: it takes from a peer's
+socket at most :data:`LOOKAHEAD` bytes (``HEADER_SIZE + MAX_HELLO_BODY``, 4108: the largest
+Hello frame) or, once it has asked for more, what it has asked for (:class:`BoundedReader`).
+Before it has checked a peer's token it asks for no more than a Hello frame, so it holds at most
+4108 bytes of a peer it has not authenticated, and of an authenticated one at most that or its
+Hello and request frames. Whatever else a peer sends waits in the kernel's socket receive
+buffer until TCP flow control stops the peer (asyncio's stream reader would take up to
+2 x 64 KiB, plus one 256 KiB read, ahead of its reader). Over TLS (mutual for agents: the peer
+has presented a certificate of the cluster's CA), asyncio's TLS layer reads the socket ahead of
+this, up to one 256 KiB read past its 256 KiB high-water mark of encrypted bytes.
 """
 
 from __future__ import annotations
@@ -24,15 +35,16 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kvcast.serving.agent.block_store import BlockStore
 from kvcast.serving.agent.blocks import StoredBlock
 from kvcast.serving.messages import (
     ERROR_VERSIONS,
     HEADER_SIZE,
+    MAX_HELLO_BODY,
     VERSION,
     BlockHash,
     BlockHeader,
@@ -48,9 +60,14 @@ from kvcast.serving.messages import (
     decode_body,
     decode_header,
     encode,
+    version_refusal,
 )
 
 _COALESCE_BYTES = 256 << 10
+_MAX_READ = 256 << 10  # the most one read of a peer's socket takes (asyncio's own read size)
+# All the server takes of a peer before it asks for more: the largest Hello frame. Before it
+# has checked the peer's token it asks for no more than that.
+LOOKAHEAD = HEADER_SIZE + MAX_HELLO_BODY
 _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once the last is sent
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256  # peers served at once
@@ -81,31 +98,151 @@ def unsent_bytes(transport: asyncio.WriteTransport) -> int:
     return n
 
 
-async def read_frame(reader: asyncio.StreamReader) -> Message:
+class FrameSource(Protocol):
+    """What the server reads a peer's frames from (a :class:`BoundedReader`)."""
+
+    async def readexactly(self, n: int) -> bytes: ...
+
+
+class BoundedReader:
+    """The reading side of one peer's connection, which bounds what the server takes from the
+    socket: in all, ``lookahead`` bytes, or as many as have been asked for (:meth:`readexactly`)
+    when that is more. The transport reads while this allowance lasts, one scratch area at a
+    time, and is paused once it is used up: one read takes a Hello and the request after it
+    when both fit the lookahead, and the server never holds more of a peer than the lookahead
+    or the frames it has asked for. What else the peer sends waits in the kernel, and TCP flow
+    control stops the peer once the socket's receive buffer is full.
+
+    A peer's end of stream or a lost connection ends a waiting read as it would end
+    :meth:`asyncio.StreamReader.readexactly`: :class:`asyncio.IncompleteReadError`, or the
+    connection's error."""
+
+    def __init__(self, lookahead: int) -> None:
+        if lookahead < 1:
+            raise ValueError("lookahead must be >= 1")
+        self._lookahead = lookahead
+        self._left = lookahead  # bytes it may still take from the socket
+        self._scratch = bytearray(lookahead)  # where the transport reads them
+        self._buffer = bytearray()  # taken, not yet read
+        self._transport: asyncio.ReadTransport | None = None
+        self._wanted = 0  # bytes the waiting read needs buffered
+        self._waiter: asyncio.Future[None] | None = None
+        self._eof = False
+        self._error: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.ReadTransport)
+        self._transport = transport
+
+    async def readexactly(self, n: int) -> bytes:
+        """The next ``n`` bytes from the peer."""
+        if self._waiter is not None:
+            raise RuntimeError("readexactly() called while another read is waiting")
+        if len(self._buffer) < n:
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                partial, self._buffer = bytes(self._buffer), bytearray()
+                raise asyncio.IncompleteReadError(partial, n)
+            self._allow(n - len(self._buffer))
+            self._wanted, self._waiter = n, asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+                if len(self._scratch) > self._lookahead:  # a large read's: not kept
+                    self._scratch = bytearray(min(self._left, self._lookahead))
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return data
+
+    def _allow(self, shortfall: int) -> None:
+        """Let the transport take ``shortfall`` more bytes, if the allowance is less."""
+        if shortfall <= self._left:
+            return
+        assert self._transport is not None
+        if not self._left:
+            self._transport.resume_reading()
+        self._left = shortfall
+        self._scratch = bytearray(min(shortfall, _MAX_READ))
+
+    def get_buffer(self) -> memoryview:
+        """Where the transport's next read goes: the allowance, up to one scratch area."""
+        return memoryview(self._scratch)[: self._left]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._buffer += memoryview(self._scratch)[:nbytes]
+        self._left -= nbytes
+        if not self._left:
+            assert self._transport is not None
+            self._transport.pause_reading()  # before the loop polls the socket again
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and len(self._buffer) >= self._wanted:
+            waiter.set_result(None)
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        if self._waiter is not None and not self._waiter.done():
+            partial, self._buffer = bytes(self._buffer), bytearray()
+            self._waiter.set_exception(asyncio.IncompleteReadError(partial, self._wanted))
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(error)
+
+
+_Handler = Callable[[BoundedReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
+
+
+class _PeerProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+    """asyncio's stream protocol (its :class:`asyncio.StreamWriter`, with the writer's flow
+    control and close) whose reading goes through a :class:`BoundedReader`: a buffered
+    protocol, so that the transport reads into the reader's scratch area, never more than the
+    reader allows."""
+
+    def __init__(self, handler: _Handler, lookahead: int) -> None:
+        self.reader = BoundedReader(lookahead)
+        super().__init__(None, lambda _, writer: handler(self.reader, writer))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.reader.connection_made(transport)
+        super().connection_made(transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.reader.buffer_updated(nbytes)
+
+    def eof_received(self) -> bool:
+        self.reader.feed_eof()
+        return bool(super().eof_received())  # the writing side stays open (but over TLS)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is None:
+            self.reader.feed_eof()
+        else:
+            self.reader.set_exception(exc)
+        super().connection_lost(exc)
+
+
+async def read_frame(reader: FrameSource) -> Message:
     """Read one complete frame; raises ProtocolError or asyncio.IncompleteReadError."""
     mtype, length = decode_header(await reader.readexactly(HEADER_SIZE))
     return decode_body(mtype, await reader.readexactly(length))
 
 
-async def read_hello(reader: asyncio.StreamReader) -> Hello:
+async def read_hello(reader: FrameSource) -> Hello:
     """Read a connection's first frame, which must be a :class:`Hello`: at most
-    ``HEADER_SIZE + MAX_HELLO_BODY`` bytes are read, any other frame (or version) is refused
-    from its header (ProtocolError, VersionMismatch, asyncio.IncompleteReadError)."""
+    ``HEADER_SIZE + MAX_HELLO_BODY`` bytes are asked for, any other frame (or version) is
+    refused from its header (ProtocolError, VersionMismatch, asyncio.IncompleteReadError)."""
     mtype, length = decode_header(await reader.readexactly(HEADER_SIZE))
     if mtype is not MsgType.HELLO:
         raise ProtocolError(f"expected a Hello first, got a {mtype.name} header")
     hello = decode_body(mtype, await reader.readexactly(length))
     assert isinstance(hello, Hello)
     return hello
-
-
-def version_refusal(peer_version: int) -> str:
-    """What a source tells a puller of another protocol version (and logs)."""
-    upgrade = " and must be upgraded" if peer_version < VERSION else ": upgrade the source"
-    return (
-        f"this source speaks kvcast transfer protocol version {VERSION}; the puller speaks "
-        f"version {peer_version}{upgrade}"
-    )
 
 
 @dataclass(slots=True)
@@ -154,7 +291,10 @@ class TransferServer:
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self._server = await asyncio.start_server(self._handle, host, port, ssl=self.ssl_context)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _PeerProtocol(self._handle, LOOKAHEAD), host, port, ssl=self.ssl_context
+        )
         return self.address
 
     async def stop(self) -> None:
@@ -173,7 +313,7 @@ class TransferServer:
         """Constant-time token check; always true when no token is configured."""
         return self._token is None or hmac.compare_digest(hello.token.encode(), self._token)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, reader: FrameSource, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -199,14 +339,14 @@ class TransferServer:
             # makes asyncio's stream callback log a CancelledError traceback on Python 3.11)
             self.stats.aborted += 1
 
-    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _converse(self, reader: FrameSource, writer: asyncio.StreamWriter) -> None:
         """Authenticate the peer, read its request and serve it; every failure is answered
         (when the peer still listens) and counted here."""
         command_id = ""
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         try:
             hello = await self._before(deadline, read_hello(reader))
-            if not self.authorized(hello):  # nothing of a pull request has been read
+            if not self.authorized(hello):  # nothing of a pull request has been parsed
                 self.stats.auth_refused += 1
                 who = f"node {hello.node_id!r} (its claim)"
                 self._log_refusal("token", writer, who, "bad token", self.stats.auth_refused)
@@ -219,7 +359,7 @@ class TransferServer:
             await self._serve(request, writer)
         except VersionMismatch as err:
             self.stats.version_refused += 1
-            refusal = version_refusal(err.version)
+            refusal = version_refusal(VERSION, err.version)
             self._log_refusal("version", writer, "", refusal, self.stats.version_refused)
             version = err.version if err.version in ERROR_VERSIONS else VERSION
             with contextlib.suppress(ConnectionError):

@@ -1,7 +1,9 @@
 """The default transport: one TCP connection per pull attempt, a token bucket per link.
 
 Each connection opens with this node's ``Hello`` (its token), written with the pull request
-in one send: a source that refuses the token answers before reading the request.
+in one send: a source that refuses the token answers without parsing the request (and takes at
+most a Hello's worth of these bytes, 4108, from its socket). The token never shows in an error:
+one too long to send is refused by its length.
 
 With a link limit, the connection's kernel receive buffer is capped at one read chunk: the
 bucket then slows the sender through TCP flow control within a chunk or so, instead of the

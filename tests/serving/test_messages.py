@@ -1,6 +1,7 @@
 """The transfer-path wire protocol: every message round-trips; every bad input is one error; a
 Hello's length is bounded from its header; a frame of another version is told apart, and a
-version-1 peer can be refused in a frame it reads."""
+version-1 peer can be refused in a frame it reads, in the one message both sides use; a
+Hello's token never shows in its repr or an error, nor more than a prefix of another value."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from kvcast.serving.messages import (
     decode_body,
     decode_header,
     encode,
+    version_refusal,
 )
 
 U64 = (1 << 64) - 1
@@ -205,3 +207,46 @@ def test_an_error_encoded_for_version_1_is_the_frame_a_version_1_peer_reads() ->
 def test_only_an_error_may_be_encoded_for_another_version(msg, version: int) -> None:
     with pytest.raises(ValueError, match="version"):
         encode(msg, version=version)
+
+
+def test_a_hellos_token_never_shows_in_its_repr_or_in_an_error() -> None:
+    hello = Hello("agent-1", "s3cret")
+    assert "s3cret" not in repr(hello) and "agent-1" in repr(hello)
+    assert "s3cret" not in str(hello)
+    for token in ("T" * 70000, "é" * 40000, "T" * MAX_HELLO_BODY):  # too long: a field, a Hello
+        with pytest.raises(ValueError) as refused:
+            Hello("n", token)
+        assert token[:4] not in str(refused.value), str(refused.value)[:200]
+    with pytest.raises(ValueError, match=r"Hello.token: bad value <a str of length 70000, not"):
+        Hello("n", "T" * 70000)
+    with pytest.raises(ValueError, match="not shown"):
+        Hello("n", b"s3cret")  # type: ignore[arg-type]
+
+
+def test_a_bad_value_shows_in_an_error_as_a_short_prefix_at_most() -> None:
+    for make, prefix in [
+        (lambda: PullRequest("c" * 70000, "t", ()), "'ccc"),
+        (lambda: PullRequest("c", "t", (1,) * 100_000 + (-1,)), "(1, 1"),
+        (lambda: Hello("n" * 70000, ""), "'nnn"),
+    ]:
+        with pytest.raises(ValueError) as refused:
+            make()
+        message = str(refused.value)
+        assert len(message) < 120 and prefix in message, message
+
+
+@pytest.mark.parametrize(
+    "source, puller, says",
+    [
+        (2, 1, "the source speaks kvcast transfer protocol version 2, the puller version 1: "
+               "upgrade the puller"),
+        (1, 2, "the source speaks kvcast transfer protocol version 1, the puller version 2: "
+               "upgrade the source"),
+        (2, 3, "the source speaks kvcast transfer protocol version 2, the puller version 3: "
+               "upgrade the source"),
+    ],
+)  # fmt: skip
+def test_a_version_refusal_names_both_versions_and_the_older_side_to_upgrade(
+    source: int, puller: int, says: str
+) -> None:
+    assert version_refusal(source, puller) == says

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 
 import pytest
 
@@ -86,5 +88,50 @@ def test_stopping_with_a_pull_in_progress_reports_no_error(run) -> None:
         writer.close()
         assert errors == [], errors
         assert server.stats.aborted == 1
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", HELLO[:7], HELLO[:-1], HELLO + encode(PullRequest("c", "t", (1,)))[:-1]],
+    ids=["nothing", "part-of-a-header", "part-of-a-hello", "part-of-a-request"],
+)
+def test_a_peer_that_ends_its_stream_mid_frame_is_answered_at_once_as_a_bad_request(
+    run, payload: bytes
+) -> None:
+    """Its end of stream ends the server's read (it does not wait for the request timeout)."""
+
+    async def scenario() -> None:
+        server = TransferServer(BlockStore(1 << 20, 0), request_timeout_s=30.0)
+        host, _, port = (await server.start()).rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(payload)
+        writer.write_eof()
+        async with asyncio.timeout(2.0):  # not the 30 s request timeout
+            mtype, length = decode_header(await reader.readexactly(12))
+            reply = decode_body(mtype, await reader.readexactly(length))
+        assert isinstance(reply, Error) and reply.code is ErrorCode.BAD_REQUEST, reply
+        writer.close()
+        await server.stop()
+        assert server.stats.bad_requests == 1
+
+    run(scenario())
+
+
+def test_a_peer_that_resets_mid_frame_is_counted_as_aborted(run) -> None:
+    async def scenario() -> None:
+        server = TransferServer(BlockStore(1 << 20, 0), request_timeout_s=30.0)
+        host, _, port = (await server.start()).rpartition(":")
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(HELLO[:-1])
+        await asyncio.sleep(0.05)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # with a zero linger: a reset
+        async with asyncio.timeout(2.0):  # not the 30 s request timeout
+            while not server.stats.aborted:
+                await asyncio.sleep(0.01)
+        assert server.stats.bad_requests == 0 and server.connections == 0
+        await server.stop()
 
     run(scenario())

@@ -1,8 +1,9 @@
 """What an unauthenticated or misbehaving peer can hold on the transfer port: the peers served at
 once are bounded (the rest are refused as busy at once; of an unauthenticated one at most a
-4 KiB Hello is read), a peer that sends no complete Hello and request is answered and cut off
-at the request timeout, and so is one that stops taking a pull's bytes (its handler and the
-blocks it holds are not kept forever)."""
+header and a 4 KiB Hello are taken from its socket, see test_agent_transfer_auth_first.py), a
+peer that sends no complete Hello and request is answered and cut off at the request timeout,
+and so is one that stops taking a pull's bytes (its handler and the blocks it holds are not
+kept forever)."""
 
 from __future__ import annotations
 
