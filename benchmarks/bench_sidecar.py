@@ -321,7 +321,7 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
 
     def ms(xs: list[float]) -> dict[str, float]:
         p50, p99 = np.percentile(xs, [50, 99]) * 1e3
-        return {"p50": float(p50), "p99": float(p99)}
+        return {"p50": float(p50), "p99": float(p99), "min": float(np.min(xs) * 1e3)}
 
     return {
         "candidate_blocks": blocks,

@@ -110,6 +110,31 @@ def replication_option(
     return _best(plan, view, cfg, ct, i, k, queue, hot, in_flight_bytes, terms)
 
 
+def cannot_pay(ct: CopyTerms, queues: np.ndarray, room: np.ndarray, block_ms: float) -> list[bool]:
+    """Per chain of ``ct`` (its rows), whether :func:`_best` would find no admissible
+    (target, cut) given ``queues`` ``[R, n]`` (each chain's :meth:`queue_without`, as the
+    tick starts) and ``room`` ``[n, 1]`` (:meth:`TickTerms.memory` then), for a view without
+    a router probe: all chains in one numpy pass, for the decider to skip those until a
+    command moves something.
+
+    Exact, never a guess: the net value here is an upper bound of ``_best``'s, term by term
+    the same arithmetic without the memory term (never negative) and with P before the
+    eviction odds (``P x survival <= P``, so the reclaim term is no larger: rounding is
+    monotone), so where no cell passes here none passes there. A prefill model whose block
+    cost is negative rules nothing out."""
+    if not block_ms >= 0.0:
+        return [False] * len(queues)
+    w = (ct.fetch + queues).min(axis=1)[:, None, None]  # as ``_best`` adds them, chain by chain
+    saved = (w - queues[:, :, None]) - ct.residual
+    np.maximum(saved, 0.0, out=saved)
+    net = ct.p_hit[:, None, :] * saved
+    net -= ct.cost_transfer
+    net -= ct.congestion  # (0 where ``_best`` skips it: x - 0.0 is x but for a zero's sign)
+    net -= ct.reclaim  # at P before the eviction odds: no more than ``_best``'s (0: skipped)
+    ok = (w > ct.gate) & (ct.nblk_f <= room) & (net > 0.0)
+    return (~ok.any(axis=(1, 2))).tolist()
+
+
 def _copy_terms(
     plan: ChainPlan, view: ClusterView, cfg: DeciderConfig, terms: TickTerms, real: list[int]
 ) -> CopyTerms:

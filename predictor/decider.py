@@ -44,8 +44,8 @@ from kvcast.predictor.chains import ChainPlan, PlanBatch, build_plans, prefix_le
 from kvcast.predictor.cluster_view import ChainCandidates, ClusterView
 from kvcast.predictor.commands import Command, EvictCommand, PromoteCommand, ReplicateCommand
 from kvcast.predictor.copy_terms import CopyTerms, TickTerms, copy_terms
-from kvcast.predictor.costs import Option, replication_option
-from kvcast.predictor.decider_config import DeciderConfig
+from kvcast.predictor.costs import Option, cannot_pay, replication_option
+from kvcast.predictor.decider_config import GIB, DeciderConfig
 from kvcast.predictor.outcome_feedback import OutcomeFeedback
 from kvcast.predictor.promotion import promotion_option
 from kvcast.predictor.targets import LoadForecast
@@ -118,24 +118,40 @@ class Decider:
         rows = np.flatnonzero(ready)
         order = rows[np.argsort(-plans.priority(view)[rows], kind="stable")]
         order = order[: cfg.targets.max_chains_per_tick]
-        weighed = plans.plans(order)
+        chains = [plans.cands.chains[c] for c in plans.index[order].tolist()]
         # the copy terms, for the chains that may be copied as the tick starts; one that
         # may be once the tick's own commands moved the queues gets its terms then, alone
-        batched = self._may_copy(plans, order, weighed, forecast)
-        row = dict(zip(batched, range(len(batched)), strict=True))
-        terms = TickTerms.of(view, cfg, self.feedback.factor(now))
-        copies = self._copy_terms(plans, order[batched], [weighed[i] for i in batched], view, terms)
-        rank = 0
+        batched = self._may_copy(plans, order, chains, forecast)
+        factor = self.feedback.factor(now)  # (every tick: it decays the outcomes to now)
         promote = cfg.promote and bool(view.lower)
+        if not batched and not promote:
+            return out  # no chain may be copied as the tick starts, so none is (nothing moves)
+        terms = TickTerms.of(view, cfg, factor)
+        # the other chains' plans are made once one of them is weighed (in most ticks none)
+        firsts = plans.plans(order[batched])
+        weighed: list[ChainPlan | None] = [None] * len(order)
+        for i, made in zip(batched, firsts, strict=True):
+            weighed[i] = made
+        row = dict(zip(batched, range(len(batched)), strict=True))
+        copies = self._copy_terms(plans, order[batched], firsts, view, terms)
+        rank = 0
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            for i, plan in enumerate(weighed):
-                if not rank and not promote and i not in row:
-                    continue  # nothing moved since it was ruled out, and no promotion to weigh
+            # and of those, the ones no target and cut could pay for as the tick starts
+            unpaid = self._cannot_pay(order[batched], firsts, copies, view, forecast, terms)
+            for i, kept in enumerate(weighed):
                 j = row.get(i)  # its row of the batched copy terms (None: not batched)
+                if not rank and not promote and (j is None or unpaid[j]):
+                    continue  # nothing moved since it was ruled out, and no promotion to weigh
+                if kept is None:  # the first chain weighed beyond those: make every plan
+                    missing = [x for x, made in enumerate(weighed) if made is None]
+                    for x, made in zip(missing, plans.plans(order[missing]), strict=True):
+                        weighed[x] = made
+                plan = weighed[i]
+                assert plan is not None
                 for _ in range(cfg.targets.max_targets_per_chain):
                     copy = None if copies is None or j is None else (copies, j)
                     real = plan.held
-                    if self._touched(plan):  # a copy of some of its blocks is on its way
+                    if self._touched(plan.blocks):  # a copy of some blocks is on its way
                         plan.held = prefix_lengths(plan.blocks, view.n, view.hbm, ledger.pending)
                         real = prefix_lengths(plan.blocks, view.n, view.hbm, None)
                         if copy is not None and not _placed_as(*copy, plan.held, real):
@@ -150,15 +166,19 @@ class Decider:
                     rank += 1
         return out
 
-    def _touched(self, plan: ChainPlan) -> bool:
-        """Whether some block of the chain is on its way somewhere."""
+    def _touched(self, blocks: tuple[int, ...]) -> bool:
+        """Whether some block of the chain ``blocks`` is on its way somewhere."""
         pending = self.ledger.pending
-        return bool(pending) and any(map(pending.__contains__, plan.blocks))
+        return bool(pending) and any(map(pending.__contains__, blocks))
 
     def _may_copy(
-        self, plans: PlanBatch, rows: np.ndarray, weighed: list[ChainPlan], forecast: LoadForecast
+        self,
+        plans: PlanBatch,
+        rows: np.ndarray,
+        chains: list[tuple[int, ...]],
+        forecast: LoadForecast,
     ) -> list[int]:
-        """Which of the chains ``weighed`` (``rows`` of ``plans``) :meth:`_best_option` could
+        """Which of the ``chains`` (``rows`` of ``plans``) :meth:`_best_option` could
         weigh copying as the tick starts: every chain with a copy on its way (its placement
         is read then), else those with a held prefix, no live replica and worth a look
         (:meth:`_worth_a_look` over every chain at once; a chain it lets through is still
@@ -172,11 +192,37 @@ class Decider:
         has_replica, touched = self.ledger.has_replica, self._touched
         return [
             i
-            for i, (plan, d, look) in enumerate(
-                zip(weighed, depth.tolist(), looks.tolist(), strict=True)
+            for i, (blocks, d, look) in enumerate(
+                zip(chains, depth.tolist(), looks.tolist(), strict=True)
             )
-            if touched(plan) or (look and not has_replica(plan.blocks[d - 1]))
+            if touched(blocks) or (look and not has_replica(blocks[d - 1]))
         ]
+
+    def _cannot_pay(
+        self,
+        rows: np.ndarray,
+        weighed: list[ChainPlan],
+        copies: CopyTerms | None,
+        view: ClusterView,
+        forecast: LoadForecast,
+        terms: TickTerms,
+    ) -> list[bool]:
+        """Per chain ``weighed`` (``rows`` of the plans, with ``copies`` their copy terms),
+        whether :meth:`_best_option` would find no copy worth making as the tick starts
+        (:func:`~kvcast.predictor.costs.cannot_pay`, an upper bound of its net value over
+        every chain at once). A chain with a copy on its way is left to its own check (its
+        placement is read then). What rules a chain out here only changes with the tick's own
+        commands (queues, hot nodes, bytes in flight). With a router probe nothing is ruled
+        out: the probe may keep state (the simulator's routers break ties with a seeded RNG),
+        so each of its calls is made as the chain-by-chain check makes it."""
+        if copies is None or view.would_route is not None:  # a probe's calls are all made
+            return [False] * len(weighed)
+        margin = self.cfg.costs.safety_margin_gib * GIB
+        in_flight, hot = self.ledger.in_flight_to(view.n), forecast.hot()
+        room = terms.memory(in_flight, hot, view.block_bytes, margin)[1]
+        unpaid = cannot_pay(copies, forecast.queues_without(rows), room, terms.block_ms)
+        touched = self._touched
+        return [no and not touched(p.blocks) for no, p in zip(unpaid, weighed, strict=True)]
 
     def _copy_terms(
         self,
@@ -194,7 +240,7 @@ class Decider:
         held = plans.held[rows]
         real = held.copy()
         for i, p in enumerate(weighed):
-            if self._touched(p):
+            if self._touched(p.blocks):
                 real[i] = prefix_lengths(p.blocks, n, hbm, None)
         cands, index = plans.cands, plans.index[rows]
         public = cands.public_blocks[index] if len(cands.public_blocks) else np.zeros(len(rows))

@@ -22,6 +22,7 @@ from typing import Any
 
 from kvcast.features.online.codes import MASK, SHIFT, RunOf, named
 from kvcast.features.online.keys import EMPTY, KEY, KEY2, OLDER, T2, T, switch
+from kvcast.features.online.run_numbers import RunNumbers
 
 FIRST, LAST, REQ, POS0, HASHES, CHILD, SESS, TENANT = 0, 1, 2, 3, 4, 5, 10, 15  # after sums
 SLOT = 20  # after sums: the run's index in ``BlockTable.slot_runs``
@@ -55,6 +56,12 @@ class BlockTable:
         self.slot_runs: list[Run | None] = [self.dead]  # code 0: a block without state
         self.run_of = RunOf(self.code_of, self.slot_runs)  # block hash -> its run
         self._free: list[int] = []  # slots of dropped runs
+        c, sess, ten = k + CHILD, k + SESS, k + TENANT
+        self.numbers = RunNumbers(  # what the rows read of each run, packed as runs change
+            (*range(k), k + FIRST, k + LAST, k + POS0, c + T, sess + T, ten + T),
+            k + REQ, k + HASHES, (c + OLDER, sess + OLDER, ten + OLDER),
+        )  # fmt: skip
+        self._changed = self.numbers.changed  # slots whose run changed since the last read
 
     def _place(self, run: Run, hashes: tuple[int, ...]) -> None:
         """Give ``run`` a slot and its blocks their codes."""
@@ -65,6 +72,7 @@ class BlockTable:
             slot = len(self.slot_runs)
             self.slot_runs.append(run)
         run[self.k + SLOT] = slot
+        self._changed.add(slot)
         code = slot << SHIFT
         self.code_of.update(zip(hashes, range(code, code + len(hashes)), strict=False))
 
@@ -95,6 +103,7 @@ class BlockTable:
                 tail[older] = tail[older].copy()
         run[self._hashes] = hs[:at]
         run[c : c + len(EMPTY)] = [hs[at], run[self._last], *EMPTY[KEY2:]]
+        self._changed.add(run[k + SLOT])
         self.runs[id(tail)] = tail
         self._place(tail, hs[at:])
         return tail
@@ -160,10 +169,12 @@ class BlockTable:
         k, window, n = self.k, self.window, len(hashes)
         w = [2.0 ** ((ts - self.t0) / h) for h in self.half_lives]
         c, s, t = k + CHILD, k + SESS, k + TENANT
-        last, req, pos0 = k + LAST, k + REQ, k + POS0
+        last, req, pos0, slot = k + LAST, k + REQ, k + POS0, k + SLOT
         three = k == 3  # the default: unrolled, three times faster than the loop
         w0, w1, w2 = w if three else (0.0, 0.0, 0.0)
+        changed = self._changed
         for run, start, end in cover:
+            changed.add(run[slot])
             if three:
                 run[0] += w0
                 run[1] += w1
@@ -200,6 +211,7 @@ class BlockTable:
         block is treated as never seen (as past the horizon); the count is in ``shed_blocks``.
         """
         factors = [2.0 ** ((self.t0 - now) / h) for h in self.half_lives]
+        self.numbers.stale_all()  # every sum is rescaled
         for key, run in list(self.runs.items()):
             if self.live(run, now):
                 for i, f in enumerate(factors):

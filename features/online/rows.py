@@ -6,16 +6,16 @@ families describe that node. A block without live state (never requested, or uns
 
 Vectorised: one C-level dict pass reads each block's code (its run's slot and its index in
 the run, :mod:`kvcast.features.online.codes`), the rows are grouped by slot in numpy, each
-distinct run's values are read once into arrays (``itemgetter`` and ``struct``, C-level) and
-made into the run's row; a block's row is its run's row (one ``take``) with the few columns
+distinct run's numbers are read from the table that keeps them packed by slot (packed again
+only for the runs that changed since, :mod:`kvcast.features.online.run_numbers`) and made
+into the run's row; a block's row is its run's row (one ``take``) with the few columns
 that depend on the block's own position (depth, fan-out, block meta, public) and residency
 written over. No Python step runs per row or per run.
 """
 
 from __future__ import annotations
 
-from itertools import chain, repeat
-from operator import itemgetter
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,17 +23,12 @@ import numpy as np
 from kvcast.features.derive import meta_columns, session_columns
 from kvcast.features.online.blocks import (
     CHILD,
-    FIRST,
-    HASHES,
-    LAST,
-    POS0,
-    REQ,
     SESS,
     TENANT,
     Run,
 )
 from kvcast.features.online.codes import MASK, SHIFT
-from kvcast.features.online.keys import OLDER, T, count_many
+from kvcast.features.online.keys import count_many
 from kvcast.features.online.packing import pack, pack_rows
 
 if TYPE_CHECKING:
@@ -41,12 +36,11 @@ if TYPE_CHECKING:
 
 NAN = float("nan")
 NO_SESSION = (NAN, NAN, NAN, NAN)  # last, turns, gap EWMA, gap variance
-REC = itemgetter(1, 3, 4, 5, 6)  # of a request record: node, tokens, public, tenant, explicit
 
 
-def _runs_of(state: FeatureState, hashes: list[int]) -> tuple[list[Run], np.ndarray, np.ndarray]:
-    """The distinct runs of ``hashes`` (a dead stand-in for blocks without state), each hash's
-    index among them and its index in its run."""
+def _runs_of(state: FeatureState, hashes: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The slots of the distinct runs of ``hashes`` (slot 0: a dead stand-in for blocks
+    without state), each hash's index among them and its index in its run."""
     table = state.blocks
     codes = pack(map(table.code_of.get, hashes, repeat(0)), len(hashes), np.int64)
     slot = codes >> SHIFT
@@ -56,29 +50,31 @@ def _runs_of(state: FeatureState, hashes: list[int]) -> tuple[list[Run], np.ndar
         used = np.zeros(len(table.slot_runs), bool)
         used[slot] = True
         slots, at = np.flatnonzero(used), (np.cumsum(used) - 1)[slot]
-    return list(map(table.slot_runs.__getitem__, slots.tolist())), at, codes & MASK
+    return slots, at, codes & MASK
 
 
-def _per_run(state: FeatureState, now: float, runs: list[Run]) -> tuple[np.ndarray, np.ndarray]:
+def _per_run(state: FeatureState, now: float, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``[R, width]``: each run's row (the columns that are a function of the run alone:
     session, heat, distinct sessions and tenants, ages, home node, tenant; NaN for a run
-    without live state), and ``[R, 7]`` what the other columns are made of (see ``PARTS``)."""
-    table, k, window, r = state.blocks, state.blocks.k, state.blocks.window, len(runs)
+    without live state), and ``[R, 7]`` what the other columns are made of (see ``PARTS``).
+    The runs' own numbers come packed from :class:`~kvcast.features.online.run_numbers.
+    RunNumbers`; their older keys, if any, are counted from the runs."""
+    table, k, window, r = state.blocks, state.blocks.k, state.blocks.window, len(slots)
     c, s, t = k + CHILD, k + SESS, k + TENANT
-    recs = list(map(itemgetter(k + REQ), runs))
-    fields = itemgetter(*range(k), k + FIRST, k + LAST, k + POS0, c + T, s + T, t + T)
-    v = pack_rows(map(fields, runs), r, k + 6)
-    rec = pack_rows(map(REC, recs), r, 5)
-    keys = map(itemgetter(2), recs)
+    v = table.numbers.read(table.slot_runs, slots)  # columns: RunNumbers.columns(k)
+    rec = v[:, k + 6 : k + 11]  # the request's node, tokens, public, tenant, explicit
+    keys = map(table.numbers.keys.__getitem__, slots.tolist())
     sv = pack_rows(map(state.sessions.sessions.get, keys, repeat(NO_SESSION)), r, 4)
     first, last = v[:, k], v[:, k + 1]
     alive = sv[:, 0] + state.sessions.horizon > now
     sv = np.where(alive[:, None], sv, NAN)
     explicit = np.where(alive, rec[:, 4], NAN)
-    olders = any(chain.from_iterable(map(itemgetter(c + OLDER, s + OLDER, t + OLDER), runs)))
+    runs: list[Run] = []
+    if v[:, k + 12].any():  # some run keeps older keys: count them from the runs
+        runs = list(map(table.slot_runs.__getitem__, slots.tolist()))  # type: ignore[arg-type]
 
     def distinct(at: int, newest: np.ndarray) -> np.ndarray:
-        if olders:
+        if runs:
             return count_many(runs, at, now, window, newest)
         return (newest + window > now).astype(float)  # only newest keys anywhere
 
@@ -108,7 +104,7 @@ def _per_run(state: FeatureState, now: float, runs: list[Run]) -> tuple[np.ndarr
         out[~live] = NAN
     parts = np.empty((r, len(PARTS)))
     parts[:, 0] = v[:, k + 2]  # depth = this + the block's index in the run
-    parts[:, 1] = np.fromiter(map(len, map(itemgetter(k + HASHES), runs)), float, r) - 1
+    parts[:, 1] = v[:, k + 11]  # the run's last index
     parts[:, 2] = distinct(c, v[:, k + 3])  # fan-out of the run's last block
     parts[:, 3] = last + window > now  # fan-out of the others
     parts[:, 4] = rec[:, 1]  # the request's input tokens

@@ -362,6 +362,9 @@ class EveryChain(Decider):
     def _may_copy(self, plans: Any, rows: Any, weighed: list[Any], forecast: Any) -> list[int]:
         return list(range(len(weighed)))
 
+    def _cannot_pay(self, rows: Any, weighed: list[Any], *args: Any) -> list[bool]:
+        return [False] * len(weighed)
+
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(), data=st.data(), ticks=st.integers(1, 4))
@@ -369,9 +372,10 @@ def test_the_tick_screen_gives_the_commands_of_weighing_every_chain(
     case: Case, data: st.DataObject, ticks: int
 ) -> None:
     """The decider rules out, as a tick starts, the chains it could not copy (no held prefix,
-    a live replica, no holder queued above the least queued node) and skips them unless a
-    command of the same tick moved something: the same commands as weighing every chain,
-    tick after tick (the ledger kept, so later ticks see copies on their way)."""
+    a live replica, no holder queued above the least queued node, no target and cut whose
+    net value could pay) and skips them unless a command of the same tick moved something:
+    the same commands as weighing every chain, tick after tick (the ledger kept, so later
+    ticks see copies on their way)."""
     n = case.cands.total_blocks
     probs = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
     screened, every = Decider(case.cfg), EveryChain(case.cfg)

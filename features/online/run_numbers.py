@@ -1,0 +1,100 @@
+"""Each run's numbers that the feature rows read, kept packed in one float table by slot.
+
+A run (:mod:`kvcast.features.online.blocks`) is a Python list that every request touching it
+updates in place; a tick reads, for each candidate run, the same few numbers out of it (the
+scaled sums, first and last access, the request's position, the newest child / session /
+tenant times, the request's node, tokens, public blocks, tenant and explicit-session flag,
+the run's length and whether it keeps older keys). Packing them is a C-level pass per run,
+yet it was most of the per-run cost of a tick, and between two ticks only the runs the new
+requests touched change.
+
+So the block table marks a run's slot whenever it changes the run (a touch, a split, a new
+run in the slot), a sweep (which rescales every sum) makes every slot stale at once, and
+:meth:`RunNumbers.read` packs again only the stale slots among those asked, from the same
+Python values as before: the numbers read are exactly those a fresh pack would give. The
+session key of each run's last request is kept beside its row (the session's own state
+changes with other runs' requests, so it is read at the tick).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from kvcast.features.online.packing import pack_rows
+
+REC = itemgetter(1, 3, 4, 5, 6)  # of a request record: node, tokens, public, tenant, explicit
+KEY = 2  # of a request record: the session key
+
+Run = list[Any]
+
+
+class RunNumbers:
+    """``[slots, width]`` floats per run slot (columns in :meth:`columns`), packed lazily."""
+
+    def __init__(self, fields: tuple[int, ...], req: int, hashes: int, olders: tuple[int, ...]):
+        """``fields``: where the float numbers are in a run (the ``k`` scaled sums, first and
+        last access, position, newest child, session and tenant times); ``req``: its last
+        request's record; ``hashes``: its blocks; ``olders``: its older-keys dicts."""
+        self.k = k = len(fields) - 6
+        self._fields = itemgetter(*fields)
+        self._req, self._hashes = itemgetter(req), itemgetter(hashes)
+        self._olders = itemgetter(*olders)
+        self.width = k + 13
+        self.table = np.zeros((0, self.width))
+        self.keys: list[Any] = []  # per slot, the session key of the run's last request
+        self._packed = np.zeros(0, np.int64)  # per slot, the generation it was packed in
+        self.generation = 1  # a slot packed in an older one is stale
+        self.changed: set[int] = set()  # slots changed since the last read
+
+    @staticmethod
+    def columns(k: int) -> dict[str, int]:
+        """Where each number is: ``sums`` .. ``sums + k - 1`` the scaled sums, then first and
+        last access, the position of the run in its last request, the newest child, session
+        and tenant times, the request's node, tokens, public blocks, tenant code and explicit
+        flag, the run's last index and whether it keeps older keys (1.0) or not (0.0)."""
+        names = ("first", "last", "pos0", "child_t", "sess_t", "tenant_t", "node", "tokens",
+                 "public", "tenant", "explicit", "end", "olders")  # fmt: skip
+        return {"sums": 0, **{name: k + i for i, name in enumerate(names)}}
+
+    def stale_all(self) -> None:
+        """Every run changed (a sweep rescaled the sums)."""
+        self.generation += 1
+
+    def read(self, slot_runs: Sequence[Run | None], slots: np.ndarray) -> np.ndarray:
+        """``[len(slots), width]``: the numbers of the runs in ``slots`` (distinct, live),
+        packing first those that changed since they were last packed."""
+        self._grow(len(slot_runs))
+        packed = self._packed
+        if self.changed:
+            packed[list(self.changed)] = 0
+            self.changed.clear()
+        stale = slots[packed[slots] != self.generation]
+        if len(stale):
+            at = stale.tolist()
+            runs = list(map(slot_runs.__getitem__, at))
+            self.table[stale] = pack_rows(map(self._numbers, runs), len(at), self.width)
+            reqs = map(self._req, runs)
+            for slot, key in zip(at, map(itemgetter(KEY), reqs), strict=True):
+                self.keys[slot] = key
+            packed[stale] = self.generation
+        return self.table.take(slots, axis=0)
+
+    def _numbers(self, run: Run) -> tuple[float, ...]:
+        olders = any(self._olders(run))
+        return (*self._fields(run), *REC(self._req(run)), len(self._hashes(run)) - 1, olders)
+
+    def _grow(self, n: int) -> None:
+        have = len(self._packed)
+        if n <= have:
+            return
+        size = max(n, 2 * have, 64)
+        table = np.zeros((size, self.width))
+        table[:have] = self.table
+        packed = np.zeros(size, np.int64)
+        packed[:have] = self._packed
+        self.table, self._packed = table, packed
+        self.keys.extend([None] * (size - have))
