@@ -112,13 +112,13 @@ class BudgetLedger:
         again. Transfers in flight are left to land by their own time. How many were known."""
         return sum(self._drop_replica(node, b) for b in blocks)
 
-    def claim(self, node: int, blocks: Iterable[int], now: float) -> int:
+    def claim(self, node: int, blocks: Iterable[int], now: float, in_flight: bool = False) -> int:
         """A request routed to ``node`` claims the replicas of ``blocks`` that have landed
-        there (not those still on their way): they are the request's now, held by the node
-        until it reads them; no eviction is ordered for them (they count in
-        :meth:`has_replica` until their TTL). How many were claimed now. One set
-        intersection when the ledger holds unclaimed replicas on ``node``, nothing when it
-        holds none."""
+        there (and, with ``in_flight``, those still on their way: the live sidecar has their
+        agent hold them when they land): they are the request's now, held by the node until
+        it reads them; no eviction is ordered for them (they count in :meth:`has_replica`
+        until their TTL). How many were claimed now. One set intersection when the ledger
+        holds unclaimed replicas on ``node``, nothing when it holds none."""
         mine = self._on.get(node)
         if not mine:
             return 0
@@ -128,7 +128,7 @@ class BudgetLedger:
         pending, bit = self.pending, 1 << node
         n = 0
         for b in hits:
-            if pending.get(b, 0) & bit and self._on_its_way(node, b, now):
+            if not in_flight and pending.get(b, 0) & bit and self._on_its_way(node, b, now):
                 continue
             self.claimed[(node, b)] = self.replicas.pop((node, b))
             self._off(node, b)

@@ -54,8 +54,12 @@ DEFAULT = DeciderConfig()  # frozen: one instance serves every decider built wit
 
 
 class Decider:
-    def __init__(self, cfg: DeciderConfig | None = None) -> None:
+    def __init__(self, cfg: DeciderConfig | None = None, claim_in_flight: bool = False) -> None:
+        """``claim_in_flight``: a routed request also claims the replicas still on their way
+        to its node (the live sidecar, whose agents hold such a replica for the request once
+        it lands); the simulator's requests read only what has landed, so it leaves them."""
         self.cfg = cfg if cfg is not None else DEFAULT
+        self.claim_in_flight = claim_in_flight
         self.ledger = BudgetLedger(self.cfg.budgets)
         self.feedback = OutcomeFeedback(self.cfg.feedback)  # are the copies used as expected?
         self.refused: Counter[str] = Counter()  # budget refusals by budget name
@@ -66,7 +70,7 @@ class Decider:
         replicas of its blocks that landed on ``node`` over to it (claimed: the node holds
         them until the request reads them; the ledger orders no eviction of them, and counts
         them as their chains' copies until their TTL, see :meth:`BudgetLedger.claim`)."""
-        self.ledger.claim(node, blocks, now_ms)
+        self.ledger.claim(node, blocks, now_ms, self.claim_in_flight)
         self.feedback.observe(node, blocks, now_ms)
 
     def forget(self, node: int, blocks: Sequence[int]) -> None:

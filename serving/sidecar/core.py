@@ -117,7 +117,7 @@ class Sidecar:
         self.keeper = StateKeeper(self.state, self.queue, self.chains, self.replicas, self.loads)
         self.slot = ModelSlot(self.state.spec, dcfg.window_ms)
         self.recent = RecentDecisions(cfg.recent_decisions)
-        self.decider = Decider(dcfg)
+        self.decider = Decider(dcfg, claim_in_flight=True)  # agents hold copies that land
         tenants = tuple(None if x.tenants is None else frozenset(x.tenants) for x in cfg.nodes)
         self.view = LiveView(
             self.loads, cfg.links, names, self.block_bytes, fcfg.block_tokens, fcfg.prefill,
@@ -306,7 +306,9 @@ class Sidecar:
         log.info("mode %s -> %s", self.mode, mode)
         with self.loop.switch_lock:  # a tick in progress ends with the mode it began with
             if mode == "active":
-                self.decider = self.loop.decider = Decider(self.cfg.decider_config)
+                self.decider = self.loop.decider = Decider(
+                    self.cfg.decider_config, claim_in_flight=True
+                )
             self.mode = mode
 
     def ready(self) -> dict[str, bool]:

@@ -48,6 +48,26 @@ def test_a_replica_still_on_its_way_is_not_claimed() -> None:
     assert ledger.expired(1_000.0) == {}
 
 
+def test_with_claim_in_flight_a_replica_on_its_way_is_claimed_and_never_evicted() -> None:
+    ledger = BudgetLedger(BudgetConfig())
+    ledger.record(Transfer(0.0, 500.0, 0, 1, 10 * BLOCK, CHAIN), expiry_ms=1_000.0)
+    assert ledger.claim(1, CHAIN, 100.0, in_flight=True) == 10  # the live sidecar's rule
+    assert ledger.has_replica(CHAIN[-1])
+    assert ledger.expired(1_000.0) == {}  # no eviction ordered for it at its TTL
+    d = Decider(decider_cfg(budgets={"ttl_ms": 10_000.0}), claim_in_flight=True)
+    cmd = reps(d.decide(*one_chain(0.9), view()))[0]
+    d.observe_arrival(cmd.target, CHAIN, 0.0)  # routed as the copy starts: still on its way
+    out = d.decide(EMPTY, [], view(now_ms=10_000.0))
+    assert [c for c in out if isinstance(c, EvictCommand)] == []
+    plain = Decider(decider_cfg(budgets={"ttl_ms": 10_000.0}))  # the simulator's rule
+    cmd = reps(plain.decide(*one_chain(0.9), view()))[0]
+    plain.observe_arrival(cmd.target, CHAIN, 0.0)
+    evicted = [
+        c for c in plain.decide(EMPTY, [], view(now_ms=10_000.0)) if isinstance(c, EvictCommand)
+    ]
+    assert evicted, "without claim_in_flight the copy on its way is not claimed"
+
+
 def test_a_claimed_replica_counts_as_its_chains_copy_until_its_ttl_then_quietly_goes() -> None:
     ledger = BudgetLedger(BudgetConfig())
     ledger.record(Transfer(0.0, 10.0, 0, 1, BLOCK, (7,)), expiry_ms=1_000.0)
