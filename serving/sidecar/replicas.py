@@ -34,6 +34,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
+def _hold(claims: dict[str, float] | None, claim_id: str, until: float) -> dict[str, float]:
+    """``claims`` with ``claim_id`` held until ``until`` (or later, if it was already)."""
+    if claims is None:
+        claims = {}
+    claims[claim_id] = max(claims.get(claim_id, until), until)
+    return claims
+
+
 @dataclass(slots=True)
 class Replica:
     tenant: str
@@ -49,9 +57,7 @@ class Replica:
 
     def hold_for(self, claim_id: str, until: float) -> None:
         """Claimed by ``claim_id`` until ``until`` (or later, if it was already)."""
-        if self.claims is None:
-            self.claims = {}
-        self.claims[claim_id] = max(self.claims.get(claim_id, until), until)
+        self.claims = _hold(self.claims, claim_id, until)
 
 
 @dataclass(slots=True)
@@ -125,9 +131,7 @@ class ReplicaTracker:
                 if r is None or r.expires_at <= now:  # not there (yet)
                     c = coming.get((node, h), {}).get(tenant)
                     if c is not None:
-                        if c.claims is None:
-                            c.claims = {}
-                        c.claims[claim_id] = now + hold_s
+                        c.claims = _hold(c.claims, claim_id, now + hold_s)
                     continue
                 if r.adopted or r.tenant != tenant:
                     continue
