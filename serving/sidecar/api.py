@@ -209,12 +209,15 @@ def _lookups(sc: Sidecar) -> APIRouter:
             raise invalid(("path", "block_hash"), str(err)) from None
         named = sc.block_tenants
         theirs = who.admin or (named is not None and named.named_by(h, who.tenants or ()))
+        replicas = own_replicas(sc.replicas, h, who)
+        whose = "" if who.admin else " for this token's tenants"
+        unknown = HTTPException(404, f"block {h} is not known to be held by any node{whose}")
+        if not (theirs or replicas):  # not this token's to see: the consumer is not asked
+            raise unknown
         future = sc.keeper.ask(lambda k: locate(k, [h])[0])
         loc = await asyncio.wait_for(asyncio.wrap_future(future), LOOKUP_TIMEOUT_S)
-        replicas = own_replicas(sc.replicas, h, who)
-        if not (theirs or replicas) or not (loc.gpu or loc.lower or replicas):
-            whose = "" if who.admin else " for this token's tenants"
-            raise HTTPException(404, f"block {h} is not known to be held by any node{whose}")
+        if not (loc.gpu or loc.lower or replicas):
+            raise unknown
         return BlockLocation(
             block_hash=h, gpu=_on(names, loc.gpu), lower=_on(names, loc.lower),
             replicas=[names[i] for i in replicas],
