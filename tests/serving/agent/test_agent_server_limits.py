@@ -12,8 +12,10 @@ import contextlib
 import socket
 import time
 
+from transfer_peer import TOKEN, until
+
 from kvcast.serving.agent import Agent
-from kvcast.serving.agent.tcp_server import TransferServer
+from kvcast.serving.agent.tcp_server import TransferServer, read_frame
 from kvcast.serving.messages import (
     HEADER,
     HEADER_SIZE,
@@ -32,20 +34,8 @@ from kvcast.serving.messages import (
     encode,
 )
 
-TOKEN = "transfer-token"
 HELLO = encode(Hello("raw-puller", TOKEN))
 MiB = 1 << 20
-
-
-async def reply(reader: asyncio.StreamReader) -> object:
-    mtype, length = decode_header(await reader.readexactly(HEADER_SIZE))
-    return decode_body(mtype, await reader.readexactly(length))
-
-
-async def until(condition, timeout_s: float = 3.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bounded(
@@ -69,7 +59,7 @@ def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bo
 
             started = time.monotonic()
             reader, writer = await asyncio.open_connection(host, int(port))
-            busy = await reply(reader)
+            busy = await read_frame(reader)
             assert isinstance(busy, Error) and busy.code is ErrorCode.BUSY, busy
             assert await reader.read() == b""  # closed
             assert time.monotonic() - started < 1.0  # at once, not at the request timeout (2 s)
@@ -77,7 +67,7 @@ def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bo
             assert agent.server.stats.busy_refused == 1
 
             for held, w in holders:  # answered at the request timeout, then closed
-                err = await reply(held)
+                err = await read_frame(held)
                 assert isinstance(err, Error) and err.code is ErrorCode.BAD_REQUEST
                 assert "no complete request within 2 s" in err.message, err.message
                 assert await held.read() == b""

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from transfer_peer import TOKEN, until
 
 from kvcast.serving.agent import Agent, BlockStore, PullStatus, TransferServer
+from kvcast.serving.agent.tcp_server import read_frame
 from kvcast.serving.agent.tcp_transport import TcpTransport
 from kvcast.serving.messages import (
     HEADER,
@@ -46,7 +48,6 @@ from kvcast.serving.messages import (
     encode,
 )
 
-TOKEN = "transfer-token"
 HELLO_WORTH = HEADER_SIZE + MAX_HELLO_BODY  # all a source takes of a peer before its token
 SERVER_LOG = "kvcast.serving.agent.tcp_server"
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="counts from Linux's tcp_info")
@@ -88,12 +89,6 @@ class CountingServer(TransferServer):
         await super()._send_error(writer, *args, **kwargs)
 
 
-async def until(condition, timeout_s: float = 3.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 async def counting_server(
     token: str | None = TOKEN, timeout_s: float = 5.0, hold: asyncio.Event | None = None
 ) -> CountingServer:
@@ -108,11 +103,6 @@ async def send(address: str, payload: bytes) -> tuple[asyncio.StreamReader, asyn
     writer.write(payload)
     await writer.drain()
     return reader, writer
-
-
-async def reply(reader: asyncio.StreamReader) -> object:
-    mtype, length = decode_header(await reader.readexactly(HEADER_SIZE))
-    return decode_body(mtype, await reader.readexactly(length))
 
 
 async def closed(reader: asyncio.StreamReader) -> bool:
@@ -195,7 +185,7 @@ def test_a_bad_hello_alone_is_refused_at_once_without_waiting_for_a_request(run)
             for token in ("wrong", ""):
                 started = time.monotonic()
                 reader, writer = await send(server.address, encode(Hello("n", token)))
-                refused = await reply(reader)
+                refused = await read_frame(reader)
                 assert isinstance(refused, Error) and refused.code is ErrorCode.UNAUTHORIZED
                 assert time.monotonic() - started < 1.0  # not at the request timeout (5 s)
                 assert await closed(reader)
@@ -222,7 +212,7 @@ def test_a_header_announcing_a_large_hello_is_cut_from_the_header_alone(run) -> 
                 started = time.monotonic()
                 header = HEADER.pack(MAGIC, VERSION, mtype, 0, length)
                 reader, writer = await send(server.address, header + b"\0" * (64 << 10))
-                refused = await reply(reader)
+                refused = await read_frame(reader)
                 assert isinstance(refused, Error) and refused.code is ErrorCode.BAD_REQUEST
                 assert reason in refused.message, refused.message
                 assert time.monotonic() - started < 1.0
@@ -446,7 +436,7 @@ def test_an_authenticated_raw_puller_gets_its_blocks_byte_identical(
             request = encode(Hello("raw", TOKEN)) + encode(PullRequest("c", "t", (3, 9, 1, 2)))
             reader, writer = await send(src.address, request)
             got: dict[int, bytes] = {}
-            while not isinstance(msg := await reply(reader), Done):
+            while not isinstance(msg := await read_frame(reader), Done):
                 assert isinstance(msg, BlockHeader), msg
                 got[msg.block_hash] = await reader.readexactly(msg.nbytes)
             writer.close()
