@@ -279,6 +279,26 @@ def evaluate(
     return out
 
 
+def with_loads(ev: Evaluation, extra: Evaluation) -> Evaluation:
+    """``ev`` with ``extra``'s runs of the same tasks at other loads: each task's rows in load
+    order, its capacity (searched in ``ev`` only) on every row."""
+    keys = ("policy", "slo_label", "speculative_quota_gib")
+
+    def key(s: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(s.get(k) for k in keys)
+
+    cap = {key(s): {k: s[k] for k in s if k.startswith("capacity_")} for s in ev.summaries}
+    rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for s in ev.summaries:
+        rows.setdefault(key(s), []).append(s)
+    for s in extra.summaries:
+        rows.setdefault(key(s), []).append(s | cap.get(key(s), {}))
+    out = Evaluation(capacity=dict(ev.capacity), ttft=ev.ttft | extra.ttft)
+    for group in rows.values():
+        out.summaries.extend(sorted(group, key=lambda s: s["time_scale"]))
+    return out
+
+
 def count_steps(
     policies: Sequence[str],
     time_scales: Sequence[float],

@@ -165,9 +165,17 @@ def summarise(sim: Simulator, df: pd.DataFrame, wall_s: float) -> dict[str, Any]
     }
 
 
-def _copy_fates(sim: Simulator) -> dict[str, dict[str, int]]:
+def _copy_fates(sim: Simulator) -> dict[str, Any]:
     """``copy_fates``: what became of a replicating policy's copies, each followed to the
     first request that read its deepest block (used on its node, routed back to the source,
-    routed to another node, or expired first); absent for a plain router."""
+    routed to another node, or expired first), and ``base_router``, the anchor router the
+    policy routes with (what ``kvcast verdict`` compares it with at low load); both absent for
+    a plain router."""
+    out: dict[str, Any] = {}
     fates = getattr(sim.replicator, "copy_fates", None)
-    return {"copy_fates": fates()} if fates is not None else {}
+    if fates is not None:
+        out["copy_fates"] = fates()
+    router = getattr(sim.replicator, "base_router", None)
+    if router is not None:
+        out["base_router"] = router
+    return out

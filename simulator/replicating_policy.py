@@ -136,6 +136,11 @@ class ReplicatingPolicy:
     def copy_fates(self) -> dict[str, int]:
         return self.inner.copy_fates()
 
+    @property
+    def base_router(self) -> str:
+        """The anchor router this policy routes with (summary key ``base_router``)."""
+        return self.params.loop.router
+
     def on_tick(self, now_ms: float, sim: Simulator) -> Iterable[Command]:
         if self._sim is not sim:
             self._sim = sim

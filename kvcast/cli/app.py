@@ -15,6 +15,7 @@ from kvcast.cli.shadow import shadow_eval_cmd
 from kvcast.cli.simulate import evaluate_cmd, simulate_cmd
 from kvcast.cli.trace import trace_app
 from kvcast.cli.train import score_cmd, train_cmd
+from kvcast.cli.verdict import verdict_cmd
 
 app = typer.Typer(
     name="kvcast",
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 app.command("simulate")(simulate_cmd)
 app.command("evaluate")(evaluate_cmd)
+app.command("verdict")(verdict_cmd)
 app.command("quickstart")(quickstart_cmd)
 app.command("features")(features_cmd)
 app.command("train")(train_cmd)

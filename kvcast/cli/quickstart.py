@@ -6,6 +6,8 @@
 2. Evaluates the anchors' routers, the oracle and the predictive policies (recency, and the two
    models just exported, scored by onnxruntime) at two loads, searches each one's capacity,
    prints the table and writes the plots.
+3. Judges the replicating policies against the predictive-replication goal (the loads it
+   reads are run too: the best router's capacity and x0.5) and writes ``verdict.json``.
 
 No services, no downloads: everything runs in this process on local files.
 """
@@ -20,6 +22,7 @@ import typer
 from kvcast.cli.common import console, parse_floats, parse_names, user_errors
 from kvcast.cli.simulate import default_jobs, run_evaluation
 from kvcast.simulator.config import SimConfig
+from kvcast.simulator.goal_config import GoalConfig
 from kvcast.simulator.model_scorer import is_model_policy
 from kvcast.simulator.policies import policy_names
 
@@ -83,10 +86,18 @@ def quickstart_cmd(
     capacity: Annotated[
         bool, typer.Option("--capacity/--no-capacity", help="Search each policy's capacity.")
     ] = True,
+    verdict: Annotated[
+        bool,
+        typer.Option(
+            "--verdict/--no-verdict",
+            help="Judge the replicating policies against the goal (with --capacity only).",
+        ),
+    ] = True,
 ) -> None:
     """Train the models, then compare every policy on the bundled trace (no services).
 
-    Defaults: the bundled conversation sample, loads 1 and 2, capacity searched."""
+    Defaults: the bundled conversation sample, loads 1 and 2, capacity searched, the
+    replicating policies judged against the predictive-replication goal (kvcast verdict)."""
     console.print(
         f"[bold]kvcast quickstart[/]: {trace}, "
         "embedded defaults (8 nodes, Llama-3-70B fp16 KV, 100 Gb/s)"
@@ -110,5 +121,5 @@ def quickstart_cmd(
     models = train_models(out, track, trace)
     run_evaluation(
         trace, "auto", SimConfig(), names, loads, capacity, out, models=models,
-        jobs=jobs or default_jobs(),
+        jobs=jobs or default_jobs(), goal=GoalConfig() if verdict and capacity else None,
     )  # fmt: skip

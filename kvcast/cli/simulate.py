@@ -25,14 +25,17 @@ from kvcast.cli.common import (
     write_json,
 )
 from kvcast.cli.summary_table import rejection_notes, summary_table
+from kvcast.cli.verdict import GoalOpt
 from kvcast.config import parse_config, with_options
 from kvcast.features.traces import TRACE_FORMATS, Trace
 from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
 from kvcast.simulator.config import SimConfig, SLOConfig, load_sim_config
 from kvcast.simulator.engine import simulate as run_simulation
-from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate, slo_label
+from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate, slo_label, with_loads
+from kvcast.simulator.goal_config import GoalConfig, load_goal_config
 from kvcast.simulator.policies import policy_names
 from kvcast.simulator.replication_policies import make_policy
+from kvcast.simulator.verdict import loads_needed
 
 # wide enough for the comparison table when stdout is a file or a pipe
 out_console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
@@ -121,6 +124,7 @@ def simulate_cmd(
         log.close()
         out_console.print(escape(f"shadow mode: {replicator.decisions} decisions in {log.path}"))
     summary = fresh_summary(out)
+    (out / "verdict.json").unlink(missing_ok=True)  # an earlier run's would judge other rows
     res.requests.to_parquet(out / "requests.parquet", index=False)
     res.timeline.to_parquet(out / "timeline.parquet", index=False)
     write_json(summary, res.summary)
@@ -178,7 +182,11 @@ def run_evaluation(
     slos: list[SLOConfig] | None = None,
     quotas_gib: list[float] | None = None,
     jobs: int = 1,
+    goal: GoalConfig | None = None,
 ) -> Evaluation:
+    """Evaluate, print the table, write the summaries and plots; with a ``goal``, also search
+    capacities, run the loads its verdict reads and print and write the verdict."""
+    capacity = capacity or goal is not None
     if not policies:
         raise ValueError("--policies: no policy to run")
     no_repeats(policies, "--policies")
@@ -200,6 +208,14 @@ def run_evaluation(
             tr, cfg, policies, scales, capacity=capacity, on_step=step, decider=decider,
             models=models, slos=slos, quotas_gib=quotas_gib, jobs=jobs,
         )  # fmt: skip
+        extra = loads_needed(ev.summaries, goal) if goal is not None else []
+        if extra:  # the bar's capacity load and the low load, for every policy
+            total = done + count_steps(policies, extra, len(slos or []), len(quotas_gib or []))
+            more = evaluate(
+                tr, cfg, policies, extra, on_step=step, decider=decider, models=models,
+                slos=slos, quotas_gib=quotas_gib, jobs=jobs,
+            )  # fmt: skip
+            ev = with_loads(ev, more)
     summary = fresh_summary(out)
     from kvcast.simulator.plots import write_plots  # matplotlib: lazily
 
@@ -212,6 +228,10 @@ def run_evaluation(
         out_console.print(escape(line), highlight=False)
     warn_rejections(ev.summaries)
     out_console.print(escape(f"wrote {out}/summary.json, " + ", ".join(p.name for p in written)))
+    if goal is not None:
+        from kvcast.cli.verdict import print_verdict
+
+        print_verdict(out_console, ev.summaries, goal, out / "verdict.json")
     return ev
 
 
@@ -295,6 +315,16 @@ def evaluate_cmd(
         int | None,
         typer.Option("--jobs", help="Worker processes (default: the CPU count, at most 8)."),
     ] = None,
+    verdict: Annotated[
+        bool,
+        typer.Option(
+            "--verdict",
+            help="Judge the replicating policies against the goal (implies --capacity; also "
+            "runs the best router's capacity load and the goal's low load); write "
+            "verdict.json.",
+        ),
+    ] = False,
+    goal: GoalOpt = None,
 ) -> None:
     """Compare policies across loads; write summary.json (a list) and plots.
 
@@ -309,9 +339,11 @@ def evaluate_cmd(
     quotas = parse_floats(quota_gib, "--quota-gib", zero_ok=True) if quota_gib else None
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if goal is not None and not verdict:
+        raise ValueError("--goal is read by --verdict only: add --verdict")
     run_evaluation(
         trace, format, cfg, names, scales, capacity, out, skip_bad, decider, models, slos,
-        quotas, jobs or default_jobs(),
+        quotas, jobs or default_jobs(), load_goal_config(goal) if verdict else None,
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ def config_classes() -> dict[str, type[FrozenConfig]]:
     from kvcast.features.traces.agent_config import AgentTraceConfig
     from kvcast.serving.agent.config import AgentConfig
     from kvcast.serving.sidecar.config import SidecarConfig
+    from kvcast.simulator.goal_config import GoalConfig
     from kvcast.training.config import TrainConfig
 
     return {
@@ -30,6 +31,7 @@ def config_classes() -> dict[str, type[FrozenConfig]]:
         "serving/sidecar": SidecarConfig,
         "train": TrainConfig,
         "traces/agent": AgentTraceConfig,
+        "goals": GoalConfig,
     }
 
 
@@ -57,6 +59,14 @@ def test_every_config_file_loads_into_its_class(path: Path) -> None:
 
 def test_default_simulator_yaml_equals_the_embedded_defaults() -> None:
     assert load_config(SimConfig, CONFIGS / "simulator" / "default.yaml") == SimConfig()
+
+
+def test_goal_yaml_equals_the_embedded_goal() -> None:
+    """``kvcast verdict`` without ``--goal`` judges by the same numbers the file shows."""
+    from kvcast.simulator.goal_config import GoalConfig
+
+    path = CONFIGS / "goals" / "predictive-replication.yaml"
+    assert load_config(GoalConfig, path) == GoalConfig()
 
 
 def test_config_objects_are_frozen() -> None:

@@ -114,3 +114,15 @@ def test_the_replicator_forgets_copies_its_nodes_evicted_for_room() -> None:
     sim.nodes[1].pool.spec_evicted.append(424242)  # node 1 evicted that copy for room
     policy.on_tick(10.0, sim)
     assert not ledger.has_replica(424242) and sim.nodes[1].pool.spec_evicted == []
+
+
+def test_a_replicating_policys_summary_names_the_router_it_runs_on() -> None:
+    """``base_router``: what ``kvcast verdict`` compares a policy with at low load; absent for
+    a plain router."""
+    from kvcast.predictor.decider_config import DeciderConfig
+
+    cfg = config(nodes=2, arrival_spread="off")
+    on_llmd = DeciderConfig.model_validate({"loop": {"router": "llmd_precise"}})
+    s = simulate(next_turn_trace(), cfg, make_policy("oracle", cfg, on_llmd)).summary
+    assert s["base_router"] == "llmd_precise"
+    assert "base_router" not in simulate(next_turn_trace(), cfg, "dynamo_kv").summary
