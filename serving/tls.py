@@ -15,6 +15,18 @@ may be commanded.
 :class:`ServerTls` is what one server presents and requires: its certificate and key, and, for
 mutual TLS, the CA its clients' certificates must be signed by (``TlsFiles.server()`` is the
 agents' mutual one; the sidecar's own API takes one from the ``tls:`` section of its config).
+
+Every TLS listener bounds the handshake (:data:`HANDSHAKE_TIMEOUT_S` unless configured: the
+HTTP APIs' ``http.tls_handshake_timeout_s``, the agents' transfer server's
+``transfer_tls_handshake_timeout_s``): a peer that opens a connection and does not finish its
+handshake in that time, whether it sends nothing or dribbles its ClientHello, is cut off.
+asyncio's own default is 60 s, during which such a connection holds a file descriptor and
+asyncio's TLS state without ever reaching the servers' connection caps (which count
+connections once their handshake is done): enough of them would use up the process's open
+files, and ``accept`` would then fail for legitimate clients too. kvcast's TLS clients bound
+their handshakes by the timeouts around their connects: an agent's pulls by
+``connect_timeout_s``, an engine's calls to its agent by the request's ``timeout_s``, the
+sidecar's calls to the agents by their httpx timeout (whose connect part covers the handshake).
 """
 
 from __future__ import annotations
@@ -26,6 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV = {"cert": "KVCAST_TLS_CERT", "key": "KVCAST_TLS_KEY", "ca": "KVCAST_TLS_CA"}
+# Seconds a peer gets to complete a TLS handshake with a kvcast server. A handshake takes a few
+# round trips and a signature or two (milliseconds within a datacenter, well under a second
+# across zones), so this leaves ample room for a loaded peer while cutting off one that stalls
+# it long before asyncio's default (60 s) would.
+HANDSHAKE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ class Agent:
             self.store, token, config.request_timeout_s,
             ssl_context=tls.server_context() if tls is not None else None,
             max_connections=config.max_transfer_connections,
+            tls_handshake_timeout_s=config.transfer_tls_handshake_timeout_s,
         )  # fmt: skip
         if allocator is None and config.device != "host":
             from kvcast.serving.agent.device_memory import DeviceAllocator  # imports torch

@@ -10,6 +10,7 @@ from kvcast.serving.agent.tcp_server import MAX_CONNECTIONS
 from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.http.auth import Token
 from kvcast.serving.http.server_config import HttpServerConfig
+from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
 
 MAX_TOKEN_BYTES = 2048  # a token and a node id fit in a transfer Hello (MAX_HELLO_BODY)
 
@@ -37,6 +38,9 @@ class AgentConfig(FiniteConfig):
     # authenticated it takes at most 4108 bytes from the socket (a header and a 4 KiB Hello),
     # and checks the Hello's token before any request: the rest waits in the kernel
     max_transfer_connections: int = Field(MAX_CONNECTIONS, ge=1)
+    # with mutual TLS (KVCAST_TLS_*): the time a peer gets to complete its TLS handshake with
+    # the transfer server, from its connection's accept (the HTTP API's: http's own key)
+    transfer_tls_handshake_timeout_s: float = Field(HANDSHAKE_TIMEOUT_S, gt=0)
     shutdown_grace_s: float = Field(5.0, gt=0)  # time given to HTTP requests in flight
     http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many HTTP clients
     token: Token | None = None

@@ -13,6 +13,10 @@ another protocol version is refused from its header too, in an ``Error`` frame o
 version where that version can read it (version 1), and counted. At most ``max_connections``
 peers are served at once (others get a ``BUSY`` error at once). A peer that sends no complete
 ``Hello`` and request, or takes no bytes of the pull, for ``request_timeout_s`` is cut off.
+Over TLS, a peer whose handshake is not done ``tls_handshake_timeout_s`` after its connection
+was accepted is cut off first (asyncio's ``ssl_handshake_timeout``; its default, 60 s,
+otherwise): until its handshake is done a connection is neither served nor counted among the
+``max_connections``, yet holds a file descriptor and asyncio's TLS buffers.
 
 What the server holds of a peer is bounded, not only what it parses: it takes from a peer's
 socket at most :data:`LOOKAHEAD` bytes (``HEADER_SIZE + MAX_HELLO_BODY``, 4108: the largest
@@ -33,6 +37,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import math
 import ssl
 import struct
 import time
@@ -64,6 +69,7 @@ from kvcast.serving.messages import (
     encode,
     version_refusal,
 )
+from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
 
 _COALESCE_BYTES = 256 << 10
 # All the server takes of a peer before it asks for more: the largest Hello frame. Before it
@@ -136,16 +142,24 @@ class ServerStats:
 
 
 class TransferServer:
-    """Serves pulls of ``store``'s blocks to peers."""
+    """Serves pulls of ``store``'s blocks to peers; over TLS when given ``ssl_context``, each
+    peer's handshake bounded by ``tls_handshake_timeout_s`` (seconds, from its accept)."""
 
     def __init__(
         self, store: BlockStore, token: str | None = None, request_timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None, max_connections: int = MAX_CONNECTIONS,
+        tls_handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
     ) -> None:  # fmt: skip
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
+        if not 0 < tls_handshake_timeout_s < math.inf:  # NaN too
+            raise ValueError(
+                f"tls_handshake_timeout_s must be a positive number of seconds, "
+                f"got {tls_handshake_timeout_s!r}"
+            )
         self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
         self.max_connections = max_connections
+        self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self._token = token.encode() if token else None
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -164,8 +178,12 @@ class TransferServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         loop = asyncio.get_running_loop()
+        # asyncio refuses a handshake timeout without TLS
+        tls = {} if self.ssl_context is None else {
+            "ssl": self.ssl_context, "ssl_handshake_timeout": self.tls_handshake_timeout_s,
+        }  # fmt: skip
         self._server = await loop.create_server(
-            lambda: PeerProtocol(self._handle, LOOKAHEAD), host, port, ssl=self.ssl_context
+            lambda: PeerProtocol(self._handle, LOOKAHEAD), host, port, **tls
         )
         return self.address
 

@@ -10,6 +10,15 @@ broken chunked body: answered 400 and closed), ``over_limit`` (a request that ca
 ``limit_concurrency`` connections or requests open: answered 503 and closed),
 ``over_connections`` (a connection accepted with ``max_connections`` open: closed at once).
 Counted on the server's event loop.
+
+Not counted: a connection cut because its TLS handshake was not done within
+``tls_handshake_timeout_s``. asyncio's TLS layer enforces that bound and drops the connection
+without telling the HTTP protocol, which it only hands the connection once the handshake is
+done (it never learns of the connection otherwise, nor whether its handshake failed, timed out
+or was refused for a bad certificate), and without logging it (outside asyncio's debug mode).
+Counting it would mean doing the TLS handshake outside asyncio's listener (``loop.start_tls``
+on each accepted plain connection), which hands over the HTTP protocol only after asyncio has
+delivered it the first decrypted bytes, or reaching into asyncio's private ``sslproto``.
 """
 
 from __future__ import annotations

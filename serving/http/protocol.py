@@ -10,7 +10,9 @@ nor how many connections it holds: a connection that sends nothing after it open
 of its headers or body now and then (slowloris), is held for ever. :class:`BoundedProtocol`:
 
 - closes a connection whose head is not all in ``header_timeout_s`` after the connection
-  opened (once its TLS handshake is done) or after its previous response;
+  opened (once its TLS handshake is done: the handshake has its own bound,
+  ``tls_handshake_timeout_s``, which asyncio enforces before this protocol sees the
+  connection, :mod:`.server`) or after its previous response;
 - closes a connection whose declared body is not all in ``body_timeout_s`` plus its declared
   length at ``body_min_bytes_per_s`` after its head (the route sees the client gone: a
   request cut mid-body is never handled);

@@ -3,7 +3,8 @@ servers, and stop it on request (the caller owns SIGINT/SIGTERM: uvicorn must no
 them after shutdown, which would turn a clean stop into death by signal). Served with h11
 whatever else is installed (so that its bound on an unfinished request head holds), with the
 bounds of an :class:`HttpServerConfig` (deadlines on each request's head and body and a cap
-on connections among them: :mod:`.protocol`), over TLS when given a :class:`ServerTls`."""
+on connections among them: :mod:`.protocol`), over TLS when given a :class:`ServerTls`, with
+its handshake bounded by ``tls_handshake_timeout_s`` (:class:`_Server`)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,56 @@ from kvcast.serving.tls import ServerTls
 
 
 class _Server(uvicorn.Server):
+    """uvicorn's server, leaving signals to the caller, and over TLS with the handshake bounded.
+
+    uvicorn has no setting for the TLS handshake's time: its ``startup`` creates the listener
+    with ``loop.create_server(create_protocol, sock=sock, ssl=config.ssl,
+    backlog=config.backlog)``, so asyncio's default (60 s) applies. Over TLS, :meth:`startup`
+    does what uvicorn's does for given sockets (read on uvicorn 0.55) and passes asyncio's
+    documented ``ssl_handshake_timeout`` too. It relies on what uvicorn's ``startup`` and
+    ``shutdown`` share: ``lifespan`` (started first; ``lifespan.state`` given to each
+    protocol), ``server_state`` (given to each protocol, whose connections and tasks
+    ``shutdown`` waits for), ``servers`` (the listeners ``shutdown`` closes) and ``started``;
+    and on the HTTP protocol's constructor (``config``, ``server_state``, ``app_state``), which
+    :class:`~kvcast.serving.http.protocol.BoundedProtocol` inherits from uvicorn's
+    ``H11Protocol``. Checked on the installed uvicorn by
+    tests/serving/http/test_http_tls_handshake.py (a stalled handshake cut at the bound, a
+    client served) and tests/serving/sidecar/test_sidecar_api_tls.py (a TLS API served, then
+    stopped cleanly by SIGINT/SIGTERM). Plain HTTP takes uvicorn's own ``startup``.
+    """
+
+    def __init__(self, config: uvicorn.Config, tls_handshake_timeout_s: float) -> None:
+        super().__init__(config)
+        self.tls_handshake_timeout_s = tls_handshake_timeout_s
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield  # signals are the caller's
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        config = self.config
+        if config.ssl is None or sockets is None:  # HttpServer always passes its socket
+            await super().startup(sockets=sockets)
+            return
+        await self.lifespan.startup()  # lifespan="off": nothing to start
+        if self.lifespan.should_exit:
+            raise RuntimeError("the HTTP app failed to start")
+        loop = asyncio.get_running_loop()
+
+        def create_protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        bound = self.tls_handshake_timeout_s
+        self.servers = []
+        for sock in sockets:
+            server = await loop.create_server(
+                create_protocol, sock=sock, ssl=config.ssl, backlog=config.backlog,
+                ssl_handshake_timeout=bound,
+            )  # fmt: skip
+            self.servers.append(server)
+        self.started = True
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -90,7 +138,7 @@ class HttpServer:
             timeout_keep_alive=self.limits.timeout_keep_alive_s,  # type: ignore[arg-type]
             **(_uvicorn_tls(self.tls) if self.tls is not None else {}),
         )
-        self._server = _Server(config)
+        self._server = _Server(config, self.limits.tls_handshake_timeout_s)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         async with asyncio.timeout(timeout_s):
             while not self._server.started:

@@ -25,8 +25,15 @@ What each bound covers (uvicorn with h11, :mod:`.server`):
   one read is parsed whatever its size, so what one connection's head can hold is this plus
   one read (asyncio reads at most 256 KiB at a time).
 
-Not bounded here: the TLS handshake (asyncio's default, 60 s). A body's size is bounded by the
-API's body limit (:mod:`.limits`).
+- ``tls_handshake_timeout_s``: over TLS, a connection whose TLS handshake is not done that
+  long after it was accepted is closed, whether the peer sent nothing or dribbles its
+  ClientHello (asyncio's ``ssl_handshake_timeout``, set on the listener by :mod:`.server`;
+  asyncio's default, 60 s, otherwise). Until its handshake is done a connection is not among
+  those ``max_connections`` counts, yet holds a file descriptor and asyncio's TLS buffers: this
+  bound is what frees them. Not counted among the cut connections (:mod:`.connection_cuts`
+  says why). Plain HTTP: no effect.
+
+A body's size is bounded by the API's body limit (:mod:`.limits`).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, FilePath, model_validator
 
 from kvcast.config import FiniteConfig
-from kvcast.serving.tls import ServerTls
+from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S, ServerTls
 
 MAX_INCOMPLETE_HEAD_BYTES = 16 << 10  # h11's own default
 
@@ -66,6 +73,8 @@ class HttpServerConfig(FiniteConfig):
     body_min_bytes_per_s: Bytes = Field(1 << 20, ge=1024)  # ... plus its length at this rate
     # an unfinished request head buffered beyond this is refused (400)
     max_incomplete_head_bytes: Bytes = Field(MAX_INCOMPLETE_HEAD_BYTES, ge=1024, le=1 << 20)
+    # over TLS: to complete the handshake, from the connection's accept
+    tls_handshake_timeout_s: float = Field(HANDSHAKE_TIMEOUT_S, gt=0)
 
     @model_validator(mode="after")
     def _cap_above_limit(self) -> HttpServerConfig:

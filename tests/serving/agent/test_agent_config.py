@@ -121,3 +121,27 @@ def test_addresses_that_do_not_collide_are_accepted(listen: str, transfer: str) 
     data = {"capacity_bytes": 10, "speculative_quota_bytes": 1}
     cfg = parse_config(AgentConfig, data | {"listen": listen, "transfer_listen": transfer})
     assert (cfg.listen, cfg.transfer_listen) == (listen, transfer)
+
+
+@pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan")])
+def test_a_transfer_tls_handshake_bound_that_is_not_a_positive_time_is_refused_naming_it(
+    value: float,
+) -> None:
+    """The transfer server's bound on a peer's TLS handshake, in the config and in the server
+    itself: a positive number of seconds (5 by default), else an error naming it and the value."""
+    data = {"node_id": "a", "capacity_bytes": 1024, "speculative_quota_bytes": 0}
+    assert parse_config(AgentConfig, data).transfer_tls_handshake_timeout_s == 5.0
+    cfg = parse_config(AgentConfig, data | {"transfer_tls_handshake_timeout_s": 0.5})
+    assert cfg.transfer_tls_handshake_timeout_s == 0.5
+    with pytest.raises(
+        ConfigError, match=rf"key 'transfer_tls_handshake_timeout_s': .*\(got {value}\)"
+    ):
+        parse_config(AgentConfig, data | {"transfer_tls_handshake_timeout_s": value})
+    from kvcast.serving.agent import BlockStore, TransferServer
+
+    assert TransferServer(BlockStore(1024, 0)).tls_handshake_timeout_s == 5.0
+    with pytest.raises(
+        ValueError,
+        match=rf"tls_handshake_timeout_s must be a positive number of seconds, got {value}",
+    ):
+        TransferServer(BlockStore(1024, 0), tls_handshake_timeout_s=value)

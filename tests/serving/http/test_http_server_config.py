@@ -40,3 +40,30 @@ def test_a_connection_cap_below_limit_concurrency_is_refused_naming_both() -> No
     with pytest.raises(ConfigError, match=r"max_connections \(8\).*limit_concurrency \(16\)"):
         parse_config(HttpServerConfig, {"limit_concurrency": 16, "max_connections": 8})
     assert HttpServerConfig(limit_concurrency=16, max_connections=16).max_connections == 16
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [(0, "greater than 0"), (-1.5, "greater than 0"), (float("inf"), "finite number"),
+     ("soon", "valid number")],
+)  # fmt: skip
+def test_a_tls_handshake_bound_that_is_not_a_positive_time_is_refused_naming_it(
+    value: object, why: str
+) -> None:
+    """The bound on a TLS handshake (``http.tls_handshake_timeout_s``): a positive number of
+    seconds, 5 by default; anything else is one line naming the key and the value given."""
+    assert HttpServerConfig().tls_handshake_timeout_s == 5.0
+    cfg = parse_config(HttpServerConfig, {"tls_handshake_timeout_s": 0.25})
+    assert cfg.tls_handshake_timeout_s == 0.25
+    with pytest.raises(
+        ConfigError, match=rf"key 'tls_handshake_timeout_s': .*{why} \(got '?{value}'?\)"
+    ):
+        parse_config(HttpServerConfig, {"tls_handshake_timeout_s": value})
+
+
+def test_a_services_tls_handshake_bound_error_names_its_section_and_file(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.yaml"
+    path.write_text("nodes: [{name: gpu-0}]\nhttp:\n  tls_handshake_timeout_s: -2\n")
+    key = r"sidecar\.yaml: key 'http\.tls_handshake_timeout_s': "
+    with pytest.raises(ConfigError, match=key + r"Input should be greater than 0 \(got -2\)"):
+        load_config(SidecarConfig, path)
