@@ -7,7 +7,8 @@ agent's inventory says). The other ``GET`` routes (mode, model, probes, metrics)
 operators, probes and scrapers (none returns block contents: the sidecar never holds any).
 The shared token may do everything; a tenant token (the config's ``tenant_tokens``) only
 posts its tenants' arrivals (without queue depths), at most its entry's rate of them
-(:mod:`.arrival_rates`: 429), and sees its tenants' decisions and blocks
+(:mod:`.arrival_rates`: 429) and its share of the ingestion queue (:mod:`.queue_shares`:
+429), and sees its tenants' decisions and blocks
 (:mod:`.tenant_scope`), and is refused every other guarded route (403).
 Ingestion handlers only validate and queue: they answer 202 as soon as the events are in the
 bounded queue. Middleware, outer first: the token guards (401 before the body is read, 403
@@ -68,7 +69,8 @@ bearer_scheme = HTTPBearer(
     auto_error=False,
     description="The shared token (KVCAST_TOKEN): every route. Or a tenant token (the config's "
     "tenant_tokens): POST /v1/requests with its tenants' arrivals only, without queue_depth "
-    "(at most its entry's max_arrivals_per_s: else 429 with Retry-After), and GET /v1/decisions "
+    "(at most its entry's max_arrivals_per_s, and max_queue_share of the ingestion queue: else "
+    "429 with Retry-After), and GET /v1/decisions "
     "and GET /v1/blocks/{block_hash} narrowed to its tenants; any other guarded route is 403.",
 )
 Who = Annotated[Identity, Depends(request_identity)]
@@ -96,7 +98,8 @@ def _writes(sc: Sidecar) -> APIRouter:
     refusals = error_responses(401, 403, 411, 413, 422)
     arrival_refusals = error_responses(400, 401, 403, 411, 413, 422, 429)
     arrival_refusals[429]["headers"] = {"Retry-After": {
-        "description": "seconds until the batch would fit the token's rate (rounded up)",
+        "description": "seconds until the batch would fit the token's rate (rounded up), "
+        "or 1 when the token's share of the ingestion queue is full",
         "schema": {"type": "integer", "minimum": 1},
     }}  # fmt: skip
 
@@ -116,8 +119,11 @@ def _writes(sc: Sidecar) -> APIRouter:
         ``max_arrivals_per_s`` posts at most that many arrivals per second (bursts up to
         ``burst_arrivals``, counted in arrivals, retries included): a batch that does not fit
         is refused whole with 429 and ``Retry-After`` (seconds until it would fit), nothing
-        taken; a batch over the burst never fits: 400, split it. A refused batch (403, 422,
-        429, 400) uses none of the rate. The shared token is never limited."""
+        taken; a batch over the burst never fits: 400, split it. A tenant token's arrivals
+        waiting in the ingestion queue are at most its entry's ``max_queue_share`` of it: a
+        batch that would pass that is refused whole with 429 (``Retry-After``: 1), one over
+        the whole share with 400. A refused batch (403, 422, 429, 400) uses none of the rate.
+        The shared token is never limited."""
         if (refusal := foreign_arrival(body, who)) is not None:
             sc.tenant_refusals["tenant"] += 1
             raise refusal
@@ -125,6 +131,9 @@ def _writes(sc: Sidecar) -> APIRouter:
             sc.tenant_refusals["queue_depth"] += 1
             raise refusal
         events, queues = arrival_events(body, names, sc.clock_ms(), ahead_ok=who.admin)
+        if (refusal := sc.queue_shares.admit(who, len(events))) is not None:
+            sc.tenant_refusals["queue_share"] += 1
+            raise refusal
         if (refusal := sc.arrival_rates.admit(who, len(body.requests))) is not None:
             sc.tenant_refusals["rate" if refusal.status_code == 429 else "burst"] += 1
             raise refusal
@@ -137,7 +146,8 @@ def _writes(sc: Sidecar) -> APIRouter:
         sc.claim_routed(fresh)  # active mode: their nodes hold the replicas they count
         if sc.routes_log is not None:
             sc.routes_log.note(fresh)  # written by the next decision tick, off this path
-        return accepted(len(fresh), sc.queue.put(fresh, "http"), len(events) - len(fresh))
+        dropped = sc.queue.put(fresh, "http", who.token)  # a tenant token's share: counted
+        return accepted(len(fresh), dropped, len(events) - len(fresh))
 
     @router.post("/kv-events", status_code=202, responses=refusals)
     async def kv(body: KvEventBatch) -> Accepted:

@@ -38,6 +38,7 @@ from kvcast.serving.sidecar.live_view import LiveView
 from kvcast.serving.sidecar.metrics import sidecar_registry, timers
 from kvcast.serving.sidecar.model_slot import ModelInfo, ModelSlot
 from kvcast.serving.sidecar.node_loads import NodeLoads
+from kvcast.serving.sidecar.queue_shares import QueueShares
 from kvcast.serving.sidecar.recent_chains import RecentChains
 from kvcast.serving.sidecar.recovery import RecoveryReport, read_inventory, recover_locations
 from kvcast.serving.sidecar.replicas import ReplicaTracker
@@ -88,15 +89,16 @@ class Sidecar:
         self.mode: Mode = cfg.mode
         self.auth_failures = 0
         # refused to tenant tokens: 403 (a route, another tenant's arrival, a queue depth),
-        # 429 (rate), 400 (a batch over the burst)
+        # 429 (rate, queue share), 400 (a batch over the burst or the whole share)
         self.tenant_refusals = Counter(
-            {"route": 0, "tenant": 0, "queue_depth": 0, "rate": 0, "burst": 0}
+            {"route": 0, "tenant": 0, "queue_depth": 0, "rate": 0, "burst": 0, "queue_share": 0}
         )
         self.arrival_rates = ArrivalRates(cfg.tenant_tokens, monotonic)  # per tenant token
         self.http_cuts = ConnectionCuts()  # connections its API server cut (counted there)
         self.replicas_lost_on_agents = 0  # replicas the agents removed on their own
         self.block_bytes = cfg.kv_block_bytes
         self.queue = EventQueue(cfg.queue_events)
+        self.queue_shares = QueueShares(cfg.tenant_tokens, self.queue)  # per tenant token
         # a retried POST counts once; each tenant token remembers its own ids
         self.seen_requests = SeenRequests(SEEN_REQUEST_IDS, TENANT_TOKEN_REQUEST_IDS)
         self.state = FeatureState(

@@ -8,13 +8,18 @@ freshest events, which matter most for the next decision, survive; the removals 
 are kept, folded (:mod:`.salvage`), and handed to the consumer before the next batch, so that
 no dropped ``BlockRemoved`` leaves a block resident in the sidecar's view. ``put`` never
 blocks.
+
+A batch may be put on behalf of an *owner* (a tenant token, by its position in
+``tenant_tokens``): the queue keeps how many of each owner's events it holds (:meth:`held`),
+whether they leave by the consumer or by a drop, so that each tenant token's share of the
+queue can be capped before its batch is taken (:mod:`.queue_shares`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from kvcast.features.events import Event
 from kvcast.serving.sidecar.salvage import RemovalSalvage
@@ -25,7 +30,8 @@ class EventQueue:
         if capacity_events < 1:
             raise ValueError("capacity_events must be >= 1")
         self.capacity = capacity_events
-        self._batches: deque[list[Event]] = deque()
+        self._batches: deque[tuple[Hashable | None, list[Event]]] = deque()  # (owner, events)
+        self._held: Counter[Hashable] = Counter()  # events queued per owner
         self._size = 0
         self._cond = threading.Condition(threading.Lock())
         self._woken = False
@@ -34,8 +40,9 @@ class EventQueue:
         self.peak = 0  # most events held at once
         self.salvage = RemovalSalvage(capacity_events)  # the removals among dropped events
 
-    def put(self, events: Sequence[Event], source: str) -> int:
-        """Queue ``events`` (in order); return how many queued events were dropped for them."""
+    def put(self, events: Sequence[Event], source: str, owner: Hashable | None = None) -> int:
+        """Queue ``events`` (in order, on behalf of ``owner`` when given); return how many
+        queued events were dropped for them."""
         if not events:
             return 0
         batch = list(events)
@@ -48,17 +55,21 @@ class EventQueue:
                 dropped = cut
             else:
                 dropped = 0
-            self._batches.append(batch)
+            self._batches.append((owner, batch))
             self._size += len(batch)
+            if owner is not None:
+                self._held[owner] += len(batch)
             excess = self._size - self.capacity
             while excess > 0:
-                head = self._batches[0]
+                head_owner, head = self._batches[0]
                 if len(head) <= excess:
                     self._batches.popleft()
                     n = len(head)
                 else:
-                    self._batches[0] = head[excess:]
+                    self._batches[0] = (head_owner, head[excess:])
                     n = excess
+                if head_owner is not None:
+                    self._release(head_owner, n)
                 self.salvage.fold(head[:n])
                 self._size -= n
                 excess -= n
@@ -79,11 +90,25 @@ class EventQueue:
                 out.append(salvaged)
             taken = 0
             while self._batches and taken < max_events:
-                batch = self._batches.popleft()
+                owner, batch = self._batches.popleft()
                 out.append(batch)
                 taken += len(batch)
+                if owner is not None:
+                    self._release(owner, len(batch))
             self._size -= taken
             return out
+
+    def held(self, owner: Hashable) -> int:
+        """Events of ``owner``'s batches still queued."""
+        with self._cond:
+            return self._held[owner]
+
+    def _release(self, owner: Hashable, n: int) -> None:
+        left = self._held[owner] - n
+        if left:
+            self._held[owner] = left
+        else:
+            del self._held[owner]
 
     def wake(self) -> None:
         """Wake a waiting consumer (to see a query or a stop request at once)."""

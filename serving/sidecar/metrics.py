@@ -156,7 +156,8 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
         sc.http_cuts.family(P),
         _labelled("counter", "tenant_refusals_total", "Requests refused to a tenant token: a "
                   "route it may not use, arrivals of another tenant or with a queue depth "
-                  "(403), over its arrival rate (429) or its burst (400)", "reason",
+                  "(403), over its arrival rate or its queue share (429), its burst or its "
+                  "whole share (400)", "reason",
                   dict(sc.tenant_refusals)),
         _one("counter", "duplicate_arrivals_total", "Arrivals posted again (a retried batch): "
              "not counted twice", sc.seen_requests.duplicates),

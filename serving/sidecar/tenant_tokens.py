@@ -31,13 +31,15 @@ BURST_SECONDS = 2.0  # burst_arrivals left unset: this many seconds of arrivals 
 
 
 class TenantTokenConfig(FiniteConfig):
-    """One tenant token: the tenants it speaks for, the variable that holds it, and the
-    arrivals per second it may post (None: unlimited)."""
+    """One tenant token: the tenants it speaks for, the variable that holds it, the arrivals
+    per second it may post (None: unlimited) and its share of the ingestion queue."""
 
     tenants: tuple[Tenant, ...] = Field(min_length=1)
     token_env: EnvName
     max_arrivals_per_s: float | None = Field(None, gt=0, le=1e9)
     burst_arrivals: int | None = Field(None, ge=1, le=10**12)  # None: BURST_SECONDS at the rate
+    # the most of the ingestion queue (queue_events) its arrivals may hold at once
+    max_queue_share: float = Field(0.5, gt=0, le=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> TenantTokenConfig:

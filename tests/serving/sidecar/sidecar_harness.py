@@ -116,7 +116,8 @@ async def refusals(client: Any) -> dict[str, float]:
 
 def no_refusals(**counts: float) -> dict[str, float]:
     """:func:`refusals` when none were refused but these ``reason=count``."""
-    return {"route": 0.0, "tenant": 0.0, "queue_depth": 0.0, "rate": 0.0, "burst": 0.0} | counts
+    zero = ("route", "tenant", "queue_depth", "rate", "burst", "queue_share")
+    return dict.fromkeys(zero, 0.0) | counts
 
 
 async def settle(sc: Any, timeout_s: float = 5.0) -> None:

@@ -104,3 +104,22 @@ def test_posting_into_a_full_sidecar_queue_reports_and_counts_the_drops(tmp_path
             assert "kvcast_sidecar_queue_peak_events 4.0" in text
 
     run(main())
+
+
+def test_the_queue_counts_each_owners_queued_events_however_they_leave() -> None:
+    """``held(owner)``: what a tenant token's share is measured by; events leave it when the
+    consumer takes them and when the queue drops them for room (a cut batch in part)."""
+    q = EventQueue(capacity_events=10)
+    q.put(_events(0, 4), "http", owner=0)
+    q.put(_events(4, 3), "http", owner=1)
+    q.put(_events(7, 2), "zmq")  # no owner: engines, the shared token
+    assert (q.held(0), q.held(1), q.held(None)) == (4, 3, 0)
+    q.put(_events(9, 3), "zmq")  # 12 > 10: owner 0's first two events are dropped
+    assert (q.held(0), q.held(1)) == (2, 3)
+    q.put(_events(12, 4), "http", owner=1)  # 14 > 10: owner 0's last two, owner 1's first two
+    assert (q.held(0), q.held(1)) == (0, 5)
+    taken = q.get(max_events=3, timeout_s=0)  # owner 1's cut batch (1 left), then the zmq one
+    assert _times(taken) == [6, 7, 8]
+    assert q.held(1) == 4
+    q.get(max_events=100, timeout_s=0)
+    assert q.held(1) == 0 and len(q) == 0
