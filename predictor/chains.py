@@ -173,7 +173,7 @@ def build_plans(
         raise ValueError(f"{len(probs)} probabilities for {cands.total_blocks} candidate blocks")
     probs = np.fmin(np.fmax(probs, 0.0), 1.0)  # NaN: 0
     k, n, now = len(cands), view.n, view.now_ms
-    lens = np.fromiter(map(len, cands.chains), np.int64, k)
+    lens = cands.lengths
     first = _per_chain(np.asarray(cands.first_use_ms, dtype=float), k, np.nan)
     with np.errstate(invalid="ignore"):
         keep = (lens > 0) & ~(first - now > known_within_ms)
@@ -233,8 +233,8 @@ def _held(
     if pending:
         flat = flat or list(chain.from_iterable(cands.chains))
         masks[:total] |= _masks(pending, flat, alive)
-    bits = (masks[at][:, None, :] >> np.arange(n)[:, None]) & 1  # [P, n, L + 1]
-    return bits.argmin(axis=2)  # the first block a node lacks (the sentinel at worst)
+    has = (masks[at][:, None, :] & (1 << np.arange(n))[:, None]) != 0  # [P, n, L + 1]
+    return has.argmin(axis=2)  # the first block a node lacks (the sentinel at worst)
 
 
 def _masks(holders: Mapping[int, int], flat: list[int], alive: int) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -152,9 +153,17 @@ class ChainCandidates:
     @property
     def offsets(self) -> np.ndarray:
         out = np.zeros(len(self.chains) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, self.chains), np.int64, len(self.chains)), out=out[1:])
+        np.cumsum(self.lengths, out=out[1:])
         return out
 
-    @property
+    @cached_property
+    def lengths(self) -> np.ndarray:
+        """``[k]`` each chain's block count (read only). Cached, as :attr:`total_blocks`: the
+        chains are an immutable tuple, and a tick reads both several times."""
+        out = np.fromiter(map(len, self.chains), np.int64, len(self.chains))
+        out.flags.writeable = False
+        return out
+
+    @cached_property
     def total_blocks(self) -> int:
         return sum(map(len, self.chains))

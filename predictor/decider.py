@@ -105,7 +105,7 @@ class Decider:
         # of that use (the replica itself must land no earlier than that, see costs.py)
         ms_per_block = _ms_per_block(view)
         lead = cfg.costs.lead_ms + float(np.max(view.links.backlog_ms, initial=0.0))
-        longest = max(map(len, cands.chains), default=0)
+        longest = int(cands.lengths.max(initial=0))
         plans = build_plans(
             cands,
             probs,
@@ -125,7 +125,8 @@ class Decider:
         chains = [plans.cands.chains[c] for c in plans.index[order].tolist()]
         # the copy terms, for the chains that may be copied as the tick starts; one that
         # may be once the tick's own commands moved the queues gets its terms then, alone
-        batched = self._may_copy(plans, order, chains, forecast)
+        queues = forecast.queues_without(order)  # as the tick starts (read by both screens)
+        batched = self._may_copy(plans, order, chains, queues)
         factor = self.feedback.factor(now)  # (every tick: it decays the outcomes to now)
         promote = cfg.promote and bool(view.lower)
         if not batched and not promote:
@@ -141,7 +142,7 @@ class Decider:
         rank = 0
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             # and of those, the ones no target and cut could pay for as the tick starts
-            unpaid = self._cannot_pay(order[batched], firsts, copies, view, forecast, terms)
+            unpaid = self._cannot_pay(queues[batched], firsts, copies, view, forecast, terms)
             for i, kept in enumerate(weighed):
                 j = row.get(i)  # its row of the batched copy terms (None: not batched)
                 if not rank and not promote and (j is None or unpaid[j]):
@@ -180,16 +181,16 @@ class Decider:
         plans: PlanBatch,
         rows: np.ndarray,
         chains: list[tuple[int, ...]],
-        forecast: LoadForecast,
+        queue: np.ndarray,
     ) -> list[int]:
-        """Which of the ``chains`` (``rows`` of ``plans``) :meth:`_best_option` could
-        weigh copying as the tick starts: every chain with a copy on its way (its placement
-        is read then), else those with a held prefix, no live replica and worth a look
-        (:meth:`_worth_a_look` over every chain at once; a chain it lets through is still
-        checked one by one). What rules a chain out here only changes with the tick's own
-        commands (a replica is never dropped within a tick)."""
+        """Which of the ``chains`` (``rows`` of ``plans``, ``queue`` their
+        :meth:`~LoadForecast.queues_without`) :meth:`_best_option` could weigh copying as the
+        tick starts: every chain with a copy on its way (its placement is read then), else
+        those with a held prefix, no live replica and worth a look (:meth:`_worth_a_look`
+        over every chain at once; a chain it lets through is still checked one by one). What
+        rules a chain out here only changes with the tick's own commands (a replica is never
+        dropped within a tick)."""
         depth = plans.depth[rows]
-        queue = forecast.queues_without(rows)
         most = np.where(plans.held[rows] >= depth[:, None], queue, -np.inf).max(axis=1)
         with np.errstate(invalid="ignore"):
             looks = ~(most <= queue.min(axis=1)) & (depth > 0)  # NaN: let the check decide
@@ -204,27 +205,28 @@ class Decider:
 
     def _cannot_pay(
         self,
-        rows: np.ndarray,
+        queues: np.ndarray,
         weighed: list[ChainPlan],
         copies: CopyTerms | None,
         view: ClusterView,
         forecast: LoadForecast,
         terms: TickTerms,
     ) -> list[bool]:
-        """Per chain ``weighed`` (``rows`` of the plans, with ``copies`` their copy terms),
-        whether :meth:`_best_option` would find no copy worth making as the tick starts
-        (:func:`~kvcast.predictor.costs.cannot_pay`, an upper bound of its net value over
-        every chain at once). A chain with a copy on its way is left to its own check (its
-        placement is read then). What rules a chain out here only changes with the tick's own
-        commands (queues, hot nodes, bytes in flight). With a router probe nothing is ruled
-        out: the probe may keep state (the simulator's routers break ties with a seeded RNG),
-        so each of its calls is made as the chain-by-chain check makes it."""
+        """Per chain ``weighed`` (``queues``: their :meth:`~LoadForecast.queues_without`, as
+        :meth:`decide` read them for every chain at once, each row its own arithmetic;
+        ``copies``: their copy terms), whether :meth:`_best_option` would find no copy worth
+        making as the tick starts (:func:`~kvcast.predictor.costs.cannot_pay`, an upper bound
+        of its net value over every chain at once). A chain with a copy on its way is left to
+        its own check (its placement is read then). What rules a chain out here only changes
+        with the tick's own commands (queues, hot nodes, bytes in flight). With a router probe
+        nothing is ruled out: the probe may keep state (the simulator's routers break ties
+        with a seeded RNG), so each of its calls is made as the chain-by-chain check makes it."""
         if copies is None or view.would_route is not None:  # a probe's calls are all made
             return [False] * len(weighed)
         margin = self.cfg.costs.safety_margin_gib * GIB
         in_flight, hot = self.ledger.in_flight_to(view.n), forecast.hot()
         room = terms.memory(in_flight, hot, view.block_bytes, margin)[1]
-        unpaid = cannot_pay(copies, forecast.queues_without(rows), room, terms.block_ms)
+        unpaid = cannot_pay(copies, queues, room, terms.block_ms)
         touched = self._touched
         return [no and not touched(p.blocks) for no, p in zip(unpaid, weighed, strict=True)]
 

@@ -85,9 +85,9 @@ def _per_run(state: FeatureState, now: float, slots: np.ndarray) -> tuple[np.nda
     h = 7 + k  # the first column after the session and heat families
     m = h + 6 + nodes[0].width  # the first meta column
     out = np.empty((r, width))
-    out[:, :7] = np.column_stack(
-        session_columns(now_r, sv[:, 0], sv[:, 1], sv[:, 2], sv[:, 3], explicit, think)
-    )
+    session = session_columns(now_r, sv[:, 0], sv[:, 1], sv[:, 2], sv[:, 3], explicit, think)
+    for j, col in enumerate(session):  # into place (no stacked copy first)
+        out[:, j] = col
     np.multiply(v[:, :k], decay, out=out[:, 7:h])
     out[:, h + 2] = distinct(s, v[:, k + 4])
     out[:, h + 3] = distinct(t, v[:, k + 5])

@@ -65,9 +65,11 @@ def _held(blocks: list[int], masks: list[int]) -> dict[int, int]:
 class Holders(Mapping[int, int]):
     """:func:`gpu_holders` of a tick's blocks, made on the first lookup: the decider reads
     ``view.hbm`` only to commit a command or to place a chain with a copy on its way, which
-    most ticks do not, so most ticks skip the dict (a pass over every candidate block)."""
+    most ticks do not, so most ticks skip the dict (a pass over every candidate block).
 
-    __slots__ = ("_args", "_map")
+    Once made, ``get`` (the decider's one lookup, once per block it moves or places) is the
+    dict's own bound method, set on the instance: no Python frame per lookup (no
+    ``__slots__``, so that the instance attribute can shadow the method)."""
 
     def __init__(self, blocks: list[int], masks: np.ndarray) -> None:
         self._args: tuple[list[int], np.ndarray] | None = (blocks, masks)  # the column
@@ -77,6 +79,7 @@ class Holders(Mapping[int, int]):
         if self._args is not None:
             blocks, masks = self._args
             self._map, self._args = _held(blocks, masks.tolist()), None
+            self.get = self._map.get  # type: ignore[method-assign]
         return self._map
 
     def __getitem__(self, block: int) -> int:
@@ -98,13 +101,12 @@ class Holders(Mapping[int, int]):
 def distinct_blocks(cands: ChainCandidates) -> tuple[list[int], np.ndarray]:
     """The candidates' distinct blocks (first seen first) and, per block of the concatenated
     chains, its index among them (C-level passes, no Python step per block)."""
-    chains = cands.chains
-    total = cands.total_blocks
-    if len(set(chain.from_iterable(chains))) == total:  # none shared: the identity
-        return list(chain.from_iterable(chains)), np.arange(total, dtype=np.int64)
-    blocks = list(dict.fromkeys(chain.from_iterable(chains)))
+    flat = list(chain.from_iterable(cands.chains))
+    total = len(flat)
+    if len(set(flat)) == total:  # none shared: the identity
+        return flat, np.arange(total, dtype=np.int64)
+    blocks = list(dict.fromkeys(flat))
     index = dict(zip(blocks, range(len(blocks)), strict=True))
-    flat = chain.from_iterable(chains)
     return blocks, np.fromiter(map(index.__getitem__, flat), np.int64, total)
 
 

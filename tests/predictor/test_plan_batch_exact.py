@@ -1,0 +1,87 @@
+"""The plan batch's shortcuts give exactly what their plain definitions give, on random states:
+each chain's held prefixes (one numpy pass over every chain) are :func:`prefix_lengths`
+of the chain, block by block; the candidates' cached lengths and totals are those of the
+chains; and the tick's predicted queues read for a subset of the chains are those rows of
+the queues read for all of them (the decider reads them once and slices)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcast.predictor.chains import build_plans, prefix_lengths
+from kvcast.predictor.cluster_view import ChainCandidates, ClusterView, Links, PrefillCost
+from kvcast.predictor.decider_config import GIB, DeciderConfig
+from kvcast.predictor.targets import LoadForecast
+
+
+@st.composite
+def states(draw: st.DrawFn) -> tuple[ChainCandidates, ClusterView, dict[int, int], np.ndarray]:
+    """Chains over a small pool of blocks (shared prefixes and repeats), random GPU holders
+    and copies on their way (bits beyond the nodes too), and per-block probabilities."""
+    n = draw(st.integers(1, 7))
+    pool = st.integers(1, 40)
+    chains = draw(st.lists(st.lists(pool, min_size=0, max_size=9), min_size=1, max_size=12))
+    masks = st.integers(0, (1 << (n + 2)) - 1)
+    hbm = draw(st.dictionaries(pool, masks, max_size=40))
+    pending = draw(st.dictionaries(pool, masks, max_size=10))
+    cands = ChainCandidates.build(chains, first_use_ms=[np.nan] * len(chains))
+    total = sum(map(len, chains))
+    probs = np.array(draw(st.lists(st.floats(0.0, 1.0), min_size=total, max_size=total)))
+    cap = np.full(n, 80.0 * GIB)
+    view = ClusterView(
+        now_ms=1e6, block_bytes=1 << 20, block_tokens=16, prefill=PrefillCost(5.0, 0.1, 1e-6),
+        queue_ms=np.array(draw(st.lists(st.floats(0.0, 500.0), min_size=n, max_size=n))),
+        capacity_bytes=cap, pinned_bytes=cap * 0.2, cached_bytes=cap * 0.1,
+        spec_bytes=np.zeros(n),
+        links=Links(np.full((n, n), 1e7), np.full((n, n), 0.05), np.zeros((n, n)),
+                    np.zeros((n, n), dtype=np.int64)),
+        hbm=hbm,
+    )  # fmt: skip
+    return cands, view, pending, probs
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=states(), hand_holders=st.booleans())
+def test_held_prefixes_at_once_are_prefix_lengths_chain_by_chain(
+    state: tuple[ChainCandidates, ClusterView, dict[int, int], np.ndarray], hand_holders: bool
+) -> None:
+    cands, view, pending, probs = state
+    holders = None
+    if hand_holders:  # as the sidecar hands them: each block's mask, bits beyond n included
+        holders = np.array([view.hbm.get(b, 0) for c in cands.chains for b in c], np.int64)
+    plans = build_plans(cands, probs, view, pending, window_ms=60e3, min_p=0.0, holders=holders)
+    expected = [
+        prefix_lengths(cands.chains[i], view.n, view.hbm, pending) for i in plans.index.tolist()
+    ]
+    assert plans.held.tolist() == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(chains=st.lists(st.lists(st.integers(0, 9), max_size=6), max_size=8))
+def test_cached_lengths_and_totals_are_the_chains(chains: list[list[int]]) -> None:
+    cands = ChainCandidates.build(chains)
+    lens = [len(c) for c in chains]
+    assert cands.lengths.tolist() == lens and cands.lengths.dtype == np.int64
+    assert cands.total_blocks == sum(lens)
+    assert cands.offsets.tolist() == np.concatenate([[0], np.cumsum(lens)]).tolist()
+    with pytest.raises(ValueError):  # shared between readers: read only
+        cands.lengths[:] = 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=states(), data=st.data())
+def test_queues_of_some_chains_are_those_rows_of_every_chains_queues(
+    state: tuple[ChainCandidates, ClusterView, dict[int, int], np.ndarray], data: st.DataObject
+) -> None:
+    cands, view, pending, probs = state
+    cfg = DeciderConfig()
+    plans = build_plans(cands, probs, view, pending, window_ms=cfg.window_ms, min_p=0.0)
+    forecast = LoadForecast(view, plans, cfg.targets, cfg.window_ms)
+    order = np.array(data.draw(st.permutations(range(len(plans)))), dtype=np.int64)
+    some = sorted(data.draw(st.sets(st.integers(0, max(len(order) - 1, 0)))) if len(order) else [])
+    every = forecast.queues_without(order)
+    # (repr: NaN equals NaN, -0.0 differs from 0.0)
+    assert repr(every[some].tolist()) == repr(forecast.queues_without(order[some]).tolist())
