@@ -556,6 +556,27 @@ pd.concat(
 )
 """),
     md("""
+## Against the goal
+
+The predictive-replication goal (`configs/goals/predictive-replication.yaml`), judged from
+these summaries as `kvcast verdict` does: each check's figure and `ok`, `MISS`, or `?` where
+these runs cannot decide it. The capacity checks need each policy's capacity and the best
+router's capacity load: `kvcast evaluate --verdict` searches and runs them.
+"""),
+    py("""
+from kvcast.simulator.goal_config import GoalConfig
+from kvcast.simulator.verdict import judge
+
+MARK = {True: "ok", False: "MISS", None: "?"}
+[group] = judge(ev.summaries, GoalConfig())
+pd.DataFrame(
+    {
+        f"{p.label} on {p.router}": {c.name: f"{c.value} {MARK[c.met]}" for c in p.checks}
+        for p in group.policies
+    }
+)
+"""),
+    md("""
 ## Plots
 
 The TTFT CDF at load 1 and P99 TTFT / SLO attainment against load, as `kvcast evaluate`

@@ -31,6 +31,13 @@ class GoalConfig(FiniteConfig):
             raise ValueError("name at least one router to judge against")
         if len(set(v)) != len(v):
             raise ValueError(f"a router is named twice: {list(v)}")
+        from kvcast.simulator.policies import policy_names
+        from kvcast.simulator.replication_policies import replicating_policy_names
+
+        routers = sorted(set(policy_names()) - set(replicating_policy_names()))
+        unknown = [name for name in v if name not in routers]
+        if unknown:
+            raise ValueError(f"not a router: {unknown[0]!r}; routers: {', '.join(routers)}")
         return v
 
 

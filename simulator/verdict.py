@@ -13,7 +13,7 @@ when the bound does: at least x2 against a bar of x1.5 is a gain of at least +33
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,8 +60,9 @@ class GroupVerdict:
 
     slo: str | None
     bar: str | None  # None: no router of the goal has a capacity in the summaries
-    bar_capacity: float | None
-    oracle_gain: float | None  # the oracle's capacity gain over the bar, when measured
+    bar_capacity: float | None  # its capacity_time_scale (a bound's edge for "lower")
+    bar_capacity_bound: str | None  # "upper": at least that; "lower": below it; None: measured
+    oracle_gains: dict[str, float]  # oracle label -> its capacity gain over the bar
     policies: tuple[PolicyVerdict, ...]
     notes: tuple[str, ...] = field(default=())
 
@@ -142,68 +143,101 @@ def _pct(x: float, sign: str = "+") -> str:
     return format(x, f"{sign}.1%").replace(".0%", "%")
 
 
-def judge(summaries: Sequence[Row], goal: GoalConfig) -> list[GroupVerdict]:
-    """One :class:`GroupVerdict` per SLO in ``summaries`` (``kvcast evaluate``'s list)."""
+def judge(
+    summaries: Sequence[Row], goal: GoalConfig, unplayable: Mapping[float, str] | None = None
+) -> list[GroupVerdict]:
+    """One :class:`GroupVerdict` per SLO in ``summaries`` (``kvcast evaluate``'s list);
+    ``unplayable``: loads the verdict reads that the trace cannot be played at, with why."""
     replicating = set(replicating_policy_names())
     by_key: dict[Key, list[Row]] = {}
     for row in summaries:
         by_key.setdefault(_key(row), []).append(row)
     slos = list(dict.fromkeys(k[1] for k in by_key))
-    return [_judge_slo(slo, by_key, replicating, goal) for slo in slos]
+    return [_Slo(slo, by_key, goal, dict(unplayable or {})).judge(replicating) for slo in slos]
 
 
-def _judge_slo(
-    slo: Any, by_key: Mapping[Key, list[Row]], replicating: set[str], goal: GoalConfig
-) -> GroupVerdict:
-    routers = {k[0]: rows for k, rows in by_key.items() if k[1] == slo and k[0] in goal.routers}
-    capacities = {name: c for name, rows in routers.items() if (c := _capacity(rows))}
-    notes: list[str] = []
-    bar = max(capacities, key=lambda n: capacities[n].value) if capacities else None
-    if bar is None:
-        notes.append(
-            "no router of the goal (" + ", ".join(goal.routers) + ") has a capacity in these "
-            "summaries: evaluate them with --capacity"
-        )
-    elif capacities[bar].bound is not None:
-        notes.append(f"the bar's capacity is a bound ({bar}: {capacities[bar]}): widen the load")
-    oracle_gain = None
-    oracle_rows = by_key.get(("oracle", slo, None))
-    if bar is not None and oracle_rows and (c := _capacity(oracle_rows)):
-        lo, hi = _gain_range(c, capacities[bar])
-        oracle_gain = lo if lo == hi else None
-    verdicts = []
-    for key, rows in by_key.items():
-        if key[1] != slo or key[0] not in replicating:
-            continue
-        checks = _checks(key, rows, routers, bar, capacities, oracle_gain, goal)
-        verdicts.append(PolicyVerdict(_label(key), key[0], rows[0].get("base_router"), checks))
-    return GroupVerdict(
-        slo, bar, capacities[bar].value if bar else None, oracle_gain, tuple(verdicts),
-        tuple(notes),
-    )  # fmt: skip
+class _Slo:
+    """The rows of one SLO, its bar, and the checks of each replicating policy under it."""
+
+    def __init__(
+        self, slo: Any, by_key: Mapping[Key, list[Row]], goal: GoalConfig,
+        unplayable: dict[float, str],
+    ) -> None:  # fmt: skip
+        self.slo, self.goal, self.unplayable = slo, goal, unplayable
+        self.rows = {(k[0], k[2]): r for k, r in by_key.items() if k[1] == slo}
+        routers = {p: r for (p, q), r in self.rows.items() if q is None and p in goal.routers}
+        self.capacities = {name: c for name, rows in routers.items() if (c := _capacity(rows))}
+        caps = self.capacities
+        # the highest capacity; of equal ones, a measured one before a bound
+        self.bar = max(caps, key=lambda n: (caps[n].value, caps[n].bound is None), default=None)
+        self.bar_cap = caps[self.bar] if self.bar is not None else None
+
+    def judge(self, replicating: set[str]) -> GroupVerdict:
+        notes: list[str] = []
+        if self.bar is None:
+            notes.append("no router of the goal (" + ", ".join(self.goal.routers) + ") has a "
+                         "capacity here: add one to --policies, with --capacity")  # fmt: skip
+        elif self.bar_cap is not None and self.bar_cap.bound is not None:
+            notes.append(f"the bar's capacity is a bound ({self.bar}: {self.bar_cap}): "
+                         "widen the loads searched")  # fmt: skip
+        oracles = {}
+        for (policy, quota), _ in self.rows.items():
+            if policy == "oracle" and (gain := self.oracle_gain(quota)) is not None:
+                oracles[_label(("oracle", self.slo, quota))] = gain
+        verdicts = []
+        for (p, q), rows in self.rows.items():
+            if p in replicating:
+                label, router = _label((p, self.slo, q)), rows[0].get("base_router")
+                verdicts.append(PolicyVerdict(label, p, router, self.checks(p, q, rows)))
+        cap = self.bar_cap
+        return GroupVerdict(
+            self.slo, self.bar, cap.value if cap else None, cap.bound if cap else None, oracles,
+            tuple(verdicts), tuple(notes),
+        )  # fmt: skip
+
+    def oracle_gain(self, quota: Any) -> float | None:
+        """The oracle's capacity gain over the bar at ``quota`` (else without a quota), when
+        both capacities are measured."""
+        rows = self.rows.get(("oracle", quota)) or self.rows.get(("oracle", None))
+        cap = _capacity(rows) if rows else None
+        if cap is None or self.bar_cap is None:
+            return None
+        lo, hi = _gain_range(cap, self.bar_cap)
+        return lo if lo == hi else None
+
+    def checks(self, policy: str, quota: Any, rows: Sequence[Row]) -> tuple[Check, ...]:
+        goal = self.goal
+        out = _capacity_checks(policy, rows, self.bar_cap, self.oracle_gain(quota), goal)
+        out += _at_capacity(rows, self.bar_rows(), self.bar_cap, goal, self.missing)
+        out += _costs(rows, goal)
+        router = rows[0].get("base_router")
+        theirs = self.rows.get((router, None)) if router else None
+        out += _low_load(rows, router, theirs, goal, self.missing)
+        return tuple(out)
+
+    def bar_rows(self) -> Sequence[Row]:
+        return self.rows[(self.bar, None)] if self.bar is not None else ()
+
+    def missing(self, who: str, x: float) -> str:
+        """Why ``who`` has no run at ``x``, and what would give one."""
+        for load, why in self.unplayable.items():
+            if math.isclose(load, x, rel_tol=1e-9):
+                return f"no run of {who} at x{x:g}: the trace cannot be played there ({why})"
+        return f"no run of {who} at x{x:g}: kvcast evaluate --verdict runs it"
 
 
-def _checks(
-    key: Key,
-    rows: Sequence[Row],
-    routers: Mapping[str, Sequence[Row]],
-    bar: str | None,
-    capacities: Mapping[str, _Capacity],
-    oracle_gain: float | None,
-    goal: GoalConfig,
-) -> tuple[Check, ...]:
-    out = list(_capacity_checks(key[0], rows, bar, capacities, oracle_gain, goal))
-    out += _at_capacity(rows, routers, bar, capacities, goal)
-    out += _costs(rows, goal)
-    out += _low_load(rows, routers, goal)
-    return tuple(out)
+def _ratio(mine: Row, theirs: Row, key: str) -> float | None:
+    """``mine``'s TTFT ``key`` over ``theirs`` minus 1; None where either is not a positive
+    finite number (a run that served nothing has none)."""
+    a, b = mine["ttft_ms"].get(key), theirs["ttft_ms"].get(key)
+    ok = all(isinstance(v, int | float) and math.isfinite(v) for v in (a, b))
+    return a / b - 1.0 if ok and b > 0 and a >= 0 else None
 
 
 def _capacity_checks(
     policy: str,
     rows: Sequence[Row],
-    bar: str | None,
-    capacities: Mapping[str, _Capacity],
+    bar: _Capacity | None,
     oracle_gain: float | None,
     goal: GoalConfig,
 ) -> list[Check]:
@@ -214,46 +248,60 @@ def _capacity_checks(
         why = "no capacity for the bar" if bar is None else "no capacity: evaluate --capacity"
         out = [Check("capacity_gain", want, "-", None, why)]
         return out + ([] if policy == "oracle" else [Check("oracle_share", share, "-", None, why)])
-    lo, hi = _gain_range(cap, capacities[bar])
-    shown = _pct(lo) if lo == hi else f"x{cap} vs x{capacities[bar]}"
+    lo, hi = _gain_range(cap, bar)
+    shown = _pct(lo) if lo == hi else f"x{cap} vs x{bar}"
     why = "" if lo == hi else "a capacity is a bound"
     out = [Check("capacity_gain", want, shown, _at_least(lo, hi, goal.capacity_gain), why)]
     if policy == "oracle":
         return out
     if oracle_gain is None:
         out.append(Check("oracle_share", share, "-", None, "no oracle capacity to compare with"))
-        return out
-    need = goal.oracle_share * oracle_gain
-    value = f"{shown} vs {_pct(oracle_gain)}"
-    out.append(Check("oracle_share", share, value, _at_least(lo, hi, need), why))
+    elif oracle_gain <= 0:  # no gain to keep a share of: the goal's rule does not apply
+        out.append(Check("oracle_share", share, f"{shown} vs {_pct(oracle_gain)}", None,
+                         "the oracle gains nothing over the bar: no share to keep"))  # fmt: skip
+    else:
+        need = goal.oracle_share * oracle_gain
+        value = f"{shown} vs {_pct(oracle_gain)}"
+        out.append(Check("oracle_share", share, value, _at_least(lo, hi, need), why))
+    return out
+
+
+def _pair(
+    names: tuple[str, str], goals: tuple[str, str], mine: Row, theirs: Row,
+    limits: tuple[float, float], x: float,
+) -> list[Check]:  # fmt: skip
+    """P50 and P99 TTFT of ``mine`` against ``theirs``: each met at or below its limit."""
+    out = []
+    for name, goal, key, limit in zip(names, goals, ("p50", "p99"), limits, strict=True):
+        d = _ratio(mine, theirs, key)
+        if d is None:
+            out.append(Check(name, goal, "-", None, f"no TTFT {key} at x{x:g} (nothing served)"))
+        else:
+            out.append(Check(name, goal, _pct(d), d <= limit + EPS))
     return out
 
 
 def _at_capacity(
     rows: Sequence[Row],
-    routers: Mapping[str, Sequence[Row]],
-    bar: str | None,
-    capacities: Mapping[str, _Capacity],
+    bar_rows: Sequence[Row],
+    bar: _Capacity | None,
     goal: GoalConfig,
+    missing: Callable[[str, float], str],
 ) -> list[Check]:
-    p50_goal = f"<= bar {_pct(-goal.p50_cut)} at the bar's capacity"
-    p99_goal = f"<= bar {_pct(goal.p99_slack)} there"
-    if bar is None or capacities[bar].bound is not None:
+    names = ("p50_at_capacity", "p99_at_capacity")
+    goals = (
+        f"<= bar {_pct(-goal.p50_cut)} at the bar's capacity",
+        f"<= bar {_pct(goal.p99_slack)} there",
+    )
+    if bar is None or bar.bound is not None:
         why = "the bar's capacity load is not known"
-        return [Check("p50_at_capacity", p50_goal, "-", None, why),
-                Check("p99_at_capacity", p99_goal, "-", None, why)]  # fmt: skip
-    x = capacities[bar].value
-    mine, theirs = _at(rows, x), _at(routers[bar], x)
+        return [Check(n, g, "-", None, why) for n, g in zip(names, goals, strict=True)]
+    x = bar.value
+    mine, theirs = _at(rows, x), _at(bar_rows, x)
     if mine is None or theirs is None:
-        why = f"no run at x{x:g} (the bar's capacity): kvcast evaluate --verdict adds it"
-        return [Check("p50_at_capacity", p50_goal, "-", None, why),
-                Check("p99_at_capacity", p99_goal, "-", None, why)]  # fmt: skip
-    d50 = mine["ttft_ms"]["p50"] / theirs["ttft_ms"]["p50"] - 1.0
-    d99 = mine["ttft_ms"]["p99"] / theirs["ttft_ms"]["p99"] - 1.0
-    return [
-        Check("p50_at_capacity", p50_goal, _pct(d50), d50 <= -goal.p50_cut + EPS),
-        Check("p99_at_capacity", p99_goal, _pct(d99), d99 <= goal.p99_slack + EPS),
-    ]
+        why = missing("it" if mine is None else "the bar", x)
+        return [Check(n, g, "-", None, why) for n, g in zip(names, goals, strict=True)]
+    return _pair(names, goals, mine, theirs, (-goal.p50_cut, goal.p99_slack), x)
 
 
 def _costs(rows: Sequence[Row], goal: GoalConfig) -> list[Check]:
@@ -275,40 +323,44 @@ def _costs(rows: Sequence[Row], goal: GoalConfig) -> list[Check]:
 
 
 def _low_load(
-    rows: Sequence[Row], routers: Mapping[str, Sequence[Row]], goal: GoalConfig
+    rows: Sequence[Row],
+    router: str | None,
+    router_rows: Sequence[Row] | None,
+    goal: GoalConfig,
+    missing: Callable[[str, float], str],
 ) -> list[Check]:
     x = goal.low_load
-    p50_goal = f"<= its router {_pct(goal.low_load_slack)} at x{x:g}"
-    p99_goal = p50_goal
-    router = rows[0].get("base_router")
+    names = ("low_load_p50", "low_load_p99")
+    goals = (f"<= its router {_pct(goal.low_load_slack)} at x{x:g}",) * 2
     mine = _at(rows, x)
-    theirs = _at(routers.get(router, ()), x) if router else None
+    theirs = _at(router_rows, x) if router_rows else None
     if router is None:
         why = "the summaries do not name its router (base_router): re-run them"
+    elif not router_rows:
+        why = f"its router {router} was not evaluated alone: add it to --policies"
     elif mine is None or theirs is None:
-        who = "it" if mine is None else router
-        why = f"no run of {who} at x{x:g}: kvcast evaluate --verdict adds it"
+        why = missing("it" if mine is None else router, x)
     else:
-        d50 = mine["ttft_ms"]["p50"] / theirs["ttft_ms"]["p50"] - 1.0
-        d99 = mine["ttft_ms"]["p99"] / theirs["ttft_ms"]["p99"] - 1.0
-        return [
-            Check("low_load_p50", p50_goal, _pct(d50), d50 <= goal.low_load_slack + EPS),
-            Check("low_load_p99", p99_goal, _pct(d99), d99 <= goal.low_load_slack + EPS),
-        ]
-    return [Check("low_load_p50", p50_goal, "-", None, why),
-            Check("low_load_p99", p99_goal, "-", None, why)]  # fmt: skip
+        return _pair(names, goals, mine, theirs, (goal.low_load_slack,) * 2, x)
+    return [Check(n, g, "-", None, why) for n, g in zip(names, goals, strict=True)]
 
 
 def loads_needed(summaries: Sequence[Row], goal: GoalConfig) -> list[float]:
-    """The loads the verdict reads and the summaries lack: each SLO's bar capacity (when
-    bracketed) and the goal's low load; what ``evaluate --verdict`` runs after the search."""
-    have = [float(r["time_scale"]) for r in summaries]
+    """The loads the verdict reads that some evaluated task lacks: each SLO's bar capacity
+    (when measured, not a bound) and the goal's low load; what ``evaluate --verdict`` runs
+    after the capacity search."""
+    tasks: dict[Key, list[float]] = {}
+    for r in summaries:
+        tasks.setdefault(_key(r), []).append(float(r["time_scale"]))
     want = [goal.low_load]
     for group in judge(summaries, goal):
-        if group.bar_capacity is not None and not group.notes:
-            want.append(group.bar_capacity)
+        if group.bar is not None and not group.notes:
+            want += [float(r["capacity_time_scale"]) for r in summaries
+                     if _key(r) == (group.bar, group.slo, None)][:1]  # fmt: skip
     out: list[float] = []
     for x in want:
-        if not any(math.isclose(x, h, rel_tol=1e-9) for h in have + out):
+        lacking = any(not any(math.isclose(x, h, rel_tol=1e-9) for h in have)
+                      for have in tasks.values())  # fmt: skip
+        if lacking and not any(math.isclose(x, o, rel_tol=1e-9) for o in out):
             out.append(x)
     return sorted(out)

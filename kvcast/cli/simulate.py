@@ -31,7 +31,14 @@ from kvcast.features.traces import TRACE_FORMATS, Trace
 from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
 from kvcast.simulator.config import SimConfig, SLOConfig, load_sim_config
 from kvcast.simulator.engine import simulate as run_simulation
-from kvcast.simulator.evaluation import Evaluation, count_steps, evaluate, slo_label, with_loads
+from kvcast.simulator.evaluation import (
+    Evaluation,
+    check_inputs,
+    count_steps,
+    evaluate,
+    slo_label,
+    with_loads,
+)
 from kvcast.simulator.goal_config import GoalConfig, load_goal_config
 from kvcast.simulator.policies import policy_names
 from kvcast.simulator.replication_policies import make_policy
@@ -187,6 +194,7 @@ def run_evaluation(
     """Evaluate, print the table, write the summaries and plots; with a ``goal``, also search
     capacities, run the loads its verdict reads and print and write the verdict."""
     capacity = capacity or goal is not None
+    unplayable: dict[float, str] = {}  # loads the verdict reads that the trace cannot take
     if not policies:
         raise ValueError("--policies: no policy to run")
     no_repeats(policies, "--policies")
@@ -209,6 +217,7 @@ def run_evaluation(
             models=models, slos=slos, quotas_gib=quotas_gib, jobs=jobs,
         )  # fmt: skip
         extra = loads_needed(ev.summaries, goal) if goal is not None else []
+        extra = [x for x in extra if playable(tr, cfg, policies, x, slos, unplayable)]
         if extra:  # the bar's capacity load and the low load, for every policy
             total = done + count_steps(policies, extra, len(slos or []), len(quotas_gib or []))
             more = evaluate(
@@ -217,6 +226,7 @@ def run_evaluation(
             )  # fmt: skip
             ev = with_loads(ev, more)
     summary = fresh_summary(out)
+    (out / "verdict.json").unlink(missing_ok=True)  # an earlier run's would judge other rows
     from kvcast.simulator.plots import write_plots  # matplotlib: lazily
 
     written = write_plots(ev, out)
@@ -231,8 +241,24 @@ def run_evaluation(
     if goal is not None:
         from kvcast.cli.verdict import print_verdict
 
-        print_verdict(out_console, ev.summaries, goal, out / "verdict.json")
+        for x, why in unplayable.items():
+            out_console.print(escape(f"the goal's load x{x:g} cannot be played: {why}"))
+        print_verdict(out_console, ev.summaries, goal, out / "verdict.json", unplayable)
     return ev
+
+
+def playable(
+    tr: Trace, cfg: SimConfig, policies: list[str], x: float, slos: list[SLOConfig] | None,
+    unplayable: dict[float, str],
+) -> bool:  # fmt: skip
+    """Whether ``tr`` can be played at ``x`` (else its reason is noted in ``unplayable``): a
+    load the verdict adds is left out, not the end of an evaluation already run."""
+    try:
+        check_inputs(tr, cfg, policies, [x], slos)
+    except ValueError as err:
+        unplayable[x] = str(err)
+        return False
+    return True
 
 
 def capacity_notes(ev: Evaluation) -> list[str]:

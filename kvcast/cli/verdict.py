@@ -8,7 +8,7 @@ summaries lack the run it needs: the notes under the table say which).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,9 +44,10 @@ def verdict_tables(groups: Sequence[GroupVerdict], goal: GoalConfig) -> list[Tab
         if g.bar is None:
             head += "no bar"
         else:
-            head += f"bar {g.bar} (capacity x{g.bar_capacity:.3g})"
-            if g.oracle_gain is not None:
-                head += f", oracle gain {g.oracle_gain:+.1%}"
+            bound = {"upper": ">=", "lower": "<"}.get(g.bar_capacity_bound or "", "")
+            head += f"bar {g.bar} (capacity x{bound}{g.bar_capacity:.3g})"
+            for label, gain in g.oracle_gains.items():
+                head += f", {label} gain {gain:+.1%}"
         out.append(Text(head, style="bold"))
         if not g.policies:
             out.append(Text("no replicating policy (oracle, predictive_*) to judge"))
@@ -96,10 +97,15 @@ def verdict_json(groups: Sequence[GroupVerdict], goal: GoalConfig) -> dict[str, 
 
 
 def print_verdict(
-    console: Console, summaries: Sequence[dict[str, Any]], goal: GoalConfig, out: Path
+    console: Console,
+    summaries: Sequence[dict[str, Any]],
+    goal: GoalConfig,
+    out: Path,
+    unplayable: Mapping[float, str] | None = None,
 ) -> list[GroupVerdict]:
-    """Judge, print the tables, write ``out`` (JSON); the groups judged."""
-    groups = judge(summaries, goal)
+    """Judge, print the tables, write ``out`` (JSON); the groups judged (``unplayable``:
+    loads the verdict reads that the trace cannot be played at, and why)."""
+    groups = judge(summaries, goal, unplayable)
     for part in verdict_tables(groups, goal):
         console.print(part)
     write_json(out, verdict_json(groups, goal))
@@ -131,7 +137,10 @@ def verdict_cmd(
     from kvcast.cli.simulate import out_console
 
     groups = print_verdict(out_console, rows, cfg, out or summary.with_name("verdict.json"))
-    if strict and not all(p.met for g in groups for p in g.policies):
+    judged = [p for g in groups for p in g.policies]
+    if strict and not (judged and all(p.met for p in judged)):
+        if not judged:
+            out_console.print("--strict: nothing judged (no oracle or predictive_* policy)")
         raise typer.Exit(3)
 
 

@@ -50,10 +50,10 @@ def test_evaluate_verdict_runs_the_loads_it_reads_and_judges_every_check(tmp_pat
     assert "goal check: bar " + bar in " ".join(r.output.split())
 
 
-def test_verdict_reads_a_summary_and_strict_exits_3_when_the_goal_is_missed(
-    tmp_path: Path,
-) -> None:
+def test_verdict_reads_an_evaluations_summary_and_writes_verdict_json(tmp_path: Path) -> None:
     out = tmp_path / "ev"
+    (out).mkdir()
+    (out / "verdict.json").write_text("{}")  # an earlier run's: gone with the new summary
     r = runner.invoke(
         app,
         [
@@ -63,15 +63,70 @@ def test_verdict_reads_a_summary_and_strict_exits_3_when_the_goal_is_missed(
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     assert not (out / "verdict.json").exists()
-    summary = out / "summary.json"
-    r = runner.invoke(app, ["verdict", "--summary", str(summary)], terminal_width=200)
+    r = runner.invoke(app, ["verdict", "--summary", str(out / "summary.json")],
+                      terminal_width=200)  # fmt: skip
     assert r.exit_code == 0, r.output
-    assert (out / "verdict.json").is_file() and "capacity_gain" in r.output
-    met = json.loads((out / "verdict.json").read_text())["groups"][0]["policies"][0]["met"]
-    r = runner.invoke(app, ["verdict", "--summary", str(summary), "--strict",
-                            "--out", str(tmp_path / "v.json")])  # fmt: skip
-    assert r.exit_code == (0 if met else 3), r.output
-    assert (tmp_path / "v.json").is_file()
+    [group] = json.loads((out / "verdict.json").read_text())["groups"]
+    assert group["bar"] == "dynamo_kv" and [p["policy"] for p in group["policies"]] == ["oracle"]
+    assert "capacity_gain" in r.output
+
+
+def summary_file(tmp_path: Path, oracle_cap: float) -> Path:
+    """A hand-made summary: dynamo_kv at capacity x1 and the oracle on it, at x0.5 and x1."""
+
+    def row(policy: str, x: float, cap: float, p50: float) -> dict[str, object]:
+        return {"policy": policy, "time_scale": x, "ttft_ms": {"p50": p50, "p99": 10 * p50},
+                "bytes_replicated": 0, "bytes_replicated_used": 0,
+                "active_evictions_by_speculative": 0, "peak_speculative_bytes_over_quota": 0,
+                "capacity_time_scale": cap, "capacity_bound": None,
+                "capacity_bound_time_scale": None,
+                **({"base_router": "dynamo_kv"} if policy == "oracle" else {})}  # fmt: skip
+
+    rows = [row("dynamo_kv", 0.5, 1.0, 100), row("dynamo_kv", 1.0, 1.0, 400),
+            row("oracle", 0.5, oracle_cap, 100), row("oracle", 1.0, oracle_cap, 200)]  # fmt: skip
+    path = tmp_path / f"summary-{oracle_cap}.json"
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def test_strict_exits_3_unless_every_judged_policy_meets_the_goal(tmp_path: Path) -> None:
+    met = runner.invoke(app, ["verdict", "--summary", str(summary_file(tmp_path, 1.2)),
+                              "--strict"])  # fmt: skip
+    assert met.exit_code == 0, met.output
+    missed = runner.invoke(app, ["verdict", "--summary", str(summary_file(tmp_path, 1.1)),
+                                 "--strict", "--out", str(tmp_path / "v.json")])  # fmt: skip
+    assert missed.exit_code == 3, missed.output
+    assert json.loads((tmp_path / "v.json").read_text())["groups"][0]["policies"][0]["met"] is False
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    r = runner.invoke(app, ["verdict", "--summary", str(empty), "--strict"])
+    assert r.exit_code == 3 and "nothing judged" in r.output
+
+
+def test_a_low_load_the_trace_cannot_take_is_left_out_not_the_end_of_the_run(
+    tmp_path: Path,
+) -> None:
+    """With sessions load scaling, x0.5 of a one-session trace draws no session: the verdict
+    reports the low-load checks unmeasured, and everything else is written."""
+    sim = tmp_path / "sim.yaml"
+    sim.write_text("load_scaling: sessions\n")
+    out = tmp_path / "ev"
+    r = runner.invoke(
+        app,
+        [
+            "evaluate", "--trace", str(head(tmp_path, 1)), "--config", str(sim),
+            "--time-scale", "1", "--policies", "dynamo_kv,oracle", "--verdict", "--jobs", "1",
+            "--out", str(out),
+        ],
+        terminal_width=200,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "x0.5 cannot be played" in " ".join(r.output.split())
+    [group] = json.loads((out / "verdict.json").read_text())["groups"]
+    checks = {c["name"]: c for c in group["policies"][0]["checks"]}
+    assert checks["low_load_p50"]["met"] is None
+    assert "cannot be played" in checks["low_load_p50"]["note"]
+    assert {s["time_scale"] for s in json.loads((out / "summary.json").read_text())} >= {1.0}
 
 
 def test_verdict_refuses_what_is_not_a_summary_in_one_line(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ def row(policy: str, x: float, *, cap: float | None = None, p50: float = 100.0,
         "bytes_replicated": repl, "bytes_replicated_used": used,
         "active_evictions_by_speculative": 0, "peak_speculative_bytes_over_quota": 0,
     }  # fmt: skip
-    if cap is not None:
-        r |= {"capacity_time_scale": cap, "capacity_bound": bound,
+    if cap is not None:  # as evaluate writes them: a "lower" bound's edge is in *_bound_*
+        r |= {"capacity_time_scale": 0.0 if bound == "lower" else cap, "capacity_bound": bound,
               "capacity_bound_time_scale": cap if bound else None}  # fmt: skip
     if router is not None:
         r["base_router"] = router
@@ -54,9 +54,9 @@ def test_the_bar_is_the_goal_router_with_the_highest_capacity_not_any_policy() -
     rows = [*routers(2.0, 1.0), row("round_robin", 1.0, cap=9.0),
             row("oracle", 2.0, cap=2.1, router="mooncake_conductor")]  # fmt: skip
     [g] = judge(rows, GOAL)
-    assert (g.bar, g.bar_capacity) == ("mooncake_conductor", 2.0)
+    assert (g.bar, g.bar_capacity, g.bar_capacity_bound) == ("mooncake_conductor", 2.0, None)
     assert [p.policy for p in g.policies] == ["oracle"]  # routers are not judged
-    assert g.oracle_gain == pytest.approx(0.05)
+    assert g.oracle_gains == {"oracle": pytest.approx(0.05)}
 
 
 @pytest.mark.parametrize(("cap", "met"), [(2.3, True), (2.4, True), (2.28, False), (2.0, False)])
@@ -206,6 +206,8 @@ def test_loads_needed_are_the_bars_capacity_and_the_low_load_when_not_run() -> N
     rows = [row("mooncake_conductor", 1.0, cap=1.75), row("dynamo_kv", 1.0, cap=1.0)]
     assert loads_needed(rows, GOAL) == [0.5, 1.75]
     rows += [row("mooncake_conductor", 1.75, cap=1.75), row("mooncake_conductor", 0.5, cap=1.75)]
+    assert loads_needed(rows, GOAL) == [0.5, 1.75]  # dynamo_kv still lacks both
+    rows += [row("dynamo_kv", 1.75, cap=1.0), row("dynamo_kv", 0.5, cap=1.0)]
     assert loads_needed(rows, GOAL) == []
 
 
@@ -219,3 +221,79 @@ def test_with_loads_puts_each_tasks_rows_in_load_order_and_keeps_its_capacity() 
     assert got == [("dynamo_kv", 0.5, 1.5), ("dynamo_kv", 1.0, 1.5),
                    ("oracle", 0.5, 2.0), ("oracle", 1.0, 2.0)]  # fmt: skip
     assert set(merged.ttft) == {("oracle", 1.0), ("oracle", 0.5)}
+
+
+def test_each_quota_is_compared_with_the_oracle_at_the_same_quota() -> None:
+    """Oracle +50% at 8 GiB and +10% at 32 GiB over the bar (x2): a policy at +38% keeps 70%
+    of the first (35%) and of the second (7%); one at +20% keeps only the second's."""
+    q = "speculative_quota_gib"
+    rows = [
+        *routers(2.0),
+        row("oracle", 1.0, cap=3.0, router="mooncake_conductor", **{q: 8.0}),
+        row("oracle", 1.0, cap=2.2, router="mooncake_conductor", **{q: 32.0}),
+        row("predictive_rule", 1.0, cap=2.76, router="mooncake_conductor", **{q: 8.0}),
+        row("predictive_rule", 1.0, cap=2.4, router="mooncake_conductor", **{q: 32.0}),
+        row("predictive_lgbm", 1.0, cap=2.4, router="mooncake_conductor", **{q: 8.0}),
+    ]
+    [g] = judge(rows, GOAL)
+    assert g.oracle_gains == {
+        "oracle [8 GiB]": pytest.approx(0.5),
+        "oracle [32 GiB]": pytest.approx(0.1),
+    }
+    assert check(g, "predictive_rule [8 GiB]", "oracle_share") is True
+    assert check(g, "predictive_rule [32 GiB]", "oracle_share") is True
+    assert check(g, "predictive_lgbm [8 GiB]", "oracle_share") is False
+
+
+def test_without_a_gain_for_the_oracle_its_share_is_not_a_pass() -> None:
+    rows = [
+        *routers(2.0),
+        row("oracle", 1.0, cap=1.6, router="mooncake_conductor"),
+        row("predictive_rule", 1.0, cap=1.9, router="mooncake_conductor"),
+    ]
+    [g] = judge(rows, GOAL)
+    c = next(c for c in policy(g, "predictive_rule").checks if c.name == "oracle_share")
+    assert c.met is None and "gains nothing" in c.note
+
+
+def test_a_policys_own_router_is_found_though_not_among_the_goals_routers() -> None:
+    goal = GoalConfig(routers=("mooncake_conductor",))
+    rows = [*routers(2.0), row("predictive_rule", 0.5, cap=1.0, p50=201, p99=2010,
+                               router="dynamo_kv")]  # fmt: skip
+    [g] = judge(rows, goal)
+    assert g.bar == "mooncake_conductor"
+    assert check(g, "predictive_rule", "low_load_p50") is True
+    [g] = judge([*routers(2.0)[:2], rows[-1]], goal)  # dynamo_kv not evaluated at all
+    c = next(c for c in policy(g, "predictive_rule").checks if c.name == "low_load_p50")
+    assert c.met is None and "add it to --policies" in c.note
+
+
+def test_a_load_the_trace_cannot_take_is_named_as_such_not_as_a_run_to_add() -> None:
+    rows = [*routers(2.0)[1:2], row("oracle", 2.0, cap=2.0, router="mooncake_conductor")]
+    [g] = judge(rows, GOAL, unplayable={0.5: "drew none of the trace's sessions"})
+    c = next(c for c in policy(g, "oracle").checks if c.name == "low_load_p50")
+    assert c.met is None and "cannot be played" in c.note and "sessions" in c.note
+
+
+@pytest.mark.parametrize("p50", [None, 0.0, float("nan")])
+def test_a_run_without_a_ttft_leaves_its_check_unmeasured(p50: float | None) -> None:
+    rows = [*routers(2.0), row("oracle", 0.5, cap=2.0, router="mooncake_conductor")]
+    rows[0]["ttft_ms"] = {"p50": p50, "p99": 1000.0}  # the router's x0.5 run
+    [g] = judge(rows, GOAL)
+    assert check(g, "oracle", "low_load_p50") is None
+    assert check(g, "oracle", "low_load_p99") is True
+
+
+def test_of_equal_capacities_the_bar_is_a_measured_one_not_a_bound() -> None:
+    rows = [row("llmd_precise", 1.0, cap=2.0, bound="lower"),
+            row("mooncake_conductor", 1.0, cap=2.0)]  # fmt: skip
+    [g] = judge(rows, GOAL)
+    assert (g.bar, g.bar_capacity, g.bar_capacity_bound) == ("mooncake_conductor", 2.0, None)
+
+
+@pytest.mark.parametrize("name", ["moonkake_conductor", "oracle", "predictive_lgbm"])
+def test_the_goal_names_routers_only(name: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=f"not a router: '{name}'"):
+        GoalConfig(routers=("dynamo_kv", name))
