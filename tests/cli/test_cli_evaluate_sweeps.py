@@ -7,18 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from sample_trace import head
 from typer.testing import CliRunner
 
 from kvcast.cli.app import app
 
 runner = CliRunner()
-SAMPLE = Path(__file__).resolve().parents[2] / "kvcast/data/traces/conversation_sample.jsonl"
-
-
-def head(tmp_path: Path, lines: int) -> Path:
-    p = tmp_path / f"head{lines}.jsonl"
-    p.write_text("".join(SAMPLE.read_text().splitlines(keepends=True)[:lines]))
-    return p
 
 
 def test_evaluate_sweeps_slos_and_quotas_for_replicating_policies_only(tmp_path: Path) -> None:

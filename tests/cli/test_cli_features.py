@@ -3,19 +3,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sample_trace import head
 from typer.testing import CliRunner
 
 from kvcast.cli.app import app
 from kvcast.features.dataset import file_hash, read_feature_dataset
 
 runner = CliRunner()
-
-
-def head(tmp_path: Path, n: int = 400) -> Path:
-    src = Path(__file__).resolve().parents[2] / "kvcast/data/traces/conversation_sample.jsonl"
-    p = tmp_path / "head.jsonl"
-    p.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))
-    return p
 
 
 def test_features_writes_dataset_with_spec_and_hashes_and_prints_summary(tmp_path: Path) -> None:
@@ -47,7 +41,7 @@ def test_a_trace_without_ticks_gives_the_same_empty_table_on_either_engine(
 ) -> None:
     """One request: no decision tick, no rows. The Dask engine wrote no part and refused
     ("no feature parts to join") where the pandas engine writes the empty table."""
-    trace = head(tmp_path, n=1)
+    trace = head(tmp_path, 1)
     tables = {}
     for engine in ("pandas", "dask"):
         out = tmp_path / engine

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sample_trace import head
 from typer.testing import CliRunner
 
 from kvcast.cli.app import app
@@ -13,13 +14,6 @@ from kvcast.simulator.goal_config import ANCHORS
 from kvcast.simulator.verdict import CHECKS
 
 runner = CliRunner()
-SAMPLE = Path(__file__).resolve().parents[2] / "kvcast/data/traces/conversation_sample.jsonl"
-
-
-def head(tmp_path: Path, lines: int) -> Path:
-    p = tmp_path / f"head{lines}.jsonl"
-    p.write_text("".join(SAMPLE.read_text().splitlines(keepends=True)[:lines]))
-    return p
 
 
 def test_evaluate_verdict_runs_the_loads_it_reads_and_judges_every_check(tmp_path: Path) -> None:

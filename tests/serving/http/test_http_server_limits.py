@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from serve_processes import AGENT_READY, SIDECAR_READY, start
+from slow_peer import closed_after
 
 from kvcast.serving.http.connection_cuts import CUT_REASONS
 from kvcast.serving.tls import ENV
@@ -105,28 +106,6 @@ def _cuts(address: str) -> dict[str, float]:
     return {m[1]: float(m[2]) for m in re.finditer(pattern, body.decode(), re.M)}
 
 
-def _closed_after(
-    sock: socket.socket, started: float, drip: bytes = b"", limit_s: float = 8.0
-) -> float:
-    """Seconds from ``started`` until the server closes ``sock``, sending ``drip`` (a byte at a
-    time, every 0.1 s) meanwhile; an AssertionError if it is still open after ``limit_s`` or
-    answers anything."""
-    sock.settimeout(0.1)
-    pending = iter(drip)
-    while time.monotonic() - started < limit_s:
-        try:
-            if (byte := next(pending, None)) is not None:
-                sock.sendall(bytes([byte]))
-            data = sock.recv(4096)
-        except TimeoutError:
-            continue
-        except (ConnectionResetError, BrokenPipeError):
-            return time.monotonic() - started
-        assert data == b"", f"the server answered: {data[:80]!r}"
-        return time.monotonic() - started
-    raise AssertionError(f"still open after {limit_s} s")
-
-
 def test_a_request_with_limit_concurrency_connections_open_is_answered_503(serve) -> None:
     address = serve(limit_concurrency=4)
     idle = [_connect(address) for _ in range(3)]  # three connections that never send
@@ -157,13 +136,13 @@ def test_a_request_head_not_all_in_within_header_timeout_is_cut_off(serve) -> No
         t0 = time.monotonic()
         slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: kvcast\r\n")
         drip = b"X-Slow: " + b"a" * 200  # a byte every 0.1 s, never the end of the head
-        assert 0.8 < _closed_after(slow, t0, drip) < 4.0
-        assert _closed_after(silent, t0) < 4.0  # sent nothing at all
+        assert 0.8 < closed_after(slow, t0, drip) < 4.0
+        assert closed_after(silent, t0) < 4.0  # sent nothing at all
     with _connect(address) as kept:  # the next head on a kept-alive connection too
         kept.sendall(GET)
         assert _response(kept)[0] == 200
         t0 = time.monotonic()
-        assert 0.8 < _closed_after(kept, t0, b"GET /healthz HTTP/1.1\r\n" + b"a" * 200) < 4.0
+        assert 0.8 < closed_after(kept, t0, b"GET /healthz HTTP/1.1\r\n" + b"a" * 200) < 4.0
     with _connect(address) as prompt:  # a head sent in pieces, but in time, is served
         for piece in (GET[:10], GET[10:25], GET[25:]):
             prompt.sendall(piece)
@@ -195,7 +174,7 @@ def test_an_idle_kept_alive_connection_is_closed_after_timeout_keep_alive(serve)
     with _connect(address) as sock:
         sock.sendall(GET)
         assert _response(sock)[0] == 200
-        assert 0.7 < _closed_after(sock, time.monotonic()) < 3.0
+        assert 0.7 < closed_after(sock, time.monotonic()) < 3.0
 
 
 def test_a_body_not_all_in_within_body_timeout_is_cut_off_unhandled(
@@ -208,7 +187,7 @@ def test_a_body_not_all_in_within_body_timeout_is_cut_off_unhandled(
     with _connect(address) as slow:
         t0 = time.monotonic()
         slow.sendall(head)
-        assert 0.8 < _closed_after(slow, t0, b'{"mode": "' + b"a" * 200) < 4.0
+        assert 0.8 < closed_after(slow, t0, b'{"mode": "' + b"a" * 200) < 4.0
     assert _cuts(address) == NONE_CUT | {"body_timeout": 1}
     with _connect(address) as prompt:  # a body sent in pieces, but in time, is handled
         body = b'{"mode": "shadow"}'
@@ -225,7 +204,7 @@ def test_a_connection_accepted_with_max_connections_open_is_closed_at_once(serve
     held = [_connect(address) for _ in range(3)]
     try:
         with _connect(address) as fourth:  # the server holds three already
-            assert _closed_after(fourth, time.monotonic(), limit_s=2.0) < 1.0
+            assert closed_after(fourth, time.monotonic(), limit_s=2.0) < 1.0
     finally:
         for sock in held:
             sock.close()

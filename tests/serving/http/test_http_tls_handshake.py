@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from serve_processes import Service, start
+from slow_peer import closed_after
 
 from kvcast.serving.cluster.certs import make_cluster_certs
 from kvcast.serving.messages import (
@@ -107,29 +108,6 @@ def _client_hello() -> bytes:
     return hello
 
 
-def _closed_after(sock: socket.socket, send: bytes = b"", drip_s: float = 0.0) -> float:
-    """Seconds from now until the server closes ``sock``, having sent ``send`` (all at once, or
-    a byte every ``drip_s`` seconds); an AssertionError if the server answers anything or the
-    connection is still open :data:`BOUND` + 4 s on (asyncio's default bound is 60 s)."""
-    started = time.monotonic()
-    if not drip_s:
-        sock.sendall(send)
-    sock.settimeout(drip_s or 0.1)
-    pending = iter(send if drip_s else b"")
-    while (elapsed := time.monotonic() - started) < BOUND + 4.0:
-        try:
-            if (byte := next(pending, None)) is not None:
-                sock.sendall(bytes([byte]))
-            data = sock.recv(4096)
-        except TimeoutError:
-            continue
-        except (ConnectionResetError, BrokenPipeError):
-            return elapsed
-        assert data == b"", f"the server answered: {data[:80]!r}"
-        return elapsed
-    raise AssertionError(f"the handshake is still open after {elapsed:.1f} s")
-
-
 def _hello_part() -> bytes:
     hello = _client_hello()
     return hello[: len(hello) // 2]
@@ -149,7 +127,11 @@ def test_a_peer_that_stalls_its_handshake_is_cut_off_at_the_bound(
 ) -> None:
     send, drip_s = STALLS[stall]()
     with _connect(listeners[listener]) as sock:
-        elapsed = _closed_after(sock, send, drip_s)
+        started = time.monotonic()
+        if not drip_s:
+            sock.sendall(send)
+        limit_s = BOUND + 4.0  # asyncio's default bound is 60 s
+        elapsed = closed_after(sock, started, send if drip_s else b"", drip_s or 0.1, limit_s)
     assert BOUND - 0.2 <= elapsed <= BOUND + 3.0, f"{listener}: cut after {elapsed:.2f} s"
 
 
