@@ -128,10 +128,10 @@ def test_each_arrival_reaches_the_sidecar_at_t0_plus_its_played_time(
         service = SidecarService(cfg)
         put = service.sidecar.queue.put
 
-        def spy(events, source):
+        def spy(events, source, owner=None):
             stamped.update((e.request_id, e.ts_ms) for e in events
                            if isinstance(e, RequestArrived))  # fmt: skip
-            return put(events, source)
+            return put(events, source, owner)
 
         service.sidecar.queue.put = spy
         try:
