@@ -37,6 +37,9 @@ class Check:
     value: str  # what was measured ("-" when not measured)
     met: bool | None  # None: not measured
     note: str = ""  # why not measured, or what decided it
+    measured: float | None = None  # the figure compared (a share: 0.15 is +15%), when one is
+    limit: float | None = None  # ... and its limit: met at or below it, or at or above it
+    at_least: bool = False  # with ``at_least``
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,9 @@ def _capacity_checks(
     lo, hi = _gain_range(cap, bar)
     shown = _pct(lo) if lo == hi else f"x{cap} vs x{bar}"
     why = "" if lo == hi else "a capacity is a bound"
-    out = [Check("capacity_gain", want, shown, _at_least(lo, hi, goal.capacity_gain), why)]
+    exact = lo if lo == hi else None
+    out = [Check("capacity_gain", want, shown, _at_least(lo, hi, goal.capacity_gain), why,
+                 exact, goal.capacity_gain, at_least=True)]  # fmt: skip
     if policy == "oracle":
         return out
     if oracle_gain is None:
@@ -262,7 +267,8 @@ def _capacity_checks(
     else:
         need = goal.oracle_share * oracle_gain
         value = f"{shown} vs {_pct(oracle_gain)}"
-        out.append(Check("oracle_share", share, value, _at_least(lo, hi, need), why))
+        out.append(Check("oracle_share", share, value, _at_least(lo, hi, need), why, exact,
+                         need, at_least=True))  # fmt: skip
     return out
 
 
@@ -277,7 +283,7 @@ def _pair(
         if d is None:
             out.append(Check(name, goal, "-", None, f"no TTFT {key} at x{x:g} (nothing served)"))
         else:
-            out.append(Check(name, goal, _pct(d), d <= limit + EPS))
+            out.append(Check(name, goal, _pct(d), d <= limit + EPS, "", d, limit))
     return out
 
 
@@ -311,14 +317,15 @@ def _costs(rows: Sequence[Row], goal: GoalConfig) -> list[Check]:
     if replicated:
         waste = 1.0 - used / replicated
         shown = f"{waste:.0%} of {replicated / 1e9:,.1f} GB"
-        out = [Check("waste", waste_goal, shown, waste <= goal.max_waste + EPS)]
+        ok = waste <= goal.max_waste + EPS
+        out = [Check("waste", waste_goal, shown, ok, "", waste, goal.max_waste)]
     else:
-        out = [Check("waste", waste_goal, "nothing replicated", True)]
+        out = [Check("waste", waste_goal, "nothing replicated", True, "", 0.0, goal.max_waste)]
     evictions = sum(int(r["active_evictions_by_speculative"]) for r in rows)
     over = max(int(r["peak_speculative_bytes_over_quota"]) for r in rows)
     out.append(Check("active_evictions", "0 (by speculative replicas)", str(evictions),
-                     evictions == 0))  # fmt: skip
-    out.append(Check("quota_overruns", "0 bytes over quota", str(over), over == 0))
+                     evictions == 0, "", evictions, 0))  # fmt: skip
+    out.append(Check("quota_overruns", "0 bytes over quota", str(over), over == 0, "", over, 0))
     return out
 
 

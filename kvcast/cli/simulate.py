@@ -226,7 +226,8 @@ def run_evaluation(
             )  # fmt: skip
             ev = with_loads(ev, more)
     summary = fresh_summary(out)
-    (out / "verdict.json").unlink(missing_ok=True)  # an earlier run's would judge other rows
+    for name in ("verdict.json", "verdict.png"):  # an earlier run's would judge other rows
+        (out / name).unlink(missing_ok=True)
     from kvcast.simulator.plots import write_plots  # matplotlib: lazily
 
     written = write_plots(ev, out)

@@ -103,13 +103,17 @@ def print_verdict(
     out: Path,
     unplayable: Mapping[float, str] | None = None,
 ) -> list[GroupVerdict]:
-    """Judge, print the tables, write ``out`` (JSON); the groups judged (``unplayable``:
+    """Judge, print the tables, write ``out`` (JSON) and the figure beside it (``.png``); the
+    groups judged (``unplayable``:
     loads the verdict reads that the trace cannot be played at, and why)."""
     groups = judge(summaries, goal, unplayable)
     for part in verdict_tables(groups, goal):
         console.print(part)
     write_json(out, verdict_json(groups, goal))
-    console.print(escape(f"wrote {out}"))
+    from kvcast.simulator.verdict_plot import plot_verdict  # matplotlib: lazily
+
+    plot = plot_verdict(groups, out.with_suffix(".png"))
+    console.print(escape(f"wrote {out}" + (f", {plot.name}" if plot is not None else "")))
     return groups
 
 

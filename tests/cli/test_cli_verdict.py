@@ -42,6 +42,7 @@ def test_evaluate_verdict_runs_the_loads_it_reads_and_judges_every_check(tmp_pat
     assert set(checks) == set(CHECKS) - {"oracle_share"}
     assert all(c["met"] is not None for c in checks.values()), checks  # all measured
     assert "goal check: bar " + bar in " ".join(r.output.split())
+    assert (out / "verdict.png").stat().st_size > 1000
 
 
 def test_verdict_reads_an_evaluations_summary_and_writes_verdict_json(tmp_path: Path) -> None:
