@@ -131,9 +131,15 @@ def _writes(sc: Sidecar) -> APIRouter:
             sc.tenant_refusals["queue_depth"] += 1
             raise refusal
         events, queues = arrival_events(body, names, sc.clock_ms(), ahead_ok=who.admin)
-        if (refusal := sc.queue_shares.admit(who, len(events))) is not None:
-            sc.tenant_refusals["queue_share"] += 1
+        if (refusal := sc.arrival_rates.oversize(who, len(body.requests))) is not None:
+            sc.tenant_refusals["burst"] += 1
             raise refusal
+        seen = sc.seen_requests
+        if who.token is not None:  # its share counts what it would queue: not its retries
+            new = seen.unseen((e.tenant, e.request_id) for e in events)
+            if (refusal := sc.queue_shares.admit(who, new)) is not None:
+                sc.tenant_refusals["queue_share"] += 1
+                raise refusal
         if (refusal := sc.arrival_rates.admit(who, len(body.requests))) is not None:
             sc.tenant_refusals["rate" if refusal.status_code == 429 else "burst"] += 1
             raise refusal
@@ -141,7 +147,6 @@ def _writes(sc: Sidecar) -> APIRouter:
             sc.loads.note_router_queue(node, depth, ts_ms)
         if sc.block_tenants is not None:  # whose blocks a tenant token may look up
             sc.block_tenants.note(events)
-        seen = sc.seen_requests
         fresh = [e for e in events if seen.first_time((e.tenant, e.request_id), who.token)]
         sc.claim_routed(fresh)  # active mode: their nodes hold the replicas they count
         if sc.routes_log is not None:

@@ -34,6 +34,19 @@ class ArrivalRates:
             if e.max_arrivals_per_s is not None and e.burst is not None
         }
 
+    def oversize(self, who: Identity, arrivals: int) -> HTTPException | None:
+        """The 400 for a batch larger than ``who``'s burst (it never fits; checked before any
+        other limit, so that the client learns at once to split it), else None."""
+        bucket = None if who.token is None else self.buckets.get(who.token)
+        if bucket is None or arrivals <= bucket.burst:
+            return None
+        rate, burst = f"{bucket.rate:g} arrivals/s", int(bucket.burst)
+        return HTTPException(
+            400, f"a batch of {arrivals} arrivals is over this token's burst of {burst} "
+            f"({rate}): it never fits; split it into batches of at most {burst}; nothing "
+            "was taken",
+        )  # fmt: skip
+
     def admit(self, who: Identity, arrivals: int) -> HTTPException | None:
         """Take ``arrivals`` from ``who``'s bucket; else the refusal to answer (429 with
         ``Retry-After``, or 400 for a batch over the burst), having taken nothing. None when
@@ -44,13 +57,9 @@ class ArrivalRates:
         wait_s = bucket.try_take(arrivals)
         if wait_s == 0.0:
             return None
-        rate, burst = f"{bucket.rate:g} arrivals/s", int(bucket.burst)
         if math.isinf(wait_s):
-            return HTTPException(
-                400, f"a batch of {arrivals} arrivals is over this token's burst of {burst} "
-                f"({rate}): it never fits; split it into batches of at most {burst}; nothing "
-                "was taken",
-            )  # fmt: skip
+            return self.oversize(who, arrivals)
+        rate, burst = f"{bucket.rate:g} arrivals/s", int(bucket.burst)
         retry_s = max(1, math.ceil(wait_s))
         return HTTPException(
             429, f"this token's rate limit ({rate}, bursts of {burst}) is spent: the batch of "

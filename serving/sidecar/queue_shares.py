@@ -1,13 +1,15 @@
 """Each tenant token's share of the ingestion queue: the most of its arrivals the shared
 queue may hold at once (``max_queue_share`` of ``queue_events``, per ``tenant_tokens``
-entry), so that one tenant's router cannot fill the queue while the consumer is behind and
-have the queue drop other tenants' events, or the engines', to make room (the queue drops the
-oldest).
+entry), so that one tenant's router cannot fill the queue on its own while the consumer is
+behind (the queue drops the oldest events to make room: other tenants', the engines'). The
+shares are not checked to add up to at most the whole queue (two entries of 0.5 may fill it
+together): set them so where that matters.
 
-Checked before anything of the batch is taken (rate, request ids): a batch that would take
-its token past its share is refused whole, 429 with ``Retry-After`` (the queue drains in
-milliseconds when the sidecar keeps up: a refusal means it does not); a batch larger than the
-whole share never fits, 400. The shared token is never capped: it speaks for the operator.
+Checked before anything of the batch is taken (rate, request ids), on the arrivals it would
+queue (a retried arrival, already seen, queues nothing): a batch that would take its token
+past its share is refused whole, 429 with ``Retry-After`` (the queue drains in milliseconds
+when the sidecar keeps up: a refusal means it does not); a batch larger than the whole share
+never fits, 400. The shared token is never capped: it speaks for the operator.
 The check and the put run on the API's event loop with no await between them, and only that
 token's own posts add to its count, so a batch admitted fits when it is put.
 """

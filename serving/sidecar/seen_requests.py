@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 
 class SeenRequests:
@@ -29,6 +29,13 @@ class SeenRequests:
         self._ids: dict[int | None, OrderedDict[Hashable, None]] = {None: OrderedDict()}
         self._lock = threading.Lock()
         self.duplicates = 0  # arrivals refused as already seen
+
+    def unseen(self, request_ids: Iterable[Hashable]) -> int:
+        """How many distinct ``request_ids`` :meth:`first_time` would now take as new (read
+        only: nothing remembered, nothing counted)."""
+        with self._lock:
+            known = self._ids.values()
+            return len({r for r in request_ids if not any(r in ids for ids in known)})
 
     def first_time(self, request_id: Hashable, owner: int | None = None) -> bool:
         """Whether ``request_id`` is new (and now remembered among ``owner``'s); a repeat is

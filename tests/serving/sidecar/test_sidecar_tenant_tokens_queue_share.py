@@ -133,3 +133,48 @@ def test_a_share_outside_0_to_1_is_refused_naming_the_key(tmp_path, share: float
 
     with pytest.raises(ValidationError, match="max_queue_share"):
         config(tmp_path, {"max_queue_share": share})
+
+
+def test_a_retried_batch_queues_nothing_and_is_not_refused_for_the_share(
+    tmp_path, run, tenant_env
+) -> None:
+    """A router that lost the answer posts the batch again: its arrivals were seen, so it
+    takes nothing of the share; only its new arrivals count."""
+
+    async def main() -> None:
+        cfg = config(tmp_path, {"max_queue_share": 0.1})
+        async with served(cfg) as (sc, client):
+            async with consumer_held(sc):
+                first = batch("a", 8)
+                r = await client.post("/v1/requests", json=first, headers=bearer(ACME))
+                assert r.status_code == 202, r.text
+                r = await client.post("/v1/requests", json=first, headers=bearer(ACME))
+                assert r.status_code == 202, r.text
+                assert (r.json()["accepted"], r.json()["duplicates"]) == (0, 8)
+                more = {"requests": first["requests"] + batch("b", 2)["requests"]}
+                r = await client.post("/v1/requests", json=more, headers=bearer(ACME))
+                assert r.status_code == 202, r.text  # 8 seen + 2 new: 10, its share
+                more = {"requests": first["requests"] + batch("c", 1)["requests"]}
+                r = await client.post("/v1/requests", json=more, headers=bearer(ACME))
+                assert r.status_code == 429, r.text  # 1 new past a full share
+                assert sc.queue.held(0) == 10
+            await settle(sc)
+            assert sc.keeper.applied == 10
+
+    run(main())
+
+
+def test_a_batch_over_the_burst_is_400_before_a_full_share_says_wait(
+    tmp_path, run, tenant_env
+) -> None:
+    async def main() -> None:
+        cfg = config(tmp_path, {"max_queue_share": 0.1, "max_arrivals_per_s": 100,
+                                "burst_arrivals": 8})  # fmt: skip
+        async with served(cfg) as (sc, client), consumer_held(sc):
+            r = await client.post("/v1/requests", json=batch("a", 8), headers=bearer(ACME))
+            assert r.status_code == 202, r.text
+            r = await client.post("/v1/requests", json=batch("b", 9), headers=bearer(ACME))
+            assert r.status_code == 400 and "burst of 8" in r.json()["detail"], r.text
+            assert await refusals(client) == no_refusals(burst=1.0)
+
+    run(main())
