@@ -103,12 +103,13 @@ class _Capacity:
 
 
 def _capacity(rows: Sequence[Row]) -> _Capacity | None:
+    """The task's capacity as its rows give it (a "lower" bound's edge in
+    ``capacity_bound_time_scale``); None where none is a positive number."""
     for r in rows:
-        x = r.get("capacity_time_scale")
-        if x is not None and x == x:
-            bound = r.get("capacity_bound")
-            edge = r.get("capacity_bound_time_scale")
-            return _Capacity(edge if bound == "lower" and edge is not None else x, bound)
+        bound = r.get("capacity_bound")
+        x = r.get("capacity_bound_time_scale" if bound == "lower" else "capacity_time_scale")
+        if isinstance(x, int | float) and math.isfinite(x) and x > 0:
+            return _Capacity(float(x), bound if bound in ("upper", "lower") else None)
     return None
 
 
@@ -171,8 +172,9 @@ class _Slo:
         routers = {p: r for (p, q), r in self.rows.items() if q is None and p in goal.routers}
         self.capacities = {name: c for name, rows in routers.items() if (c := _capacity(rows))}
         caps = self.capacities
-        # the highest capacity; of equal ones, a measured one before a bound
-        self.bar = max(caps, key=lambda n: (caps[n].value, caps[n].bound is None), default=None)
+        # the highest capacity; of equal ones, "at least" before measured before "below"
+        rank = {"upper": 2, None: 1, "lower": 0}
+        self.bar = max(caps, key=lambda n: (caps[n].value, rank[caps[n].bound]), default=None)
         self.bar_cap = caps[self.bar] if self.bar is not None else None
 
     def judge(self, replicating: set[str]) -> GroupVerdict:
@@ -232,7 +234,7 @@ class _Slo:
 def _ratio(mine: Row, theirs: Row, key: str) -> float | None:
     """``mine``'s TTFT ``key`` over ``theirs`` minus 1; None where either is not a positive
     finite number (a run that served nothing has none)."""
-    a, b = mine["ttft_ms"].get(key), theirs["ttft_ms"].get(key)
+    a, b = (mine.get("ttft_ms") or {}).get(key), (theirs.get("ttft_ms") or {}).get(key)
     ok = all(isinstance(v, int | float) and math.isfinite(v) for v in (a, b))
     return a / b - 1.0 if ok and b > 0 and a >= 0 else None
 
@@ -260,7 +262,8 @@ def _capacity_checks(
     if policy == "oracle":
         return out
     if oracle_gain is None:
-        out.append(Check("oracle_share", share, "-", None, "no oracle capacity to compare with"))
+        why = "no oracle capacity measured to compare with (none, or a bound)"
+        out.append(Check("oracle_share", share, "-", None, why))
     elif oracle_gain <= 0:  # no gain to keep a share of: the goal's rule does not apply
         out.append(Check("oracle_share", share, f"{shown} vs {_pct(oracle_gain)}", None,
                          "the oracle gains nothing over the bar: no share to keep"))  # fmt: skip

@@ -254,9 +254,16 @@ def test_a_run_without_a_ttft_leaves_its_check_unmeasured(p50: float | None) -> 
     assert check(g, "oracle", "low_load_p99") is True
 
 
-def test_of_equal_capacities_the_bar_is_a_measured_one_not_a_bound() -> None:
+def test_of_equal_capacities_the_bar_is_the_highest_they_may_be() -> None:
+    """Equal figures: "at least" ranks above measured, measured above "below"."""
     rows = [row("llmd_precise", 1.0, cap=2.0, bound="lower"),
             row("mooncake_conductor", 1.0, cap=2.0)]  # fmt: skip
+    [g] = judge(rows, GOAL)
+    assert (g.bar, g.bar_capacity, g.bar_capacity_bound) == ("mooncake_conductor", 2.0, None)
+    rows.append(row("dynamo_kv", 1.0, cap=2.0, bound="upper"))
+    [g] = judge(rows, GOAL)
+    assert (g.bar, g.bar_capacity_bound) == ("dynamo_kv", "upper")
+    rows = rows[:2]
     [g] = judge(rows, GOAL)
     assert (g.bar, g.bar_capacity, g.bar_capacity_bound) == ("mooncake_conductor", 2.0, None)
 
@@ -267,3 +274,12 @@ def test_the_goal_names_routers_only(name: str) -> None:
 
     with pytest.raises(ValidationError, match=f"not a router: '{name}'"):
         GoalConfig(routers=("dynamo_kv", name))
+
+
+def test_rows_without_a_ttft_or_with_a_zero_capacity_are_not_measured_not_a_traceback() -> None:
+    rows = [*routers(2.0), row("oracle", 0.5, cap=2.0, router="mooncake_conductor")]
+    rows[0]["ttft_ms"] = None  # the router's x0.5 run, as a hand-edited file may have it
+    rows.append(row("llmd_precise", 1.0, cap=0.0))  # no capacity: not a bar, not a divisor
+    [g] = judge(rows, GOAL)
+    assert g.bar == "mooncake_conductor"
+    assert check(g, "oracle", "low_load_p50") is None
