@@ -58,8 +58,10 @@ def plot_verdict(groups: Sequence[GroupVerdict], path: Path) -> Path | None:
 
 def _panel(ax: plt.Axes, g: GroupVerdict, name: str, title: str) -> None:
     checks: list[tuple[str, Check | None]] = [
-        (p.label, next((c for c in p.checks if c.name == name), None)) for p in g.policies
-    ]
+        (p.label + (f"\non {p.router}" if p.router else ""),
+         next((c for c in p.checks if c.name == name), None))
+        for p in g.policies
+    ]  # fmt: skip
     xs = range(len(checks))
     heights = [c.measured if c is not None and c.measured is not None else 0.0 for _, c in checks]
     colours = [COLOURS[c.met] if c is not None else "white" for _, c in checks]
