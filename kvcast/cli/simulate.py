@@ -348,7 +348,7 @@ def evaluate_cmd(
             "--verdict",
             help="Judge the replicating policies against the goal (implies --capacity; also "
             "runs the best router's capacity load and the goal's low load); write "
-            "verdict.json.",
+            "verdict.json and verdict.png.",
         ),
     ] = False,
     goal: GoalOpt = None,

@@ -125,11 +125,18 @@ def verdict_cmd(
     goal: GoalOpt = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Verdict JSON to write (default: verdict.json beside it)."),
+        typer.Option(
+            "--out",
+            help="Verdict JSON to write, its figure beside it as .png (default: verdict.json "
+            "beside the summary).",
+        ),
     ] = None,
     strict: Annotated[
         bool,
-        typer.Option("--strict", help="Exit 3 unless every replicating policy meets the goal."),
+        typer.Option(
+            "--strict",
+            help="Exit 3 unless every replicating policy meets the goal (and one was judged).",
+        ),
     ] = False,
 ) -> None:
     """Judge the replicating policies of an evaluation against the predictive-replication goal.
