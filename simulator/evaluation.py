@@ -94,6 +94,24 @@ class TaskResult:
     capacity: CapacityResult | None
 
 
+TaskKey = tuple[str, Any, Any]
+"""(policy, SLO label, speculative quota in GiB), None where the evaluation did not sweep it."""
+
+
+def task_key(s: Mapping[str, Any]) -> TaskKey:
+    """The task a summary row belongs to."""
+    return s["policy"], s.get("slo_label"), s.get("speculative_quota_gib")
+
+
+def task_label(policy: str, slo: str | None = None, quota: float | None = None) -> str:
+    """A task as tables, plots and the verdict name it: ``oracle [absolute 2000 ms] [8 GiB]``."""
+    return (
+        policy
+        + (f" [{slo}]" if slo is not None else "")
+        + (f" [{quota:g} GiB]" if quota is not None else "")
+    )
+
+
 def slo_label(slo: SLOConfig) -> str:
     if slo.mode == "absolute":
         return f"absolute {slo.ttft_ms:g} ms"
@@ -130,10 +148,7 @@ def plan_tasks(
                     budgets = base.budgets.model_copy(update={"speculative_quota_gib": q})
                     d = base.model_copy(update={"budgets": budgets})
                     quota_part = [("speculative_quota_gib", q)]
-                label = name + "".join(
-                    f" [{v:g} GiB]" if k == "speculative_quota_gib" else f" [{v}]"
-                    for k, v in (*slo_part, *quota_part)
-                )
+                label = task_label(name, dict(slo_part).get("slo_label"), q)
                 tasks.append(Task(name, label, c, d, (*slo_part, *quota_part)))
     return tasks
 
@@ -282,17 +297,12 @@ def evaluate(
 def with_loads(ev: Evaluation, extra: Evaluation) -> Evaluation:
     """``ev`` with ``extra``'s runs of the same tasks at other loads: each task's rows in load
     order, its capacity (searched in ``ev`` only) on every row."""
-    keys = ("policy", "slo_label", "speculative_quota_gib")
-
-    def key(s: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(s.get(k) for k in keys)
-
-    cap = {key(s): {k: s[k] for k in s if k.startswith("capacity_")} for s in ev.summaries}
-    rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    cap = {task_key(s): {k: s[k] for k in s if k.startswith("capacity_")} for s in ev.summaries}
+    rows: dict[TaskKey, list[dict[str, Any]]] = {}
     for s in ev.summaries:
-        rows.setdefault(key(s), []).append(s)
+        rows.setdefault(task_key(s), []).append(s)
     for s in extra.summaries:
-        rows.setdefault(key(s), []).append(s | cap.get(key(s), {}))
+        rows.setdefault(task_key(s), []).append(s | cap.get(task_key(s), {}))
     out = Evaluation(capacity=dict(ev.capacity), ttft=ev.ttft | extra.ttft)
     for group in rows.values():
         out.summaries.extend(sorted(group, key=lambda s: s["time_scale"]))

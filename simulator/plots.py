@@ -15,17 +15,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import LogFormatter
 
-from kvcast.simulator.evaluation import Evaluation
+from kvcast.simulator.evaluation import Evaluation, task_key, task_label
 
 
 def label_of(s: dict[str, Any]) -> str:
     """The policy, plus its SLO / speculative budget when the evaluation swept them."""
-    out = s["policy"]
-    if "slo_label" in s:
-        out += f" [{s['slo_label']}]"
-    if "speculative_quota_gib" in s:
-        out += f" [{s['speculative_quota_gib']:g} GiB]"
-    return out
+    return task_label(*task_key(s))
 
 
 def _by_label(ev: Evaluation) -> dict[str, list[dict[str, Any]]]:

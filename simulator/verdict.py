@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kvcast.simulator.evaluation import TaskKey, task_key, task_label
 from kvcast.simulator.goal_config import GoalConfig
 from kvcast.simulator.replication_policies import replicating_policy_names
 
@@ -27,7 +28,6 @@ CHECKS = (
 """Every check's name, in the order they are reported."""
 
 Row = Mapping[str, Any]
-Key = tuple[str, Any, Any]  # (policy, slo_label, speculative_quota_gib)
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class Check:
     met: bool | None  # None: not measured
     note: str = ""  # why not measured, or what decided it
     measured: float | None = None  # the figure compared (a share: 0.15 is +15%), when one is
-    limit: float | None = None  # ... and its limit: met at or below it, or at or above it
-    at_least: bool = False  # with ``at_least``
+    limit: float | None = None  # ... and its limit: met at or below it,
+    at_least: bool = False  # ... or, with ``at_least``, at or above it
 
 
 @dataclass(frozen=True)
@@ -74,19 +74,6 @@ class GroupVerdict:
         for p, v in zip(out["policies"], self.policies, strict=True):
             p["met"] = v.met
         return out
-
-
-def _key(row: Row) -> Key:
-    return row["policy"], row.get("slo_label"), row.get("speculative_quota_gib")
-
-
-def _label(key: Key) -> str:
-    policy, slo, quota = key
-    return (
-        policy
-        + (f" [{slo}]" if slo is not None else "")
-        + (f" [{quota:g} GiB]" if quota is not None else "")
-    )
 
 
 def _at(rows: Sequence[Row], x: float) -> Row | None:
@@ -153,9 +140,9 @@ def judge(
     """One :class:`GroupVerdict` per SLO in ``summaries`` (``kvcast evaluate``'s list);
     ``unplayable``: loads the verdict reads that the trace cannot be played at, with why."""
     replicating = set(replicating_policy_names())
-    by_key: dict[Key, list[Row]] = {}
+    by_key: dict[TaskKey, list[Row]] = {}
     for row in summaries:
-        by_key.setdefault(_key(row), []).append(row)
+        by_key.setdefault(task_key(row), []).append(row)
     slos = list(dict.fromkeys(k[1] for k in by_key))
     return [_Slo(slo, by_key, goal, dict(unplayable or {})).judge(replicating) for slo in slos]
 
@@ -164,14 +151,13 @@ class _Slo:
     """The rows of one SLO, its bar, and the checks of each replicating policy under it."""
 
     def __init__(
-        self, slo: Any, by_key: Mapping[Key, list[Row]], goal: GoalConfig,
+        self, slo: Any, by_key: Mapping[TaskKey, list[Row]], goal: GoalConfig,
         unplayable: dict[float, str],
     ) -> None:  # fmt: skip
         self.slo, self.goal, self.unplayable = slo, goal, unplayable
         self.rows = {(k[0], k[2]): r for k, r in by_key.items() if k[1] == slo}
         routers = {p: r for (p, q), r in self.rows.items() if q is None and p in goal.routers}
-        self.capacities = {name: c for name, rows in routers.items() if (c := _capacity(rows))}
-        caps = self.capacities
+        caps = {name: c for name, rows in routers.items() if (c := _capacity(rows))}
         # the highest capacity; of equal ones, "at least" before measured before "below"
         rank = {"upper": 2, None: 1, "lower": 0}
         self.bar = max(caps, key=lambda n: (caps[n].value, rank[caps[n].bound]), default=None)
@@ -188,11 +174,11 @@ class _Slo:
         oracles = {}
         for (policy, quota), _ in self.rows.items():
             if policy == "oracle" and (gain := self.oracle_gain(quota)) is not None:
-                oracles[_label(("oracle", self.slo, quota))] = gain
+                oracles[task_label("oracle", self.slo, quota)] = gain
         verdicts = []
         for (p, q), rows in self.rows.items():
             if p in replicating:
-                label, router = _label((p, self.slo, q)), rows[0].get("base_router")
+                label, router = task_label(p, self.slo, q), rows[0].get("base_router")
                 verdicts.append(PolicyVerdict(label, p, router, self.checks(p, q, rows)))
         cap = self.bar_cap
         return GroupVerdict(
@@ -359,14 +345,13 @@ def loads_needed(summaries: Sequence[Row], goal: GoalConfig) -> list[float]:
     """The loads the verdict reads that some evaluated task lacks: each SLO's bar capacity
     (when measured, not a bound) and the goal's low load; what ``evaluate --verdict`` runs
     after the capacity search."""
-    tasks: dict[Key, list[float]] = {}
+    tasks: dict[TaskKey, list[float]] = {}
     for r in summaries:
-        tasks.setdefault(_key(r), []).append(float(r["time_scale"]))
+        tasks.setdefault(task_key(r), []).append(float(r["time_scale"]))
     want = [goal.low_load]
     for group in judge(summaries, goal):
-        if group.bar is not None and not group.notes:
-            want += [float(r["capacity_time_scale"]) for r in summaries
-                     if _key(r) == (group.bar, group.slo, None)][:1]  # fmt: skip
+        if group.bar_capacity is not None and group.bar_capacity_bound is None:
+            want.append(group.bar_capacity)
     out: list[float] = []
     for x in want:
         lacking = any(not any(math.isclose(x, h, rel_tol=1e-9) for h in have)
