@@ -90,12 +90,18 @@ def output_dir(out: Path, what: str = "--out") -> Path:
     return out
 
 
+JUDGED_FROM_SUMMARY = ("verdict.json", "verdict.png")
+"""What ``kvcast verdict`` writes beside a summary: stale once the summary is replaced."""
+
+
 def fresh_summary(out: Path) -> Path:
-    """``out/summary.json``, an earlier run's removed: a run writes its summary last, so that
-    one interrupted while writing (Ctrl-C) leaves no summary beside files of two runs."""
+    """``out/summary.json``, an earlier run's removed (with the verdict judged from it): a run
+    writes its summary last, so that one interrupted while writing (Ctrl-C) leaves no summary
+    beside files of two runs."""
     out.mkdir(parents=True, exist_ok=True)
     summary = out / "summary.json"
-    summary.unlink(missing_ok=True)
+    for path in (summary, *(out / name for name in JUDGED_FROM_SUMMARY)):
+        path.unlink(missing_ok=True)
     return summary
 
 

@@ -131,7 +131,6 @@ def simulate_cmd(
         log.close()
         out_console.print(escape(f"shadow mode: {replicator.decisions} decisions in {log.path}"))
     summary = fresh_summary(out)
-    (out / "verdict.json").unlink(missing_ok=True)  # an earlier run's would judge other rows
     res.requests.to_parquet(out / "requests.parquet", index=False)
     res.timeline.to_parquet(out / "timeline.parquet", index=False)
     write_json(summary, res.summary)
@@ -226,8 +225,6 @@ def run_evaluation(
             )  # fmt: skip
             ev = with_loads(ev, more)
     summary = fresh_summary(out)
-    for name in ("verdict.json", "verdict.png"):  # an earlier run's would judge other rows
-        (out / name).unlink(missing_ok=True)
     from kvcast.simulator.plots import write_plots  # matplotlib: lazily
 
     written = write_plots(ev, out)

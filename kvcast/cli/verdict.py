@@ -104,8 +104,8 @@ def print_verdict(
     unplayable: Mapping[float, str] | None = None,
 ) -> list[GroupVerdict]:
     """Judge, print the tables, write ``out`` (JSON) and the figure beside it (``.png``); the
-    groups judged (``unplayable``:
-    loads the verdict reads that the trace cannot be played at, and why)."""
+    groups judged (``unplayable``: loads the verdict reads that the trace cannot be played
+    at, and why)."""
     groups = judge(summaries, goal, unplayable)
     for part in verdict_tables(groups, goal):
         console.print(part)
