@@ -9,7 +9,6 @@ how long until it would fit).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Callable
@@ -48,12 +47,6 @@ class TokenBucket:
             self._tokens -= n
             return 0.0
         return (n - self._tokens) / self.rate
-
-    async def acquire(self, n: float) -> None:
-        """Take ``n`` tokens, sleeping until the budget allows it."""
-        delay = self.consume(n)
-        if delay > 0:
-            await asyncio.sleep(delay)
 
     def _refill(self) -> None:
         now = self._clock()

@@ -34,14 +34,13 @@ class SeenRequests:
         """How many distinct ``request_ids`` :meth:`first_time` would now take as new (read
         only: nothing remembered, nothing counted)."""
         with self._lock:
-            known = self._ids.values()
-            return len({r for r in request_ids if not any(r in ids for ids in known)})
+            return len({r for r in request_ids if not self._known(r)})
 
     def first_time(self, request_id: Hashable, owner: int | None = None) -> bool:
         """Whether ``request_id`` is new (and now remembered among ``owner``'s); a repeat is
         counted."""
         with self._lock:
-            if any(request_id in ids for ids in self._ids.values()):
+            if self._known(request_id):
                 self.duplicates += 1
                 return False
             ids = self._ids.setdefault(owner, OrderedDict())
@@ -49,3 +48,7 @@ class SeenRequests:
             if len(ids) > (self.capacity if owner is None else self.owner_capacity):
                 ids.popitem(last=False)
             return True
+
+    def _known(self, request_id: Hashable) -> bool:
+        """Whether any poster's memory holds ``request_id`` (under the lock)."""
+        return any(request_id in ids for ids in self._ids.values())
