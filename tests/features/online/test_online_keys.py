@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcast.features.online.keys import EMPTY, count_keys, switch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcast.features.online.keys import EMPTY, count_keys, count_many, switch
 
 WINDOW = 100.0
 
@@ -42,3 +45,34 @@ def test_pruning_older_keys_keeps_counts_exact() -> None:
     assert len(st[4]) < 2 * 300
     expected = len({i % 300 for i in range(1000) if i + WINDOW > 999.0})
     assert count_keys(st, 0, 999.0, WINDOW) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 40)), min_size=1, max_size=200),
+       st.integers(0, 300))  # fmt: skip
+def test_counts_equal_the_distinct_keys_seen_in_the_window_at_or_after_the_last_event(
+    stream: list[tuple[int, int]], after: int
+) -> None:
+    st_, ts, seen = list(EMPTY), 0.0, []
+    for key, gap in stream:
+        ts += float(gap)
+        _see(st_, key, ts)
+        seen.append((key, ts))
+    now = ts + after
+    last: dict[int, float] = {}
+    for key, t in seen:
+        last[key] = t
+    want = sum(1 for t in last.values() if t + WINDOW > now)
+    assert count_keys(st_, 0, now, WINDOW) == want
+    assert count_many([st_], 0, now, WINDOW).tolist() == [want]
+
+
+def test_each_switch_drops_the_keys_expired_by_its_time_oldest_first() -> None:
+    window, st_ = 20.0, list(EMPTY)
+    for i in range(50):
+        switch(st_, 0, i, float(i), window)  # a new key every ms: each a switch
+    older = st_[4]
+    assert list(older) == list(range(30, 49))  # live at 49: seen after 29, in expiry order
+    assert list(older.values()) == [k + window for k in range(30, 49)]
+    assert count_keys(st_, 0, 49.0, window) == 20  # and the newest, 49
+    assert count_keys(st_, 0, 55.0, window) == 14  # 36 .. 49
