@@ -71,6 +71,7 @@ class BlockTable:
         else:
             slot = len(self.slot_runs)
             self.slot_runs.append(run)
+            self.numbers.grow(slot + 1)  # here, not in a tick's read: a copy of the table
         run[self.k + SLOT] = slot
         self._changed.add(slot)
         code = slot << SHIFT

@@ -67,7 +67,7 @@ class RunNumbers:
     def read(self, slot_runs: Sequence[Run | None], slots: np.ndarray) -> np.ndarray:
         """``[len(slots), width]``: the numbers of the runs in ``slots`` (distinct, live),
         packing first those that changed since they were last packed."""
-        self._grow(len(slot_runs))
+        self.grow(len(slot_runs))  # (the block table grows it as it adds slots)
         packed = self._packed
         if self.changed:
             packed[list(self.changed)] = 0
@@ -87,7 +87,10 @@ class RunNumbers:
         olders = any(self._olders(run))
         return (*self._fields(run), *REC(self._req(run)), len(self._hashes(run)) - 1, olders)
 
-    def _grow(self, n: int) -> None:
+    def grow(self, n: int) -> None:
+        """Room for ``n`` slots (doubling: a copy of the table, so the block table calls it
+        as it adds a slot, on the ingestion path, rather than a tick's read finding it
+        short)."""
         have = len(self._packed)
         if n <= have:
             return
