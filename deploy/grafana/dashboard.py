@@ -66,6 +66,7 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             (_q(0.99, "kvcast_sidecar_features_seconds"), "features p99"),
             (_q(0.99, "kvcast_sidecar_scoring_seconds"), "scoring p99"),
             (_q(0.99, "kvcast_sidecar_decide_seconds"), "decide p99"),
+            (_q(0.99, "kvcast_sidecar_log_write_seconds"), "log writes p99 (after the tick)"),
         ), "s"),
         Panel("Decisions", (
             (f"sum by (kind) (rate(kvcast_sidecar_decisions_total{RATE}))", "{{kind}}"),
