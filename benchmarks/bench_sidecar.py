@@ -219,13 +219,34 @@ def logistic_model(path: Path, spec: FeatureSpec, seed: int = 0) -> Path:
     return path
 
 
+def telemetry_for(loads: NodeLoads) -> None:
+    """Every node's telemetry: 80 GiB of HBM, 30 used; half of the nodes busy (6 queued)."""
+    from kvcast.serving.agent.api_models import StateTotals, Telemetry
+
+    gib = 1 << 30
+    for node in range(loads.n):
+        z = StateTotals(active=10 * gib, cached=20 * gib, speculative=0)
+        t = Telemetry(
+            node_id=str(node), capacity_bytes=80 * gib, used_bytes=30 * gib, free_bytes=50 * gib,
+            speculative_quota_bytes=12 * gib, speculative_free_bytes=12 * gib, bytes=z,
+            blocks=z, peak_used_bytes=0, peak_speculative_bytes=0, replications_in_flight=0,
+            queue_depth=6 if node % 2 == 0 else 0, engines=[],
+        )  # fmt: skip
+        loads.note_telemetry(node, t)
+
+
+def live_view(keeper: StateKeeper, cfg: FeatureConfig) -> LiveView:
+    """The sidecar's view of ``keeper``'s nodes, with its default links."""
+    sc = SidecarConfig.model_validate({"nodes": [{"name": f"n{i}"} for i in range(cfg.nodes)]})
+    return LiveView(keeper.loads, sc.links, sc.node_names, sc.kv_block_bytes, cfg.block_tokens,
+                    cfg.prefill)  # fmt: skip
+
+
 def cluster(
     cfg: FeatureConfig,
 ) -> tuple[StateKeeper, LiveView, float, Callable[[float], list[RequestArrived]]]:
     """128 hot chains on 8 nodes after 4,096 arrivals; half the nodes busy. The last item:
     ``arrive(t)`` applies the requests the router sends between two ticks (ending at ``t``)."""
-    from kvcast.serving.agent.api_models import StateTotals, Telemetry
-
     keeper = keeper_for(cfg)
     rng = random.Random(1)
     chains = [tuple(rng.getrandbits(63) for _ in range(DEPTH)) for _ in range(CHAINS)]
@@ -238,20 +259,8 @@ def cluster(
         events.append(RequestArrived(now, f"r{r}", i % NODES, f"t{i % 4}", f"s{i}", tokens, 50,
                                      chains[i]))  # fmt: skip
     keeper.apply(events)
-    loads = keeper.loads
-    gib = 1 << 30
-    for node in range(NODES):
-        z = StateTotals(active=10 * gib, cached=20 * gib, speculative=0)
-        t = Telemetry(
-            node_id=str(node), capacity_bytes=80 * gib, used_bytes=30 * gib, free_bytes=50 * gib,
-            speculative_quota_bytes=12 * gib, speculative_free_bytes=12 * gib, bytes=z,
-            blocks=z, peak_used_bytes=0, peak_speculative_bytes=0, replications_in_flight=0,
-            queue_depth=6 if node % 2 == 0 else 0, engines=[],
-        )  # fmt: skip
-        loads.note_telemetry(node, t)
-    sc = SidecarConfig.model_validate({"nodes": [{"name": f"n{i}"} for i in range(NODES)]})
-    view = LiveView(loads, sc.links, sc.node_names, sc.kv_block_bytes, cfg.block_tokens,
-                    cfg.prefill)  # fmt: skip
+    telemetry_for(keeper.loads)
+    view = live_view(keeper, cfg)
 
     def arrive(t: float) -> list[RequestArrived]:
         batch = [

@@ -56,6 +56,7 @@ HEALTHZ_GOAL_MS = 100.0
 READY = re.compile(r"sidecar (\S+) ready: http=http://(\S+) ")
 S = "kvcast_sidecar_"
 U64 = (1 << 64) - 1
+PARTS = ("features", "scoring", "decide")  # the tick's histograms beside its own
 
 
 def peak_rate(trace: Any) -> tuple[float, float]:
@@ -106,9 +107,13 @@ def pct(xs: list[float], q: float) -> float | None:
 
 
 class Load:
-    """Plays requests of ``trace`` at ``req_per_s``: arrivals over HTTP, KV events over ZMQ."""
+    """Plays requests of ``trace`` at ``req_per_s``: arrivals over HTTP, KV events over ZMQ
+    (one publisher per node; without publishers, :meth:`build` makes the events of
+    ``nodes`` nodes for an in-process sidecar)."""
 
-    def __init__(self, trace: Any, pubs: list[KvEventPublisher], req_per_s: float) -> None:
+    def __init__(
+        self, trace: Any, pubs: list[KvEventPublisher], req_per_s: float, nodes: int = 0
+    ) -> None:
         df = trace.requests
         self.hashes = [tuple(int(h) for h in hs) for hs in df["block_hashes"]]
         self.tenants = [str(t) for t in df["tenant"]]
@@ -118,7 +123,8 @@ class Load:
         self.pubs, self.rate = pubs, req_per_s
         self.sent_requests = self.sent_zmq_events = self.sent_hashes = 0
         self.http_accepted = self.http_dropped = self.http_failures = 0
-        self._recent: list[list[tuple[int, ...]]] = [[] for _ in pubs]
+        self.nodes = nodes or len(pubs)
+        self._recent: list[list[tuple[int, ...]]] = [[] for _ in range(self.nodes)]
 
     def salted(self, i: int) -> tuple[int, ...]:
         cycle = i // len(self.hashes)
@@ -133,7 +139,17 @@ class Load:
 
     def emit(self, indices: range, now_ms: float) -> list[dict[str, Any]]:
         """Publish the KV events of requests ``indices``; return their arrivals."""
-        n = len(self.pubs)
+        arrivals, per_node = self.build(indices, now_ms)
+        for node, events in enumerate(per_node):
+            if events:
+                self.pubs[node].publish_events(events, ts_ms=now_ms)
+                self.sent_zmq_events += len(events)
+        return arrivals
+
+    def build(self, indices: range, now_ms: float) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+        """Requests ``indices``: their arrivals (``POST /v1/requests`` items) and, per node,
+        the KV events its engine publishes for them."""
+        n = self.nodes
         arrivals = []
         per_node: list[list[Any]] = [[] for _ in range(n)]
         for i in indices:
@@ -154,11 +170,7 @@ class Load:
                 evicted = recent.pop(0)
                 per_node[node].append(BlockRemoved(now_ms, node, evicted))
                 self.sent_hashes += len(evicted)
-        for node, events in enumerate(per_node):
-            if events:
-                self.pubs[node].publish_events(events, ts_ms=now_ms)
-                self.sent_zmq_events += len(events)
-        return arrivals
+        return arrivals, per_node
 
 
 async def probe(http: httpx.AsyncClient, until: float, out: list[float]) -> None:
@@ -239,14 +251,17 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
     half = len(rss) // 2
     tail = rss[half:]
     slope = float(np.polyfit(np.arange(len(tail)) * SAMPLE_S, tail, 1)[0]) if len(tail) > 2 else 0.0
-    # the ticks of the load window only: the histogram's counts at its end less its start
+    # the ticks of the load window only: the histograms' counts at its end less its start
     window = {
         k: v - m_first.get(k, 0.0)
         for k, v in m_last.items()
-        if k.startswith(f"{S}tick_seconds_bucket")
+        if k.startswith(S) and "_seconds_bucket" in k
     }
-    q50 = hist_quantile(window, f"{S}tick_seconds", 0.5)
-    q99 = hist_quantile(window, f"{S}tick_seconds", 0.99)
+
+    def quantile_ms(part: str, q: float) -> float | None:
+        x = hist_quantile(window, f"{S}{part}_seconds", q)
+        return None if x is None else round(x * 1000.0, 3)
+
     sent = load.sent_zmq_events + load.sent_requests
     return {
         "rss_slope_second_half_mb_per_min": round(slope * 60.0, 2),
@@ -285,8 +300,12 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
             "configured_ms": tick_ms,
             "count": int(ticks),
             "mean_period_ms": round(span * 1000.0 / ticks, 1) if ticks else None,
-            "tick_p50_ms": None if q50 is None else round(q50 * 1000.0, 3),
-            "tick_p99_ms": None if q99 is None else round(q99 * 1000.0, 3),
+            "tick_p50_ms": quantile_ms("tick", 0.5),
+            "tick_p99_ms": quantile_ms("tick", 0.99),
+            # its parts (wall time): the feature rows (on the consumer thread), the ONNX
+            # scorer, the cluster view and decider
+            "parts_p50_ms": {k: quantile_ms(k, 0.5) for k in PARTS},
+            "parts_p99_ms": {k: quantile_ms(k, 0.99) for k in PARTS},
             "errors": int(m[f"{S}tick_errors_total"]),
         },
         "baseline_idle": {
