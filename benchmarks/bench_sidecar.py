@@ -67,6 +67,12 @@ NODES, CHAINS, DEPTH, BATCH = 8, 128, 8, 32
 ARRIVALS_PER_TICK = 4  # a 250 ms tick at 16 requests/s: each tick sees new requests
 
 
+def ms(xs: list[float]) -> dict[str, float]:
+    """p50, p99 and least of timings in seconds, in milliseconds."""
+    p50, p99 = np.percentile(xs, [50, 99]) * 1e3
+    return {"p50": float(p50), "p99": float(p99), "min": float(np.min(xs) * 1e3)}
+
+
 def cpu(fn: Callable[[], Any], repeat: int = 5) -> float:
     """Least CPU time of ``repeat`` calls of ``fn``."""
     best = float("inf")
@@ -327,10 +333,6 @@ def ticks(n_ticks: int, model: str | None) -> dict[str, Any]:
             Decider().decide(cands, p, view.view(t, hbm, {}, inp.removals), holders)
 
         parts["base"].append(timed(recency_tick)[0])
-
-    def ms(xs: list[float]) -> dict[str, float]:
-        p50, p99 = np.percentile(xs, [50, 99]) * 1e3
-        return {"p50": float(p50), "p99": float(p99), "min": float(np.min(xs) * 1e3)}
 
     return {
         "candidate_blocks": blocks,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_sidecar import NODES, cluster, live_view, logistic_model, telemetry_for
+from bench_sidecar import NODES, cluster, live_view, logistic_model, ms, telemetry_for
 from load_sidecar import DEV_TRACE, Load, peak_rate
 from prometheus_client import CollectorRegistry
 
@@ -126,10 +126,6 @@ def time_loop(
         made.append(len(out))
         blocks.append(keeper.ask(lambda kp, t=t: len(distinct_blocks(
             kp.chains.candidates(t, 0))[0])).result())  # fmt: skip
-
-    def ms(xs: list[float]) -> dict[str, float]:
-        p50, p99 = np.percentile(xs, [50, 99]) * 1e3
-        return {"p50": float(p50), "p99": float(p99), "min": float(np.min(xs) * 1e3)}
 
     return {
         "candidate_blocks_p50": float(np.median(blocks)),
