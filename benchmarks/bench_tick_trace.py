@@ -56,6 +56,7 @@ from kvcast.serving.sidecar.replicas import ReplicaTracker
 from kvcast.serving.sidecar.tick_input import distinct_blocks
 
 TICK_MS = 250.0
+STALE_S = 3600.0  # the nodes' telemetry, set once, holds for the whole run
 Feed = Callable[[float], None]  # applies the requests that arrive before a tick at ``t``
 
 
@@ -70,7 +71,7 @@ def trace_state(
     loop = DeciderConfig().loop
     chains = RecentChains(loop.lookback_ms, loop.max_candidates, cfg.block_tokens)
     keeper = StateKeeper(FeatureState(cfg), EventQueue(1 << 20), chains, ReplicaTracker(),
-                         NodeLoads(cfg.nodes, cfg.prefill, 60.0))  # fmt: skip
+                         NodeLoads(cfg.nodes, cfg.prefill, STALE_S))  # fmt: skip
     load = Load(trace, [], factor * peak_rate(trace)[0], nodes=cfg.nodes)
     t0 = 1.7e12
 

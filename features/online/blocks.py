@@ -100,7 +100,7 @@ class BlockTable:
         tail = run.copy()
         tail[self._hashes], tail[self._pos0] = hs[at:], run[self._pos0] + at
         for older in (k + SESS + OLDER, k + TENANT + OLDER):
-            if tail[older]:
+            if tail[older] is not None:  # an empty one too: never one dict for two runs
                 tail[older] = tail[older].copy()
         run[self._hashes] = hs[:at]
         run[c : c + len(EMPTY)] = [hs[at], run[self._last], *EMPTY[KEY2:]]

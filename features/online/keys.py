@@ -9,8 +9,10 @@ before it: the dict stays in expiry order, each switch drops the keys expired by
 its front (amortised O(1)), and a count reads only the few that expired since the last
 switch, not every key. That matters: a root block shared by many sessions holds thousands
 of session keys, and every tick counts them (a pass over all of them was half the feature
-rows' time under load). Counts are exact for any ``now`` at or after the last event applied,
-as the ticks ask them (a query before it may miss keys that expired between the two).
+rows' time under load). Counts are exact for any ``now`` at or after the last event applied.
+A query before it (a source whose clock runs ahead of the querying one stamps events in its
+future) may miss keys that expired between the two: pruned by a later switch (the unordered
+dict before this one missed them whenever it pruned, at sizes 16, 32, ...).
 """
 
 from __future__ import annotations
@@ -34,13 +36,15 @@ def switch(st: list[Any], at: int, key: Any, ts: float, window: float) -> None:
         older = st[at + OLDER]
         if older is None:
             older = st[at + OLDER] = OrderedDict()
-        older[old] = old_t + window  # its expiry: the latest yet, so it goes last
+        older[old] = float(old_t) + window  # its expiry: the latest yet, so it goes last
         older.move_to_end(old)
         while older:  # drop the expired keys, oldest first
             first = next(iter(older))
             if older[first] > ts:
                 break
             del older[first]
+        if not older:
+            st[at + OLDER] = None
     st[at + KEY2], st[at + T2] = old, old_t
     st[at + KEY], st[at + T] = key, ts
 

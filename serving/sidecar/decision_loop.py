@@ -128,9 +128,14 @@ class DecisionLoop:
         try:
             out = self._decide()
         except Exception:
-            self._write_logs([])
+            try:
+                self._write_logs([])
+            except Exception:  # the tick's own error is the one to raise
+                log.exception("decision logs not written after a failed tick")
             raise
         self._write_logs(out)
+        self.ticks += 1  # a tick completes with its logs (readiness reads the time)
+        self.last_tick_at = time.monotonic()
         return out
 
     def _write_logs(self, out: list[Decision]) -> None:
@@ -182,8 +187,6 @@ class DecisionLoop:
         self.recent.add(out)
         if mode == "active" and out:
             self.sink(out)
-        self.ticks += 1
-        self.last_tick_at = time.monotonic()
         self.timers.tick.observe(time.perf_counter() - t0)
         return out
 

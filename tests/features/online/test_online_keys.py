@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,3 +77,11 @@ def test_each_switch_drops_the_keys_expired_by_its_time_oldest_first() -> None:
     assert list(older.values()) == [k + window for k in range(30, 49)]
     assert count_keys(st_, 0, 49.0, window) == 20  # and the newest, 49
     assert count_keys(st_, 0, 55.0, window) == 14  # 36 .. 49
+
+
+def test_numpy_times_count_as_python_floats() -> None:
+    st_ = list(EMPTY)
+    for i, ts in enumerate(np.array([0.0, 10.0, 20.0], np.float32)):
+        switch(st_, 0, i, ts, WINDOW)
+    assert count_keys(st_, 0, 30.0, WINDOW) == 3
+    assert count_many([st_], 0, np.float64(30.0), WINDOW).tolist() == [3.0]
