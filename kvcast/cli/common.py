@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from kvcast.features.traces import Trace
 
 console = Console(stderr=True, emoji=False)  # ":-1:" in a value stays as typed
+# results: tables and "wrote ..." lines, on stdout (a pipe gets rows 160 wide, not 80)
+out_console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 P = ParamSpec("P")
 R = TypeVar("R")
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from kvcast.cli.common import (
     fresh_summary,
     open_trace,
+    out_console,
     output_dir,
     progress_bar,
     user_errors,
@@ -23,7 +24,6 @@ from kvcast.cli.simulate import (
     NodesOpt,
     SkipBadOpt,
     TraceOpt,
-    out_console,
     sim_config,
 )
 from kvcast.simulator.policies import policy_names

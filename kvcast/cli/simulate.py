@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from kvcast.cli.common import (
@@ -16,6 +14,7 @@ from kvcast.cli.common import (
     fresh_summary,
     no_repeats,
     open_trace,
+    out_console,
     output_dir,
     parse_floats,
     parse_models,
@@ -43,9 +42,6 @@ from kvcast.simulator.goal_config import GoalConfig, load_goal_config
 from kvcast.simulator.policies import policy_names
 from kvcast.simulator.replication_policies import make_policy
 from kvcast.simulator.verdict import loads_needed
-
-# wide enough for the comparison table when stdout is a file or a pipe
-out_console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 
 TraceOpt = Annotated[str, typer.Option("--trace", help="Trace file, or bundled:NAME.")]
 FormatOpt = Annotated[

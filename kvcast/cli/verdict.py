@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from kvcast.cli.common import user_errors, write_json
+from kvcast.cli.common import out_console, user_errors, write_json
 from kvcast.simulator.goal_config import GoalConfig, load_goal_config
 from kvcast.simulator.verdict import CHECKS, GroupVerdict, judge
 
@@ -145,8 +145,6 @@ def verdict_cmd(
     capacity load and the low load (evaluate --verdict runs both)."""
     cfg = load_goal_config(goal)
     rows = _read_summaries(summary)
-    from kvcast.cli.simulate import out_console
-
     groups = print_verdict(out_console, rows, cfg, out or summary.with_name("verdict.json"))
     judged = [p for g in groups for p in g.policies]
     if strict and not (judged and all(p.met for p in judged)):
