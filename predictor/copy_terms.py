@@ -151,6 +151,7 @@ class CopyTerms:
     # (the same for every target)
     p_model: np.ndarray  # [R, K] the same before the correction (the scorer's)
     reclaim: np.ndarray  # [R, n, K] (1 - P) x blocks x reclaim_ms_per_block at p_hit
+    time_left_ms: np.ndarray  # [R] until the predicted first use (the window when unknown)
     any_ok: list[bool]  # [R] some cut and target pass the gates that need no queue
     most: list[int]  # [R] the most blocks any copy moves
     no_congestion: list[bool]  # [R] the congestion term is 0 everywhere
@@ -160,21 +161,24 @@ class CopyTerms:
 
 def _cuts(lo: np.ndarray, depth: np.ndarray, max_cuts: int) -> tuple[np.ndarray, np.ndarray]:
     """[R, K] the depths weighed per chain (``lo..depth``, or a coarse grid that always ends
-    with the whole prefix) and [R] how many."""
+    with the whole prefix; beyond a chain's own: 0) and [R] how many.
+
+    The grid of a chain with more depths than ``max_cuts`` is
+    ``np.unique(np.linspace(lo, depth, max_cuts).round())``, made for all such chains in one
+    linspace (row by row the scalar call's arithmetic: their steps are all positive; a call
+    per chain was most of a tick's copy terms when long chains were weighed). Its step,
+    ``(depth - lo) / (max_cuts - 1)``, is above one block, so rounding repeats no depth and
+    ``np.unique`` keeps every one (linspace's rounding errors, a few ulps of ``depth``, are
+    far below the step's excess ``1 / (max_cuts - 1)``)."""
     count = np.maximum(depth - lo + 1, 0)
     k = int(count.max(initial=0))
     if k <= max_cuts:
         return lo[:, None] + np.arange(k), count
-    rows = []
-    for a, b in zip(lo.tolist(), depth.tolist(), strict=True):
-        if b - a + 1 > max_cuts:
-            rows.append(np.unique(np.linspace(a, b, max_cuts).round().astype(np.int64)))
-        else:
-            rows.append(np.arange(a, max(b + 1, a)))
-    count = np.array([len(r) for r in rows], dtype=np.int64)
-    out = np.zeros((len(rows), int(count.max(initial=0))), np.int64)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
+    long = count > max_cuts
+    count[long] = max_cuts
+    width = np.arange(max_cuts)
+    out = np.where(width < count[:, None], lo[:, None] + width, 0)
+    out[long] = np.linspace(lo[long], depth[long], max_cuts, axis=1).round()
     return out, count
 
 
@@ -250,7 +254,7 @@ def copy_terms(
     gate = np.where(ok, c.queue_gate_factor * transfer, np.inf)  # barred: never passed
     return CopyTerms(
         depth, cuts.tolist(), ends, src, held, real, nblk, nblk.astype(float), transfer,
-        gate, fetch, residual, cost_transfer, congestion, p_hit, p_model, reclaim,
+        gate, fetch, residual, cost_transfer, congestion, p_hit, p_model, reclaim, time_left_ms,
         ok.any(axis=(1, 2)).tolist(),
         nblk.max(axis=(1, 2), initial=0).tolist(), (~congestion.any(axis=(1, 2))).tolist(),
         (~reclaim.any(axis=(1, 2))).tolist(), (lens * bt + tail_tokens).tolist(),

@@ -110,29 +110,68 @@ def replication_option(
     return _best(plan, view, cfg, ct, i, k, queue, hot, in_flight_bytes, terms)
 
 
-def cannot_pay(ct: CopyTerms, queues: np.ndarray, room: np.ndarray, block_ms: float) -> list[bool]:
+def cannot_pay(
+    ct: CopyTerms,
+    queues: np.ndarray,
+    view: ClusterView,
+    cfg: DeciderConfig,
+    terms: TickTerms,
+    free: np.ndarray,
+    room: np.ndarray,
+) -> list[bool]:
     """Per chain of ``ct`` (its rows), whether :func:`_best` would find no admissible
     (target, cut) given ``queues`` ``[R, n]`` (each chain's :meth:`queue_without`, as the
-    tick starts) and ``room`` ``[n, 1]`` (:meth:`TickTerms.memory` then), for a view without
-    a router probe: all chains in one numpy pass, for the decider to skip those until a
-    command moves something.
+    tick starts) and ``free`` and ``room`` ``[n, 1]`` (:meth:`TickTerms.memory` then), for a
+    view without a router probe: all chains in one numpy pass, for the decider to skip those
+    until a command moves something.
 
     Exact, never a guess: the net value here is an upper bound of ``_best``'s, term by term
-    the same arithmetic without the memory term (never negative) and with P before the
-    eviction odds (``P x survival <= P``, so the reclaim term is no larger: rounding is
-    monotone), so where no cell passes here none passes there. A prefill model whose block
-    cost is negative rules nothing out."""
-    if not block_ms >= 0.0:
+    the same arithmetic without the memory term (never negative) and with P at or above
+    ``_best``'s (its eviction odds bounded by :func:`_survival_at_most`; so the reclaim term
+    is no larger: rounding is monotone), so where no cell passes here none passes there. A
+    prefill model whose block cost is negative rules nothing out. The eviction odds are
+    bounded rather than left out: where nodes evict faster than a copy's life, few copies
+    survive to their use, and every chain let through for that alone was weighed one by one
+    to be refused (``bench_tick_trace.py``'s state: up to 11 chains a tick, a third of the
+    slowest ticks' decider time)."""
+    if not terms.block_ms >= 0.0:
         return [False] * len(queues)
     w = (ct.fetch + queues).min(axis=1)[:, None, None]  # as ``_best`` adds them, chain by chain
     saved = (w - queues[:, :, None]) - ct.residual
     np.maximum(saved, 0.0, out=saved)
-    net = ct.p_hit[:, None, :] * saved
+    if terms.no_evictions:  # as ``_best``: P(hit) and the reclaim term at it
+        p, reclaim = ct.p_hit[:, None, :], ct.reclaim
+    else:
+        p = ct.p_hit[:, None, :] * _survival_at_most(ct, queues, view, free)
+        reclaim = (1.0 - p) * ct.nblk_f * cfg.costs.reclaim_ms_per_block
+    net = p * saved
     net -= ct.cost_transfer
     net -= ct.congestion  # (0 where ``_best`` skips it: x - 0.0 is x but for a zero's sign)
-    net -= ct.reclaim  # at P before the eviction odds: no more than ``_best``'s (0: skipped)
+    net -= reclaim  # at P no lower than ``_best``'s: no more than its term (0: skipped)
     ok = (w > ct.gate) & (ct.nblk_f <= room) & (net > 0.0)
     return (~ok.any(axis=(1, 2))).tolist()
+
+
+# ``exp``'s last bits are its implementation's (numpy's SIMD loop or the C library's, by CPU
+# and array layout), so a bound of ``_best``'s survival is raised past them: a relative slack
+# and a floor far beyond any implementation's error, subnormal results included
+_EXP_SLACK, _EXP_FLOOR = 1.0 + 2.0**-20, 2.0**-1000
+
+
+def _survival_at_most(
+    ct: CopyTerms, queues: np.ndarray, view: ClusterView, free: np.ndarray
+) -> np.ndarray:
+    """``[R, n, K]`` at least the chance that no eviction takes the copy before its use, as
+    :func:`_best` computes it per chain, target and cut (its arithmetic, elementwise, for
+    every chain at once; then raised past ``exp``'s rounding)."""
+    until_use = ct.time_left_ms[:, None] + queues
+    evictions = (view.evict_blocks_per_ms * until_use)[:, :, None]  # type: ignore[operator]
+    excess = evictions - np.maximum(free - ct.nblk_f, 0.0)
+    np.maximum(excess, 0.0, out=excess)
+    survival = np.exp(-excess)
+    survival *= _EXP_SLACK
+    survival += _EXP_FLOOR
+    return survival
 
 
 def _copy_terms(

@@ -225,8 +225,8 @@ class Decider:
             return [False] * len(weighed)
         margin = self.cfg.costs.safety_margin_gib * GIB
         in_flight, hot = self.ledger.in_flight_to(view.n), forecast.hot()
-        room = terms.memory(in_flight, hot, view.block_bytes, margin)[1]
-        unpaid = cannot_pay(copies, queues, room, terms.block_ms)
+        free, room, _ = terms.memory(in_flight, hot, view.block_bytes, margin)
+        unpaid = cannot_pay(copies, queues, view, self.cfg, terms, free, room)
         touched = self._touched
         return [no and not touched(p.blocks) for no, p in zip(unpaid, weighed, strict=True)]
 
