@@ -2,10 +2,12 @@
 # The checks that need a GPU, in one run (a GPU machine is lent rarely and briefly):
 # the agent's CUDA tests (in-process and real `kvcast serve agent --device cuda` processes)
 # the loopback transfer benchmark with both agents' blocks in GPU memory, and the device
-# copies step by step (bench_device_copy.py).
+# copies step by step (bench_device_copy.py); and, since that host's CPUs are quieter than a
+# shared VM's, the sidecar's tick on a trace-shaped state (bench_tick_trace.py).
 #     benchmarks/gpu_check.sh [OUTDIR]      (kvcast installed; OUTDIR defaults to ./gpu_check;
 #                                            ROUNDS=N sets the benchmark's rounds, default 7)
-# Writes OUTDIR/gpu.txt, agent_tests.log, bench_agent_transfer_cuda.json, bench_device_copy.json.
+# Writes OUTDIR/gpu.txt, agent_tests.log, bench_agent_transfer_cuda.json, bench_device_copy.json,
+# bench_tick_trace.json.
 set -uo pipefail
 out=${1:-gpu_check}
 mkdir -p "$out"
@@ -24,5 +26,8 @@ timeout 180 $py benchmarks/bench_agent_transfer.py --device cuda --rounds "${ROU
   > "$out/bench_agent_transfer_cuda.json" 2> "$out/bench.err" || status=1
 timeout 60 $py benchmarks/bench_device_copy.py > "$out/bench_device_copy.json" \
   2>> "$out/bench.err" || status=1
-cat "$out/bench_agent_transfer_cuda.json" "$out/bench_device_copy.json" "$out/bench.err"
+timeout 120 $py benchmarks/bench_tick_trace.py --ticks 300 > "$out/bench_tick_trace.json" \
+  2>> "$out/bench.err" || status=1
+cat "$out/bench_agent_transfer_cuda.json" "$out/bench_device_copy.json" "$out/bench_tick_trace.json" \
+  "$out/bench.err"
 exit $status
