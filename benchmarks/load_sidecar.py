@@ -12,13 +12,15 @@ blocks, as in production, and its memory must stay bounded by its own limits.
 Measured throughout: ``/healthz`` latency (probed every 50 ms; goal: every answer within
 100 ms), the process's RSS (sampled every second), events sent / ingested / applied / dropped
 (the sidecar's own counters, queue-full drops and ZMQ sequence gaps), and the decision ticks
-(their rate against the configured ``tick_ms``, their duration from the tick histogram).
-Same-run baseline: the same probes on the same sidecar, idle, for ``--idle`` seconds before
+(their rate against the configured ``tick_ms``, their duration from the tick histogram), and
+the pauses of Python's cyclic GC in the sidecar by generation (``--no-gc-pacing`` leaves its
+full collections to CPython's schedule: ``gc.paced: false``). Same-run baseline: the same probes on the same sidecar, idle, for ``--idle`` seconds before
 the load starts.
 
     python benchmarks/load_sidecar.py [--duration 60] [--factor 10] [--trace PATH]
                                       [--model PATH] [--nodes 4] [--idle 5]
                                       [--max-tracked-blocks N] [--max-tracked-sessions N]
+                                      [--no-gc-pacing]
 """
 
 from __future__ import annotations
@@ -85,11 +87,12 @@ def total(m: dict[str, float], prefix: str) -> float:
     return sum(v for k, v in m.items() if k == prefix or k.startswith(prefix + "{"))
 
 
-def hist_quantile(m: dict[str, float], name: str, q: float) -> float | None:
-    """The ``q`` quantile of a Prometheus histogram (linear within its bucket), seconds."""
+def hist_quantile(m: dict[str, float], name: str, q: float, labels: str = "") -> float | None:
+    """The ``q`` quantile of a Prometheus histogram (linear within its bucket), seconds;
+    ``labels``: its series' other labels, as ``parse_metrics`` keys them (``"gen=2,"``)."""
     buckets = sorted(
         (float(k.split("le=")[1].rstrip("}")), v) for k, v in m.items()
-        if k.startswith(f"{name}_bucket{{")
+        if k.startswith(f"{name}_bucket{{{labels}le=")
     )  # fmt: skip
     if not buckets or buckets[-1][1] == 0:
         return None
@@ -101,6 +104,21 @@ def hist_quantile(m: dict[str, float], name: str, q: float) -> float | None:
             return lo + (le - lo) * (rank - below) / max(count - below, 1e-12)
         lo, below = le, count
     return lo
+
+
+def gc_pauses(window: dict[str, float]) -> dict[str, dict[str, float | None]]:
+    """Per generation: collections, their p99 and the bound of the slowest one's bucket (ms)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for gen in "012":
+        prefix = f"{S}gc_pause_seconds_bucket{{generation={gen},le="
+        buckets = sorted((float(k[len(prefix):-1]), v) for k, v in window.items()
+                         if k.startswith(prefix))  # fmt: skip
+        count = buckets[-1][1] if buckets else 0.0
+        slowest = next((le for le, c in buckets if c >= count), None) if count else None
+        p99 = hist_quantile(window, f"{S}gc_pause_seconds", 0.99, f"generation={gen},")
+        out[gen] = {"count": count, "p99_ms": None if p99 is None else round(p99 * 1e3, 3),
+                    "slowest_under_ms": None if slowest is None else slowest * 1e3}  # fmt: skip
+    return out
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -309,6 +327,8 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
             "parts_p99_ms": {k: quantile_ms(k, 0.99) for k in PARTS},
             "errors": int(m[f"{S}tick_errors_total"]),
         },
+        # Python's cyclic GC in the sidecar over the load, per generation (2: full)
+        "gc_pauses": gc_pauses(window),
         "baseline_idle": {
             "seconds": args.idle,
             "healthz_ms": {
@@ -349,6 +369,11 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=5.0, help="seconds of idle baseline")
     ap.add_argument("--tick-ms", type=float, default=250.0)
     ap.add_argument(
+        "--no-gc-pacing",
+        action="store_true",
+        help="leave the sidecar's full GC collections to CPython (gc.paced: false)",
+    )
+    ap.add_argument(
         "--max-tracked-blocks", type=int, default=None,
         help="the sidecar's feature-state cap on blocks (default: the sidecar's own)",
     )  # fmt: skip
@@ -380,6 +405,7 @@ def main() -> None:
                    else {"max_tracked_blocks": args.max_tracked_blocks}),
                 **({} if args.max_tracked_sessions is None
                    else {"max_tracked_sessions": args.max_tracked_sessions}),
+                "gc": {"paced": not args.no_gc_pacing},
             }))  # fmt: skip
             env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"}
             proc, base = start_sidecar(str(cfg), env)

@@ -68,6 +68,11 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             (_q(0.99, "kvcast_sidecar_decide_seconds"), "decide p99"),
             (_q(0.99, "kvcast_sidecar_log_write_seconds"), "log writes p99 (after the tick)"),
         ), "s"),
+        Panel("GC pauses", (
+            ("histogram_quantile(1.0, sum by (le, generation) "
+             f"(rate(kvcast_sidecar_gc_pause_seconds_bucket{RATE})))", "gen {{generation}} max"),
+        ), "s", "Python's cyclic GC, each collection's pause (every thread stops); full ones "
+                "(gen 2) paced between ticks, gc.full_every_s apart."),
         Panel("Decisions", (
             (f"sum by (kind) (rate(kvcast_sidecar_decisions_total{RATE}))", "{{kind}}"),
         ), "ops", "Commands the decider made per second (in shadow mode: logged only)."),

@@ -93,6 +93,14 @@ class DecisionLogConfig(FiniteConfig):
     rotate_s: float = Field(60.0, gt=0)
 
 
+class GcConfig(FiniteConfig):
+    """Python's cyclic GC in ``kvcast serve sidecar`` (:mod:`kvcast.serving.gc_pacing`)."""
+
+    paced: bool = True  # full collections between decision ticks, not when CPython picks
+    full_every_s: float = Field(60.0, gt=0)  # one paced full collection this often
+    thaw_every: int = Field(60, ge=1)  # every N-th of them also scans the frozen objects
+
+
 class SidecarConfig(FiniteConfig):
     sidecar_id: Name = Field("sidecar-0", min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
     listen: str = "127.0.0.1:8480"  # HTTP API, HOST:PORT (port 0: any free port, logged)
@@ -116,6 +124,7 @@ class SidecarConfig(FiniteConfig):
     agents: AgentClientConfig = AgentClientConfig()
     decision_log: DecisionLogConfig = DecisionLogConfig()
     shutdown_grace_s: float = Field(5.0, gt=0)
+    gc: GcConfig = GcConfig()
     token: Token | None = None  # shared token (the CLI reads KVCAST_TOKEN)
     # tokens speaking for some tenants only; their secrets are read from the environment at
     # start-up (read_tenant_tokens, by the CLI), never by validating this config

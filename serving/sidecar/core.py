@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from kvcast.features.events import BlockRemoved, RequestArrived
 from kvcast.features.online.state import FeatureState
 from kvcast.predictor.decider import Decider
+from kvcast.serving.gc_pacing import GcPacer
 from kvcast.serving.http.connection_cuts import ConnectionCuts
 from kvcast.serving.sidecar.agent_client import AgentClient
 from kvcast.serving.sidecar.arrival_rates import ArrivalRates
@@ -154,12 +155,16 @@ class Sidecar:
             on_removed=self.replicas_left_agent, on_restarted=self.agent_restarted,
         )  # fmt: skip
         self.registry = sidecar_registry(self)
+        # started by the process (run_sidecar), not by an in-process sidecar: it owns the
+        # interpreter's collector settings; until then its hook does nothing, nothing is timed
+        self.gc = GcPacer(cfg.gc.full_every_s, cfg.gc.thaw_every, self.registry, "kvcast_sidecar_")
         self.loop = DecisionLoop(
             self.keeper, self.slot, self.decider, self.view, mode=lambda: self.mode,
             in_flight=self.executor.pairs, sink=self.executor.submit, recent=self.recent,
             decision_log=self.decision_log, timers=timers(self.registry), tick_ms=cfg.tick_ms,
             block_bytes=self.block_bytes, tail_tokens=dcfg.loop.default_tail_tokens,
             sidecar_id=cfg.sidecar_id, clock_ms=clock_ms, routes_log=self.routes_log,
+            between_ticks=self.gc.maybe_collect,
         )  # fmt: skip
         self.feeds = [self._feed(i) for i, x in enumerate(cfg.nodes) if x.engine is not None]
         self.started = False

@@ -65,6 +65,7 @@ class DecisionLoop:
         sidecar_id: str,
         clock_ms: Callable[[], float] = lambda: time.time() * 1000.0,
         routes_log: RoutesLog | None = None,
+        between_ticks: Callable[[], object] | None = None,
     ) -> None:
         self.keeper, self.slot, self.decider, self.live = keeper, slot, decider, view
         self.mode, self.in_flight, self.sink = mode, in_flight, sink
@@ -73,6 +74,7 @@ class DecisionLoop:
         self.switch_lock = threading.Lock()
         self.recent, self.log, self.timers = recent, decision_log, timers
         self.routes_log = routes_log
+        self.between_ticks = between_ticks  # run after each tick and its logs (the paced GC)
         self.tick_ms, self.block_bytes, self.tail_tokens = tick_ms, block_bytes, tail_tokens
         self.sidecar_id, self.clock_ms = sidecar_id, clock_ms
         self.ticks = 0
@@ -114,6 +116,11 @@ class DecisionLoop:
             except Exception:  # one bad tick must not stop the loop
                 self.errors += 1
                 log.exception("decision tick failed")
+            if self.between_ticks is not None:
+                try:
+                    self.between_ticks()
+                except Exception:
+                    log.exception("between ticks")
             next_at += period
             now = time.monotonic()
             if next_at < now:  # late: skip the ticks that were missed

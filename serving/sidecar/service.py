@@ -78,6 +78,7 @@ async def run_sidecar(
     with stop_on_signals() as stop:
         try:
             http = await service.start()
+            sc.gc.start(config.gc.paced)  # after the model loaded: frozen with the rest
             model = sc.slot.current.info.source if sc.slot.current else "none"
             log.info(
                 "sidecar %s ready: http=%s://%s mode=%s model=%s nodes=%d engines=%d auth=%s "
@@ -95,6 +96,7 @@ async def run_sidecar(
             log.info("sidecar %s stopping", config.sidecar_id)
         finally:
             await service.stop()
+            sc.gc.stop()
         log.info("sidecar %s stopped", config.sidecar_id)
 
 
