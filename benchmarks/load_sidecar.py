@@ -13,9 +13,9 @@ Measured throughout: ``/healthz`` latency (probed every 50 ms; goal: every answe
 100 ms), the process's RSS (sampled every second), events sent / ingested / applied / dropped
 (the sidecar's own counters, queue-full drops and ZMQ sequence gaps), and the decision ticks
 (their rate against the configured ``tick_ms``, their duration from the tick histogram), and
-the pauses of Python's cyclic GC in the sidecar by generation (``--no-gc-pacing`` leaves its
-full collections to CPython's schedule: ``gc.paced: false``). Same-run baseline: the same probes on the same sidecar, idle, for ``--idle`` seconds before
-the load starts.
+the pauses of Python's cyclic GC in the sidecar by generation and kind (``--no-gc-pacing``
+leaves its full collections to CPython's schedule: ``gc.paced: false``). Same-run baseline:
+the same probes on the same sidecar, idle, for ``--idle`` seconds before the load starts.
 
     python benchmarks/load_sidecar.py [--duration 60] [--factor 10] [--trace PATH]
                                       [--model PATH] [--nodes 4] [--idle 5]
@@ -89,7 +89,8 @@ def total(m: dict[str, float], prefix: str) -> float:
 
 def hist_quantile(m: dict[str, float], name: str, q: float, labels: str = "") -> float | None:
     """The ``q`` quantile of a Prometheus histogram (linear within its bucket), seconds;
-    ``labels``: its series' other labels, as ``parse_metrics`` keys them (``"gen=2,"``)."""
+    ``labels``: its series' other labels, as ``parse_metrics`` keys them
+    (``"generation=2,kind=auto,"``)."""
     buckets = sorted(
         (float(k.split("le=")[1].rstrip("}")), v) for k, v in m.items()
         if k.startswith(f"{name}_bucket{{{labels}le=")
@@ -107,17 +108,21 @@ def hist_quantile(m: dict[str, float], name: str, q: float, labels: str = "") ->
 
 
 def gc_pauses(window: dict[str, float]) -> dict[str, dict[str, float | None]]:
-    """Per generation: collections, their p99 and the bound of the slowest one's bucket (ms)."""
+    """Per generation and kind (``2/paced`` ...): collections, their p99 and the upper bound
+    of the slowest one's bucket, ms (None: beyond the last bucket)."""
     out: dict[str, dict[str, float | None]] = {}
-    for gen in "012":
-        prefix = f"{S}gc_pause_seconds_bucket{{generation={gen},le="
+    for gen, kind in (("0", "auto"), ("1", "auto"), ("2", "auto"), ("2", "paced"), ("2", "thaw")):
+        labels = f"generation={gen},kind={kind},"
+        prefix = f"{S}gc_pause_seconds_bucket{{{labels}le="
         buckets = sorted((float(k[len(prefix):-1]), v) for k, v in window.items()
                          if k.startswith(prefix))  # fmt: skip
         count = buckets[-1][1] if buckets else 0.0
         slowest = next((le for le, c in buckets if c >= count), None) if count else None
-        p99 = hist_quantile(window, f"{S}gc_pause_seconds", 0.99, f"generation={gen},")
-        out[gen] = {"count": count, "p99_ms": None if p99 is None else round(p99 * 1e3, 3),
-                    "slowest_under_ms": None if slowest is None else slowest * 1e3}  # fmt: skip
+        p99 = hist_quantile(window, f"{S}gc_pause_seconds", 0.99, labels)
+        out[f"{gen}/{kind}"] = {
+            "count": count, "p99_ms": None if p99 is None else round(p99 * 1e3, 3),
+            "slowest_under_ms": None if slowest is None or math.isinf(slowest) else slowest * 1e3,
+        }  # fmt: skip
     return out
 
 

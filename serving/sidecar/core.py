@@ -180,12 +180,15 @@ class Sidecar:
             hwm=cfg.zmq_hwm, replay_timeout_ms=cfg.replay_timeout_ms,
         )  # fmt: skip
 
-    async def _sweep_replicas(self) -> None:
-        """Forget replicas whose TTL passed: their agents reclaim them on their own, so the
-        feature state is told they left their node (as for an evict command)."""
+    async def _housekeep(self) -> None:
+        """Every second: forget replicas whose TTL passed (their agents reclaim them on their
+        own, so the feature state is told they left their node, as for an evict command), and
+        hand full GC collections back to CPython if the decision thread, which paces them,
+        is stuck (:meth:`GcPacer.watch`)."""
         while True:
             await asyncio.sleep(1.0)
             self.expire_replicas()
+            self.gc.watch()
 
     def expire_replicas(self) -> int:
         """One sweep (public for tests); how many replicas left their node."""
@@ -261,7 +264,7 @@ class Sidecar:
             await self.stop()
             raise
         self.poller.start()
-        self._housekeeping = asyncio.create_task(self._sweep_replicas())
+        self._housekeeping = asyncio.create_task(self._housekeep())
         if decisions:
             self.loop.start()
         self.started = True

@@ -95,8 +95,10 @@ async def run_sidecar(
             await serve_until_stopped(service.http, stop)
             log.info("sidecar %s stopping", config.sidecar_id)
         finally:
-            await service.stop()
-            sc.gc.stop()
+            try:
+                await service.stop()
+            finally:
+                sc.gc.stop()
         log.info("sidecar %s stopped", config.sidecar_id)
 
 

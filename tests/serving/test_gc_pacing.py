@@ -104,22 +104,42 @@ def test_frozen_cycles_outlive_a_paced_collection_between_thaws(clock: Clock) ->
     assert ref() is None  # unfrozen by stop, collected as usual
 
 
-def test_each_collection_is_timed_by_generation(clock: Clock) -> None:
+def test_each_collection_is_timed_by_generation_and_kind(clock: Clock) -> None:
     registry = CollectorRegistry()
-    p = GcPacer(60.0, 60, registry, "test_", clock)
+    p = GcPacer(60.0, 2, registry, "test_", clock)
     p.start()
     try:
         gc.collect(0)
-        clock.t = 60.0
-        p.maybe_collect()
+        for t in (60.0, 120.0):
+            clock.t = t
+            p.maybe_collect()
     finally:
         p.stop()
 
-    def count(gen: str) -> float:
-        value = registry.get_sample_value("test_gc_pause_seconds_count", {"generation": gen})
-        return value or 0.0
+    def count(gen: str, kind: str) -> float:
+        labels = {"generation": gen, "kind": kind}
+        return registry.get_sample_value("test_gc_pause_seconds_count", labels) or 0.0
 
-    assert count("0") >= 1 and count("2") >= 2  # start's full collection and the paced one
+    assert count("0", "auto") >= 1
+    assert count("2", "paced") == 2  # start's and the first due one
+    assert count("2", "thaw") == 1  # the second: thaw_every=2
+
+
+def test_no_paced_collection_is_due_right_after_start(pacer: GcPacer) -> None:
+    assert not pacer.maybe_collect() and pacer.full_collections == 0
+
+
+def test_a_stalled_decision_thread_hands_full_collections_back_to_cpython(
+    pacer: GcPacer, clock: Clock
+) -> None:
+    found = gc.get_threshold()
+    assert found[2] == NO_AUTOMATIC_FULL
+    clock.t = 180.0  # 3 x full_every_s: not yet
+    assert not pacer.watch() and gc.get_threshold()[2] == NO_AUTOMATIC_FULL
+    clock.t = 181.0
+    assert pacer.watch() and gc.get_threshold()[2] != NO_AUTOMATIC_FULL
+    assert pacer.maybe_collect()  # the decision thread is back: paced again
+    assert gc.get_threshold()[2] == NO_AUTOMATIC_FULL
 
 
 def test_bad_settings_are_refused_with_their_values() -> None:
@@ -141,5 +161,6 @@ def test_unpaced_it_only_times_the_collections_cpython_runs(clock: Clock) -> Non
         gc.collect(1)
     finally:
         p.stop()
-    assert registry.get_sample_value("test_gc_pause_seconds_count", {"generation": "1"}) == 1
+    labels = {"generation": "1", "kind": "auto"}
+    assert registry.get_sample_value("test_gc_pause_seconds_count", labels) == 1
     assert gc.callbacks.count(p._timed) == 0

@@ -15,10 +15,11 @@ from serve_processes import SIDECAR_READY, start
 
 from kvcast.serving.cluster.summary import parse_metrics
 
-FULL = "kvcast_sidecar_gc_pause_seconds_count{generation=2}"  # as parse_metrics keys it
+FULL = "kvcast_sidecar_gc_pause_seconds_count{generation=2,kind=%s}"  # as parse_metrics keys it
 
 
-def _full_collections(tmp_path: Path, gc: dict[str, object], wait_s: float) -> float:
+def _full_collections(tmp_path: Path, gc: dict[str, object], wait_s: float) -> dict[str, float]:
+    """The process's full collections by kind, ``wait_s`` after it is ready."""
     cfg = {"listen": "127.0.0.1:0", "nodes": [{"name": "gpu-0"}], "tick_ms": 20.0, "gc": gc,
            "decision_log": {"path": None}}  # fmt: skip
     config = tmp_path / "sidecar.yaml"
@@ -33,13 +34,16 @@ def _full_collections(tmp_path: Path, gc: dict[str, object], wait_s: float) -> f
         assert proc.stop(signal.SIGINT) == 0, "".join(proc.log)
     finally:
         proc.kill()
-    return metrics.get(FULL, 0.0)
+    return {kind: metrics.get(FULL % kind, 0.0) for kind in ("auto", "paced", "thaw")}
 
 
 def test_a_sidecar_process_runs_its_full_collections_between_ticks(tmp_path: Path) -> None:
-    assert _full_collections(tmp_path, {"full_every_s": 0.2}, 1.5) >= 4  # start + >= 3 paced
+    got = _full_collections(tmp_path, {"full_every_s": 0.2, "thaw_every": 2}, 1.5)
+    assert got["auto"] == 0  # none on CPython's schedule
+    assert got["paced"] >= 2 and got["thaw"] >= 1  # start's, then between ticks
 
 
 def test_unpaced_the_process_leaves_cpython_its_schedule(tmp_path: Path) -> None:
-    """None at start, none between ticks: an idle process's own schedule runs one rarely."""
-    assert _full_collections(tmp_path, {"paced": False, "full_every_s": 0.2}, 1.5) < 2
+    """None at start, none between ticks."""
+    got = _full_collections(tmp_path, {"paced": False, "full_every_s": 0.2}, 1.5)
+    assert got["paced"] == got["thaw"] == 0
