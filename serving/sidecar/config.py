@@ -97,8 +97,8 @@ class GcConfig(FiniteConfig):
     """Python's cyclic GC in ``kvcast serve sidecar`` (:mod:`kvcast.serving.gc_pacing`)."""
 
     paced: bool = True  # full collections between decision ticks, not when CPython picks
-    full_every_s: float = Field(60.0, gt=0)  # one paced full collection this often
-    thaw_every: int = Field(60, ge=1)  # every N-th of them also scans the frozen objects
+    full_every_s: float = Field(10.0, gt=0)  # one paced full collection this often
+    thaw_every: int = Field(360, ge=1)  # every N-th of them also scans the frozen objects
 
 
 class SidecarConfig(FiniteConfig):
