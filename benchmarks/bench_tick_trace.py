@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 from bench_sidecar import NODES, cluster, live_view, logistic_model, ms, telemetry_for
-from load_sidecar import DEV_TRACE, Load, peak_rate
 from prometheus_client import CollectorRegistry
+from trace_load import DEV_TRACE, Load, peak_rate
 
 from kvcast.features.config import FeatureConfig
 from kvcast.features.events import RequestArrived
