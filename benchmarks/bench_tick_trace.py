@@ -15,7 +15,8 @@ Each tick is :meth:`DecisionLoop.tick` itself, in shadow mode without logs: the 
 the routed requests settled and the decider with its ledger kept: per-thread CPU time (the
 machines are shared; wall time beside it). Same-run baseline: the same loop on
 ``bench_sidecar.py``'s synthetic state. Also printed: the warm-up's KV events and arrivals
-applied per CPU second (the consumer's ``apply``, on this shape of traffic).
+applied per CPU second (the consumer's ``apply``, on this shape of traffic), and the tick's
+parts as the loop's own timers see them (``parts_wall_ms``: feature rows, scoring, decide).
 
     python benchmarks/bench_tick_trace.py [--ticks 300] [--warm-s 60] [--factor 10]
                                           [--blocks 1024] [--trace PATH] [--model PATH]
@@ -30,12 +31,12 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from bench_sidecar import NODES, cluster, live_view, logistic_model, ms, telemetry_for
-from prometheus_client import CollectorRegistry
 from trace_load import DEV_TRACE, Load, peak_rate
 
 from kvcast.features.config import FeatureConfig
@@ -44,17 +45,28 @@ from kvcast.features.online.state import FeatureState
 from kvcast.predictor.decider import Decider
 from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.serving.sidecar.consumer import StateKeeper
-from kvcast.serving.sidecar.decision_loop import DecisionLoop
+from kvcast.serving.sidecar.decision_loop import DecisionLoop, TickTimers
 from kvcast.serving.sidecar.decisions import RecentDecisions
 from kvcast.serving.sidecar.event_queue import EventQueue
 from kvcast.serving.sidecar.live_view import LiveView
-from kvcast.serving.sidecar.metrics import timers
 from kvcast.serving.sidecar.model_slot import ModelSlot
 from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains
 from kvcast.serving.sidecar.replicas import ReplicaTracker
 from kvcast.serving.sidecar.tick_input import distinct_blocks
 
+
+class Timings:
+    """Stands in for a tick histogram: keeps each observation (seconds)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def observe(self, value: float) -> None:
+        self.seconds.append(value)
+
+
+PARTS = ("features", "scoring", "decide")
 TICK_MS = 250.0
 STALE_S = 3600.0  # the nodes' telemetry, set once, holds for the whole run
 Feed = Callable[[float], None]  # applies the requests that arrive before a tick at ``t``
@@ -109,10 +121,11 @@ def time_loop(
     slot = ModelSlot(keeper.state.spec)
     slot.load(model)
     clock = [now]
+    parts = TickTimers(*(Timings() for _ in fields(TickTimers)))
     loop = DecisionLoop(
         keeper, slot, Decider(claim_in_flight=True), view, mode=lambda: "shadow",
         in_flight=dict, sink=lambda _: None, recent=RecentDecisions(1024), decision_log=None,
-        timers=timers(CollectorRegistry()), tick_ms=TICK_MS, block_bytes=view.block_bytes,
+        timers=parts, tick_ms=TICK_MS, block_bytes=view.block_bytes,
         tail_tokens=DeciderConfig().loop.default_tail_tokens, sidecar_id="bench",
         clock_ms=lambda: clock[0],
     )  # fmt: skip
@@ -134,6 +147,9 @@ def time_loop(
         "commands_per_tick": float(np.mean(made)),
         "tick_cpu_ms": ms(cpu),
         "tick_wall_ms": ms(wall),
+        # the loop's own timers (wall; here the snapshot runs on this thread): feature rows,
+        # ONNX scoring, cluster view + decider
+        "parts_wall_ms": {k: ms(getattr(parts, k).seconds) for k in PARTS},
     }
 
 
