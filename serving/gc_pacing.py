@@ -8,18 +8,18 @@ with every thread stopped (the GIL), the decision tick and ingestion with it, an
 finds nothing, since the state holds no reference cycles (its objects are freed by their
 reference counts as the state drops them).
 
-:class:`GcPacer` keeps the young generations automatic (a few milliseconds at most) and takes
-the full collection off the automatic schedule: the process runs it itself, between two
-decision ticks, every ``full_every_s``, as ``gc.collect()`` then ``gc.freeze()``, so that the
-next one scans only the objects made since (its pause is bounded by ``full_every_s`` of churn,
-not by the heap). A frozen object is never collected, so a cycle that died after it was
-frozen (an abandoned connection's objects, a replaced model's, say) is kept until the next
-*thaw*: every ``thaw_every``-th paced collection unfreezes first and scans the whole heap
-(the long pause again, once per ``thaw_every x full_every_s``). Should the decision thread
-stall, :meth:`watch` (called from another thread) hands full collections back to CPython
-until the next paced one, so cyclic garbage never piles up without bound. Every collection
-is timed, by generation and kind (``auto``: CPython's own; ``paced``; ``thaw``).
-"""
+:class:`GcPacer` keeps the young generations automatic (a few milliseconds at most) and
+takes the full collection off the automatic schedule: the process runs it itself (the
+sidecar between two decision ticks, an agent from a task on its event loop) every
+``full_every_s``, as ``gc.collect()`` then ``gc.freeze()``, so that the next one scans only
+the objects made since (its pause is bounded by ``full_every_s`` of churn, not by the heap).
+A frozen object is never collected, so a cycle that died after it was frozen (an abandoned
+connection's objects, a replaced model's, say) is kept until the next *thaw*: every
+``thaw_every``-th paced collection unfreezes first and scans the whole heap (the long pause
+again, once per ``thaw_every x full_every_s``). Should the decision thread stall,
+:meth:`watch` (called from another thread) hands full collections back to CPython until the
+next paced one, so cyclic garbage never piles up without bound. Every collection is timed,
+by generation and kind (``auto``: CPython's own; ``paced``; ``thaw``)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
+from pydantic import Field
+
+from kvcast.config import FiniteConfig
 
 NO_AUTOMATIC_FULL = 1 << 30  # young collections before an automatic full one: never
 STALLED = 3.0  # full_every_s without a paced collection: CPython's schedule is back
@@ -36,11 +39,20 @@ PAUSE_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 
 KINDS = (("0", "auto"), ("1", "auto"), ("2", "auto"), ("2", "paced"), ("2", "thaw"))
 
 
+class GcConfig(FiniteConfig):
+    """The ``gc:`` section of the sidecar's and the agents' configs."""
+
+    paced: bool = True  # full collections when the process picks, not when CPython does
+    full_every_s: float = Field(10.0, gt=0)  # one paced full collection this often
+    thaw_every: int = Field(360, ge=1)  # every N-th of them also scans the frozen objects
+
+
 class GcPacer:
     """Owns the process's collector settings from :meth:`start` to :meth:`stop` (which puts
     back the thresholds it found and unfreezes); times collections meanwhile, paced or not, in
-    ``registry`` as ``{prefix}gc_pause_seconds{generation, kind}``. One per process.
-    ``clock``: monotonic seconds."""
+    ``registry`` (or in ``pauses``, for a registry made later) as
+    ``{prefix}gc_pause_seconds{generation, kind}``. One per process. ``clock``: monotonic
+    seconds."""
 
     def __init__(
         self,
@@ -56,7 +68,7 @@ class GcPacer:
                 f"{thaw_every}"
             )
         self.full_every_s, self.thaw_every, self.clock = full_every_s, thaw_every, clock
-        pauses = Histogram(
+        self.pauses = pauses = Histogram(
             f"{prefix}gc_pause_seconds",
             "Python's cyclic GC: each collection's pause (every thread stopped), by generation "
             "(2: full) and kind (auto: CPython's schedule; paced: between decision ticks; "
@@ -91,8 +103,8 @@ class GcPacer:
         self._automatic(False)
 
     def maybe_collect(self) -> bool:
-        """Run the paced full collection if it is due (call it between two ticks, on the
-        decision thread); whether it ran."""
+        """Run the paced full collection if it is due (the sidecar calls it between two ticks,
+        on the decision thread); whether it ran."""
         if self._thresholds is None or self.clock() - self._last_full < self.full_every_s:
             return False
         self.full_collections += 1

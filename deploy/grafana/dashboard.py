@@ -72,9 +72,12 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             ("histogram_quantile(0.99, sum by (le, generation, kind) "
              "(increase(kvcast_sidecar_gc_pause_seconds_bucket[10m])))",
              "gen {{generation}} {{kind}} p99"),
+            ("histogram_quantile(0.99, sum by (le, generation, kind, instance) "
+             "(increase(kvcast_agent_gc_pause_seconds_bucket[10m])))",
+             "agent {{instance}} gen {{generation}} {{kind}} p99"),
         ), "s", "Python's cyclic GC, each collection's pause (every thread stops), over 10 "
-                "minutes: full ones (gen 2) paced between ticks, gc.full_every_s apart; a "
-                "thaw scans the whole heap every gc.thaw_every of them."),
+                "minutes: full ones (gen 2) paced (the sidecar's between ticks), "
+                "gc.full_every_s apart; a thaw scans the whole heap every gc.thaw_every."),
         Panel("Decisions", (
             (f"sum by (kind) (rate(kvcast_sidecar_decisions_total{RATE}))", "{{kind}}"),
         ), "ops", "Commands the decider made per second (in shadow mode: logged only)."),

@@ -18,6 +18,7 @@ from kvcast.serving.agent.tcp_server import TransferServer
 from kvcast.serving.agent.tcp_transport import TcpTransport
 from kvcast.serving.agent.transfer import TransferClient
 from kvcast.serving.agent.transport import Transport, parse_peer
+from kvcast.serving.gc_pacing import GcPacer
 from kvcast.serving.messages import BlockHash
 from kvcast.serving.tls import TlsFiles
 
@@ -36,6 +37,9 @@ class Agent:
     ) -> None:
         self.config, self.tls = config, tls
         self.incarnation = uuid.uuid4().hex  # this life of the agent (telemetry tells it)
+        # started by the process (run_agent), not by an in-process agent: it owns the
+        # interpreter's collector settings; its pauses are served on /metrics either way
+        self.gc = GcPacer(config.gc.full_every_s, config.gc.thaw_every, prefix="kvcast_agent_")
         token = config.token_value
         self.store = BlockStore(
             config.capacity_bytes,

@@ -121,6 +121,7 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
 def _open_routes(control: AgentControl) -> APIRouter:
     router = APIRouter()
     registry = live_registry(lambda: agent_families(control))
+    registry.register(control.agent.gc.pauses)
 
     @router.get("/v1/telemetry")
     async def telemetry() -> Telemetry:

@@ -8,6 +8,7 @@ from kvcast.config import FiniteConfig
 from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.tcp_server import MAX_CONNECTIONS
 from kvcast.serving.agent.transport import binds_overlap, parse_peer
+from kvcast.serving.gc_pacing import GcConfig
 from kvcast.serving.http.auth import Token
 from kvcast.serving.http.server_config import HttpServerConfig
 from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
@@ -43,6 +44,7 @@ class AgentConfig(FiniteConfig):
     transfer_tls_handshake_timeout_s: float = Field(HANDSHAKE_TIMEOUT_S, gt=0)
     shutdown_grace_s: float = Field(5.0, gt=0)  # time given to HTTP requests in flight
     http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many HTTP clients
+    gc: GcConfig = GcConfig()  # Python's full GC collections, paced (serving/gc_pacing.py)
     token: Token | None = None
     # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate
     # each received block on demand; slower, as fresh memory is faulted in on first touch).

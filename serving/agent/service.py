@@ -7,6 +7,7 @@ and on SIGINT or SIGTERM stops accepting, lets HTTP requests in flight finish (u
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from kvcast.serving.agent.config import AgentConfig
 from kvcast.serving.agent.control import AgentControl
 from kvcast.serving.agent.seed import seed_blocks
 from kvcast.serving.agent.transport import parse_peer
+from kvcast.serving.gc_pacing import GcPacer
 from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_signals
 from kvcast.serving.tls import TlsFiles, tls_from_env
 
@@ -81,9 +83,14 @@ async def run_agent(
     TLS when the ``KVCAST_TLS_*`` variables are set (:mod:`kvcast.serving.tls`)."""
     tls = tls_from_env()
     service = AgentService(config, seed, log_level, tls)
+    pacer = service.agent.gc
+    pacing: asyncio.Task[None] | None = None
     with stop_on_signals() as stop:
         try:
             http, transfer = await service.start()
+            pacer.start(config.gc.paced)  # after the seed blocks: frozen with the rest
+            if config.gc.paced:
+                pacing = asyncio.create_task(_pace(pacer, min(1.0, config.gc.full_every_s / 2)))
             held = len(service.agent.store)
             log.info(
                 "agent %s ready: http=%s://%s transfer=%s blocks=%d auth=%s tls=%s device=%s",
@@ -93,5 +100,18 @@ async def run_agent(
             await serve_until_stopped(service.http, stop)
             log.info("agent %s stopping", config.node_id)
         finally:
-            await service.stop()
+            if pacing is not None:
+                pacing.cancel()
+            try:
+                await service.stop()
+            finally:
+                pacer.stop()
         log.info("agent %s stopped", config.node_id)
+
+
+async def _pace(pacer: GcPacer, every_s: float) -> None:
+    """The agent has no decision tick: its paced full collections run from this task, on the
+    event loop (each pause bounded by the blocks stored since the last one)."""
+    while True:
+        await asyncio.sleep(every_s)
+        pacer.maybe_collect()

@@ -20,6 +20,7 @@ from kvcast.llm import get_llm
 from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.transport import parse_peer
+from kvcast.serving.gc_pacing import GcConfig
 from kvcast.serving.http.auth import Token
 from kvcast.serving.http.server_config import HttpServerConfig, ServerTlsConfig
 from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig
@@ -91,14 +92,6 @@ class DecisionLogConfig(FiniteConfig):
     # killed sidecar loses its open part's rows at most. Defaults: decision_log.ROTATE_*.
     rotate_rows: int = Field(100_000, ge=1)
     rotate_s: float = Field(60.0, gt=0)
-
-
-class GcConfig(FiniteConfig):
-    """Python's cyclic GC in ``kvcast serve sidecar`` (:mod:`kvcast.serving.gc_pacing`)."""
-
-    paced: bool = True  # full collections between decision ticks, not when CPython picks
-    full_every_s: float = Field(10.0, gt=0)  # one paced full collection this often
-    thaw_every: int = Field(360, ge=1)  # every N-th of them also scans the frozen objects
 
 
 class SidecarConfig(FiniteConfig):
