@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -56,6 +57,25 @@ class Service:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=5)
+
+    def full_gc_collections(self, pattern: re.Pattern[str], prefix: str,
+                            wait_s: float) -> dict[str, float]:  # fmt: skip
+        """Once ready, ``wait_s`` later: the full GC collections on its ``/metrics``
+        (``{prefix}gc_pause_seconds``), by kind; then stopped (SIGINT, exit 0), or killed."""
+        import httpx
+
+        from kvcast.serving.cluster.summary import parse_metrics
+
+        try:
+            self.wait_ready(pattern)
+            time.sleep(wait_s)
+            with httpx.Client(base_url=self.http, timeout=10.0) as http:
+                metrics = parse_metrics(http.get("/metrics").text)
+            assert self.stop(signal.SIGINT) == 0, "".join(self.log)
+        finally:
+            self.kill()
+        key = prefix + "gc_pause_seconds_count{generation=2,kind=%s}"  # as parse_metrics keys it
+        return {kind: metrics.get(key % kind, 0.0) for kind in ("auto", "paced", "thaw")}
 
 
 def kvcast_command() -> list[str]:
