@@ -162,16 +162,24 @@ def _survival_at_most(
     ct: CopyTerms, queues: np.ndarray, view: ClusterView, free: np.ndarray
 ) -> np.ndarray:
     """``[R, n, K]`` at least the chance that no eviction takes the copy before its use, as
-    :func:`_best` computes it per chain, target and cut (its arithmetic, elementwise, for
-    every chain at once; then raised past ``exp``'s rounding)."""
-    until_use = ct.time_left_ms[:, None] + queues
-    evictions = (view.evict_blocks_per_ms * until_use)[:, :, None]  # type: ignore[operator]
-    excess = evictions - np.maximum(free - ct.nblk_f, 0.0)
-    np.maximum(excess, 0.0, out=excess)
-    survival = np.exp(-excess)
+    :func:`_best` computes it per chain, target and cut (:func:`_survival` for every chain at
+    once; then raised past ``exp``'s rounding)."""
+    survival = _survival(ct.time_left_ms[:, None] + queues, view, free, ct.nblk_f)
     survival *= _EXP_SLACK
     survival += _EXP_FLOOR
     return survival
+
+
+def _survival(
+    until_use: np.ndarray, view: ClusterView, free: np.ndarray, nblk: np.ndarray
+) -> np.ndarray:
+    """The chance that no eviction takes a copy of ``nblk`` blocks before its use, ``until_use``
+    ms away (per target, last axis; ``free``: the targets' free HBM in blocks): the target's
+    expected evictions until then beyond its free HBM, ``excess``, give ``exp(-excess)``."""
+    evictions = (view.evict_blocks_per_ms * until_use)[..., None]  # type: ignore[operator]
+    excess = evictions - np.maximum(free - nblk, 0.0)
+    np.maximum(excess, 0.0, out=excess)
+    return np.exp(-excess)
 
 
 def _copy_terms(
@@ -228,11 +236,7 @@ def _best(
     if terms.no_evictions:  # P(hit) is the same on every target
         p, reclaim = p_hit, ct.reclaim[i, :, :k]
     else:
-        until_use = plan.time_left_ms + q
-        evictions = (view.evict_blocks_per_ms * until_use)[:, None]  # type: ignore[operator]
-        excess = evictions - np.maximum(free_now - nblk, 0.0)
-        np.maximum(excess, 0.0, out=excess)
-        survival = np.exp(-excess)
+        survival = _survival(plan.time_left_ms + q, view, free_now, nblk)
         p = p_hit * survival
         reclaim = (1.0 - p) * nblk * c.reclaim_ms_per_block
     cost_transfer, congestion = ct.cost_transfer[i, :, :k], ct.congestion[i, :, :k]
