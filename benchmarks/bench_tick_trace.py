@@ -72,14 +72,19 @@ STALE_S = 3600.0  # the nodes' telemetry, set once, holds for the whole run
 Feed = Callable[[float], None]  # applies the requests that arrive before a tick at ``t``
 
 
+def candidate_blocks(keeper: StateKeeper, t: float) -> int:
+    """The distinct blocks of the chains the keeper's candidates are at ``t``."""
+    return len(distinct_blocks(keeper.chains.candidates(t, 0))[0])
+
+
 def trace_state(
     cfg: FeatureConfig, trace: Any, factor: float, warm_s: float, blocks: int
 ) -> tuple[StateKeeper, float, Feed, float]:
     """A keeper whose state has seen ``warm_s`` seconds of ``trace`` at ``factor`` x its peak
     rate, ``feed(t)``: the requests up to ``t``, and the warm-up's events applied per CPU
-    second. Candidates: the sidecar's own rule, the
-    newest chains, as few of them as hold ``blocks`` distinct blocks at ``t`` (chain lengths
-    vary from 2 to 241 blocks: a fixed count would not)."""
+    second. Candidates: the sidecar's own rule, the newest chains, as few of them as hold
+    ``blocks`` distinct blocks at ``t`` (chain lengths vary from 2 to 241 blocks: a fixed
+    count would not)."""
     loop = DeciderConfig().loop
     chains = RecentChains(loop.lookback_ms, loop.max_candidates, cfg.block_tokens)
     keeper = StateKeeper(FeatureState(cfg), EventQueue(1 << 20), chains, ReplicaTracker(),
@@ -104,7 +109,7 @@ def trace_state(
         applied[0] += time.process_time() - c
         for limit in range(1, loop.max_candidates + 1):  # the fewest chains with ``blocks``
             chains.limit = limit
-            if len(distinct_blocks(chains.candidates(t, 0))[0]) >= blocks:
+            if candidate_blocks(keeper, t) >= blocks:
                 break
 
     now = t0 + warm_s * 1000.0
@@ -138,8 +143,7 @@ def time_loop(
         cpu.append(time.thread_time() - c)
         wall.append(time.perf_counter() - w)
         made.append(len(out))
-        blocks.append(keeper.ask(lambda kp, t=t: len(distinct_blocks(
-            kp.chains.candidates(t, 0))[0])).result())  # fmt: skip
+        blocks.append(keeper.ask(lambda kp, t=t: candidate_blocks(kp, t)).result())
 
     return {
         "candidate_blocks_p50": float(np.median(blocks)),

@@ -71,8 +71,8 @@ class GcPacer:
         self.pauses = pauses = Histogram(
             f"{prefix}gc_pause_seconds",
             "Python's cyclic GC: each collection's pause (every thread stopped), by generation "
-            "(2: full) and kind (auto: CPython's schedule; paced: between decision ticks; "
-            "thaw: paced, scanning the frozen objects too)",
+            "(2: full) and kind (auto: CPython's schedule; paced: the process's own, the "
+            "sidecar's between decision ticks; thaw: paced, scanning the frozen objects too)",
             ["generation", "kind"],
             registry=registry,
             buckets=PAUSE_BUCKETS,
