@@ -6,7 +6,9 @@ here it is built as ``load_sidecar.py`` loads a real sidecar, from the conversat
 ``--factor`` x its busiest second, one new session per request, its blocks stored on the
 request's node and the blocks stored 64 requests earlier removed there (so root blocks that
 many requests share carry thousands of sessions), for ``--warm-s`` seconds before the first
-tick; then ``--ticks`` ticks 250 ms apart with the requests of those 250 ms before each.
+tick; then one tick untimed (the first read after the warm-up would repack every run at once,
+which a live sidecar ticking all along never does) and ``--ticks`` ticks 250 ms apart with
+the requests of those 250 ms before each.
 The candidates are the sidecar's own (the newest chains within the lookback), before each
 tick as few of them as hold at least ``--blocks`` distinct blocks.
 
@@ -41,6 +43,7 @@ from trace_load import DEV_TRACE, Load, peak_rate
 
 from kvcast.features.config import FeatureConfig
 from kvcast.features.events import RequestArrived
+from kvcast.features.online.chain_codes import distinct_blocks
 from kvcast.features.online.state import FeatureState
 from kvcast.predictor.decider import Decider
 from kvcast.predictor.decider_config import DeciderConfig
@@ -53,7 +56,6 @@ from kvcast.serving.sidecar.model_slot import ModelSlot
 from kvcast.serving.sidecar.node_loads import NodeLoads
 from kvcast.serving.sidecar.recent_chains import RecentChains
 from kvcast.serving.sidecar.replicas import ReplicaTracker
-from kvcast.serving.sidecar.tick_input import distinct_blocks
 
 
 class Timings:
@@ -74,7 +76,7 @@ Feed = Callable[[float], None]  # applies the requests that arrive before a tick
 
 def candidate_blocks(keeper: StateKeeper, t: float) -> int:
     """The distinct blocks of the chains the keeper's candidates are at ``t``."""
-    return len(distinct_blocks(keeper.chains.candidates(t, 0))[0])
+    return len(distinct_blocks(keeper.chains.candidates(t, 0).chains)[0])
 
 
 def trace_state(
@@ -134,6 +136,11 @@ def time_loop(
         tail_tokens=DeciderConfig().loop.default_tail_tokens, sidecar_id="bench",
         clock_ms=lambda: clock[0],
     )  # fmt: skip
+    # one tick untimed: a live sidecar ticks all through the warm-up, while here the first
+    # read would repack every run the warm-up changed at once
+    loop.tick()
+    for timer in fields(TickTimers):
+        getattr(parts, timer.name).seconds.clear()
     cpu, wall, blocks, made = [], [], [], []
     for k in range(n_ticks):
         clock[0] = t = now + TICK_MS * (k + 1)

@@ -48,6 +48,7 @@ class BlockTable:
         self.code_of: dict[int, int] = {}  # block hash -> slot << SHIFT | index in its run
         self.runs: dict[int, Run] = {}  # id -> run
         self.t0 = 0.0
+        self.latest = float("-inf")  # the newest request's time (runs live then name all theirs)
         self.next_sweep = self.sweep_every = min(horizon_ms, 500.0 * min(half_lives_ms))
         self._last, self._hashes, self._pos0 = k + LAST, k + HASHES, k + POS0
         self._fresh: Run = [0.0] * k + [0.0, 0.0, None, 0, (), *EMPTY, *EMPTY, *EMPTY, 0]
@@ -113,6 +114,8 @@ class BlockTable:
         """Split runs so whole runs cover ``hashes``: ``(run, start, end)`` in request order."""
         code_of, slot_runs, n, out, i = self.code_of, self.slot_runs, len(hashes), [], 0
         hi, horizon, last = self._hashes, self.horizon, self._last
+        if ts > self.latest:
+            self.latest = ts
         while i < n:
             h = hashes[i]
             code = code_of.get(h)

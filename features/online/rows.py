@@ -38,7 +38,10 @@ NAN = float("nan")
 NO_SESSION = (NAN, NAN, NAN, NAN)  # last, turns, gap EWMA, gap variance
 
 
-def _runs_of(state: FeatureState, hashes: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+Runs = tuple[np.ndarray, np.ndarray, np.ndarray]  # see _runs_of
+
+
+def _runs_of(state: FeatureState, hashes: list[int]) -> Runs:
     """The slots of the distinct runs of ``hashes`` (slot 0: a dead stand-in for blocks
     without state), each hash's index among them and its index in its run."""
     table = state.blocks
@@ -116,11 +119,15 @@ def _per_run(state: FeatureState, now: float, slots: np.ndarray) -> tuple[np.nda
 PARTS = ("pos0", "end", "children", "next", "tokens", "public", "home")
 
 
-def assemble_rows(state: FeatureState, now: float, hashes: list[int]) -> np.ndarray:
+def assemble_rows(
+    state: FeatureState, now: float, hashes: list[int], runs_of: Runs | None = None
+) -> np.ndarray:
+    """The rows of ``hashes`` (canonical u64); ``runs_of``: what :func:`_runs_of` would read
+    of them, when already at hand (:meth:`~kvcast.features.online.chain_codes.ChainBlocks.runs`)."""
     n, width = len(hashes), len(state.spec)
     if n == 0:
         return np.zeros((0, width))
-    runs, at, off = _runs_of(state, hashes)
+    runs, at, off = _runs_of(state, hashes) if runs_of is None else runs_of
     per_run, parts = _per_run(state, now, runs)
     out = per_run.take(at, axis=0)
     pos0, end, children, nxt, tokens, public, home = parts.take(at, axis=0).T

@@ -20,7 +20,7 @@ Bad input is counted in :attr:`bad` (see :mod:`kvcast.features.counters`) and dr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from kvcast.features.events import (
     TelemetrySample,
 )
 from kvcast.features.online.blocks import HASHES, LAST, SLOT, BlockTable
+from kvcast.features.online.chain_codes import chain_blocks, distinct_blocks
 from kvcast.features.online.codes import named
 from kvcast.features.online.reorder import ReorderBuffer
 from kvcast.features.online.residency import Residency
@@ -159,6 +160,19 @@ class FeatureState:
         if hashes and min(hashes) < 0:  # blocks are kept by their u64 id (see canonical)
             hashes = [h & U64 for h in hashes]
         return assemble_rows(self, now_ms, hashes)
+
+    def chain_rows(
+        self, now_ms: float, chains: Sequence[tuple[int, ...]]
+    ) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """The distinct blocks of ``chains`` (first seen first), per block of the concatenated
+        chains its index among them, and ``rows(now_ms, blocks)``: the same, read run by run
+        (see :mod:`kvcast.features.online.chain_codes`)."""
+        self._buffer.commit(now_ms)
+        found = chain_blocks(self.blocks, chains)
+        if found is None:
+            blocks, where = distinct_blocks(chains)
+            return blocks, where, self.rows(now_ms, blocks)
+        return found.blocks, found.where, assemble_rows(self, now_ms, found.blocks, found.runs())
 
     @property
     def counters(self) -> dict[str, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import compress
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class TickInput:
     rows: np.ndarray  # [len(blocks), features]
     hbm: Mapping[int, int]  # block -> bitmask of nodes holding it in GPU memory (held ones only)
     removals: np.ndarray  # cumulative blocks removed from each node's HBM
-    features_s: float  # time taken by the rows
+    features_s: float  # time taken by the rows (the distinct blocks included)
     holders: np.ndarray | None = None  # per block of the chains, its ``hbm`` mask (or None)
     routed: tuple[Routed, ...] = ()  # requests routed since the last snapshot (time, node, blocks)
 
@@ -98,24 +98,11 @@ class Holders(Mapping[int, int]):
         return len(self._made())
 
 
-def distinct_blocks(cands: ChainCandidates) -> tuple[list[int], np.ndarray]:
-    """The candidates' distinct blocks (first seen first) and, per block of the concatenated
-    chains, its index among them (C-level passes, no Python step per block)."""
-    flat = list(chain.from_iterable(cands.chains))
-    total = len(flat)
-    if len(set(flat)) == total:  # none shared: the identity
-        return flat, np.arange(total, dtype=np.int64)
-    blocks = list(dict.fromkeys(flat))
-    index = dict(zip(blocks, range(len(blocks)), strict=True))
-    return blocks, np.fromiter(map(index.__getitem__, flat), np.int64, total)
-
-
 def snapshot(keeper: StateKeeper, now_ms: float, default_tail_tokens: int) -> TickInput:
     keeper.commit(now_ms)
     cands = keeper.chains.candidates(now_ms, default_tail_tokens)
-    blocks, where = distinct_blocks(cands)
     t0 = time.perf_counter()
-    rows = keeper.state.rows(now_ms, blocks)
+    blocks, where, rows = keeper.state.chain_rows(now_ms, cands.chains)
     features_s = time.perf_counter() - t0
     masks = mask_column(keeper, rows)
     hbm = gpu_holders(keeper, blocks, rows) if masks is None else Holders(blocks, masks)

@@ -1,7 +1,7 @@
-"""The tick input's shortcuts give exactly their plain definitions, on random inputs: the
-distinct blocks of the candidates (first seen first) and each chain block's index among
-them; the lazily made GPU holders, read through every lookup before and after they are made
-(``get`` then goes straight to the dict), are the held blocks' masks."""
+"""The tick input's shortcut gives exactly its plain definition, on random inputs: the lazily
+made GPU holders, read through every lookup before and after they are made (``get`` then goes
+straight to the dict), are the held blocks' masks. (The distinct blocks: tests/features/online/
+test_chain_codes.py.)"""
 
 from __future__ import annotations
 
@@ -9,25 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcast.predictor.cluster_view import ChainCandidates
-from kvcast.serving.sidecar.tick_input import Holders, distinct_blocks
-
-chains_st = st.lists(st.lists(st.integers(0, 30), max_size=8), max_size=10)
-
-
-@settings(max_examples=300, deadline=None)
-@given(chains=chains_st)
-def test_distinct_blocks_are_first_seen_first_and_map_back_to_every_chain(
-    chains: list[list[int]],
-) -> None:
-    blocks, where = distinct_blocks(ChainCandidates.build(chains))
-    flat = [b for c in chains for b in c]
-    expected: list[int] = []
-    for b in flat:
-        if b not in expected:
-            expected.append(b)
-    assert blocks == expected
-    assert where.dtype == np.int64 and where.tolist() == [expected.index(b) for b in flat]
+from kvcast.serving.sidecar.tick_input import Holders
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,0 +1,154 @@
+"""A tick's candidate chains as distinct blocks with their codes, read run by run.
+
+The rows of a tick are those of the candidates' *distinct* blocks (first seen first), and
+each block's row starts from its code (:mod:`kvcast.features.online.codes`). Read block by
+block, that is a dict pass to dedupe the chains' hashes and a lookup of every distinct hash in
+``code_of`` (hundreds of thousands of keys on a live sidecar: a cache miss or two per block).
+
+A chain that a request named is covered by whole runs of the block table (the request split
+the runs it touched at its own boundaries, and runs are only ever cut further), so its codes
+are read one run at a time: the code of the run's first block found in ``code_of``, the
+chain's next blocks compared with the run's own (one C-level tuple comparison), and their
+codes are the run's slot with consecutive indices. That holds for every run that no request
+found past the horizon: only then may a new run take some of its blocks (and their codes)
+over, and once past the horizon a run is never touched again, so a run live at the table's
+newest request (:attr:`BlockTable.latest`) still names all its blocks. A run that is not,
+or a chain that departs from the run (its request not applied yet, or repeated blocks), is
+read one block at a time, from ``code_of`` itself. Blocks are deduped by code (a code names
+one position of one run, which holds one hash), those without state (code 0) by hash, in
+first-seen order: exactly the blocks, the indices and the codes of the plain reading
+(:func:`distinct_blocks` then a ``code_of`` lookup per block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from kvcast.features.online.blocks import HASHES, LAST, BlockTable, Run
+from kvcast.features.online.codes import MASK, SHIFT
+
+
+def distinct_blocks(chains: Sequence[Sequence[int]]) -> tuple[list[int], np.ndarray]:
+    """The chains' distinct blocks (first seen first) and, per block of the concatenated
+    chains, its index among them (C-level passes, no Python step per block)."""
+    flat = list(chain.from_iterable(chains))
+    total = len(flat)
+    if len(set(flat)) == total:  # none shared: the identity
+        return flat, np.arange(total, dtype=np.int64)
+    blocks = list(dict.fromkeys(flat))
+    index = dict(zip(blocks, range(len(blocks)), strict=True))
+    return blocks, np.fromiter(map(index.__getitem__, flat), np.int64, total)
+
+
+@dataclass(frozen=True)
+class ChainBlocks:
+    blocks: list[int]  # the distinct blocks, first seen first
+    where: np.ndarray  # per block of the concatenated chains, its index in ``blocks``
+    codes: np.ndarray  # per distinct block, its code (0: no state)
+    slots: np.ndarray  # the distinct slots of ``codes``, sorted
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct runs' slots, each block's index among them and its index in its run
+        (what :func:`kvcast.features.online.rows.assemble_rows` groups the rows by)."""
+        return self.slots, np.searchsorted(self.slots, self.codes >> SHIFT), self.codes & MASK
+
+
+def _expand(firsts: list[int], sizes: list[int]) -> np.ndarray:
+    """Every code of ranges of consecutive codes (their first codes and sizes), in order."""
+    size = np.array(sizes, np.int64)
+    starts = np.zeros(len(size), np.int64)
+    np.cumsum(size[:-1], out=starts[1:])
+    return np.repeat(np.array(firsts, np.int64) - starts, size) + np.arange(sum(sizes))
+
+
+def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainBlocks | None:
+    """The chains' distinct blocks, their codes and each chain block's index among them, read
+    run by run; None where the plain reading must be used (a negative hash: ``code_of`` keys
+    are canonical u64; a block between two of a run's blocks that no chain names, which
+    a run covered by chains never has)."""
+    get, slot_runs, hashes_at = table.code_of.get, table.slot_runs, table.k + HASHES
+    last_at, horizon, latest = table.k + LAST, table.horizon, table.latest
+    covered: dict[int, tuple[int, int]] = {}  # slot -> the run's indices named so far [lo, hi)
+    dead: dict[int, int] = {}  # a block without state -> its stand-in code (negative)
+    firsts: list[int] = []  # the distinct blocks as ranges of consecutive codes, in order:
+    sizes: list[int] = []  # their first codes, sizes
+    named: list[tuple[int, ...]] = []  # and hashes
+    chain_firsts: list[int] = []  # the chains' blocks as such ranges
+    chain_sizes: list[int] = []
+    for ch in chains:
+        i, n = 0, len(ch)
+        while i < n:
+            h = ch[i]
+            code = get(h)
+            if code is None:  # no state: one block, deduped by hash
+                if h < 0:
+                    return None
+                stand_in = dead.get(h)
+                if stand_in is None:
+                    stand_in = dead[h] = -1 - len(dead)
+                    firsts.append(stand_in)
+                    sizes.append(1)
+                    named.append((h,))
+                chain_firsts.append(stand_in)
+                chain_sizes.append(1)
+                i += 1
+                continue
+            slot, lo = code >> SHIFT, code & MASK
+            run: Run = slot_runs[slot]  # type: ignore[assignment]  # a code's run is there
+            hs = run[hashes_at]
+            m = len(hs) - lo
+            if m > n - i:
+                m = n - i
+            if m > 1:
+                if run[last_at] + horizon <= latest:
+                    m = 1  # some of its blocks may be another run's now: block by block
+                elif lo == 0 and m == len(hs):  # the whole run (the usual case)
+                    if (ch if m == n else ch[i : i + m]) != hs:
+                        m = 1
+                elif ch[i : i + m] != hs[lo : lo + m]:
+                    m = 1
+            hi = lo + m
+            chain_firsts.append(code)
+            chain_sizes.append(m)
+            seen = covered.get(slot)
+            if seen is None:
+                covered[slot] = (lo, hi)
+                firsts.append(code)
+                sizes.append(m)
+                named.append(hs if m == len(hs) else hs[lo:hi])
+            elif lo < seen[0] or hi > seen[1]:
+                a, b = seen
+                if hi < a or lo > b:  # a gap between what the chains name of the run
+                    return None
+                if lo < a:
+                    firsts.append(code)
+                    sizes.append(a - lo)
+                    named.append(hs[lo:a])
+                if hi > b:
+                    firsts.append(slot << SHIFT | b)
+                    sizes.append(hi - b)
+                    named.append(hs[b:hi])
+                covered[slot] = (min(a, lo), max(b, hi))
+            i += m
+    if not chain_firsts:
+        none = np.zeros(0, np.int64)
+        return ChainBlocks([], none, none, none)
+    keys = _expand(firsts, sizes)
+    if len(keys) == sum(chain_sizes):  # no block named twice: first seen is chain order
+        where = np.arange(len(keys))
+    else:
+        order = np.argsort(keys)
+        where = order[np.searchsorted(keys, _expand(chain_firsts, chain_sizes), sorter=order)]
+    slots = sorted(covered)
+    if dead:
+        slots.insert(0, 0)
+    return ChainBlocks(
+        list(chain.from_iterable(named)),
+        where,
+        np.maximum(keys, 0),  # the stand-ins: code 0
+        np.array(slots, np.int64),
+    )

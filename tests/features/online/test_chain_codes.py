@@ -1,0 +1,152 @@
+"""A tick's chains read run by run give exactly the plain reading: the distinct blocks (first
+seen first), each chain block's index among them, their codes and their rows, whatever the
+runs went through (splits, runs past the horizon whose blocks a new run took over, sweeps,
+the block cap, requests held for reordering, repeated and unknown blocks)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcast.features.config import FeatureConfig, TickConfig
+from kvcast.features.events import RequestArrived
+from kvcast.features.online.chain_codes import chain_blocks, distinct_blocks
+from kvcast.features.online.state import FeatureState
+
+HORIZON = 50.0
+BASE = ((1, 2, 3, 4, 5, 6), (1, 2, 3, 7, 8), (9, 10, 11), (1, 2), (12, 2, 3, 4))
+
+
+def _cfg(reorder_tolerance_ms: float = 0.0) -> FeatureConfig:
+    return FeatureConfig(horizon_ms=HORIZON, distinct_window_ms=HORIZON / 2,
+                         heat_half_lives_ms=(10.0, 100.0), ticks=TickConfig(lookback_ms=HORIZON),
+                         reorder_tolerance_ms=reorder_tolerance_ms)  # fmt: skip
+
+
+def _request(ts: float, i: int, blocks: tuple[int, ...], tokens: int = 0) -> RequestArrived:
+    return RequestArrived(ts, f"r{i}", i % 3, "t", f"s{i % 4}", tokens or 512 * len(blocks),
+                          8, blocks)  # fmt: skip
+
+
+def _plain(state: FeatureState, now: float, chains: list[tuple[int, ...]]):  # type: ignore[no-untyped-def]
+    blocks, where = distinct_blocks(chains)
+    return blocks, where, state.rows(now, blocks)
+
+
+def _assert_same(state: FeatureState, now: float, chains: list[tuple[int, ...]]) -> None:
+    blocks, where, rows = state.chain_rows(now, chains)
+    want_blocks, want_where, want_rows = _plain(state, now, chains)
+    assert blocks == want_blocks
+    assert where.dtype == np.int64 and where.tolist() == want_where.tolist()
+    assert rows.tobytes() == want_rows.tobytes()  # bit for bit, NaNs included
+    found = chain_blocks(state.blocks, chains)
+    if found is not None:
+        codes = [state.blocks.code_of.get(h, 0) for h in want_blocks]
+        assert found.codes.tolist() == codes
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(
+            st.floats(0, 40, allow_nan=False),  # the gap before it
+            st.integers(0, len(BASE) - 1),
+            st.integers(1, 6),  # how many of its blocks
+            st.integers(0, 3),  # its extra tail block (0: none)
+            st.booleans(),  # a partial last block
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    cap=st.sampled_from([None, 6, 12]),
+    after=st.floats(0, 120, allow_nan=False),
+    extra=st.lists(st.lists(st.integers(1, 60), max_size=5).map(tuple), max_size=3),
+    held_back=st.booleans(),
+)
+def test_chains_read_run_by_run_equal_the_plain_reading(
+    requests: list[tuple[float, int, int, int, bool]],
+    cap: int | None,
+    after: float,
+    extra: list[tuple[int, ...]],
+    held_back: bool,
+) -> None:
+    state = FeatureState(_cfg(30.0 if held_back else 0.0), max_blocks=cap)
+    ts, chains = 0.0, []
+    for i, (gap, base, size, tail, partial) in enumerate(requests):
+        ts += gap
+        blocks = BASE[base][:size] + ((100 + tail,) if tail else ())
+        tokens = 512 * len(blocks) - (100 if partial else 0)
+        state.update(_request(ts, i, blocks, tokens))
+        chains.append(blocks[: tokens // 512])
+    now = ts + after if not held_back else max(0.0, ts - after)  # held ones: not applied yet
+    _assert_same(state, now, [c for c in chains if c][-8:] + extra)
+
+
+def test_blocks_a_new_run_took_over_are_read_from_their_new_run() -> None:
+    # (1, 2, 3) goes past the horizon between two sweeps (one at HORIZON, the next at twice
+    # that); (2, 3) then makes a new run of its blocks, so the old run still lists them but
+    # no longer names them: read block by block, not as the run
+    state = FeatureState(_cfg())
+    state.update(_request(10.0, 0, (1, 2, 3)))
+    state.update(_request(HORIZON, 1, (7,)))  # the sweep: (1, 2, 3) still live
+    state.update(_request(HORIZON + 11, 2, (2, 3)))
+    table = state.blocks
+    old, new = table.code_of[1] >> 32, table.code_of[2] >> 32
+    assert old != new and table.slot_runs[old][table.k + 4] == (1, 2, 3)  # HASHES
+    _assert_same(state, HORIZON + 2, [(1, 2, 3), (2, 3)])
+
+
+def test_unknown_and_repeated_blocks_are_deduped_by_hash() -> None:
+    state = FeatureState(FeatureConfig())
+    state.update(_request(0.0, 0, (1, 2, 3)))
+    _assert_same(state, 1.0, [(1, 2, 3), (7, 8, 7), (1, 2, 9, 3), (8,)])
+
+
+def test_chains_naming_part_of_a_run_are_deduped_within_it() -> None:
+    # one run (1, 2, 3, 4): chains naming its first two then all four (as many ranges of
+    # codes as new ranges, yet blocks named twice), then more, and blocks without state
+    state = FeatureState(_cfg())
+    state.update(_request(0.0, 0, (1, 2, 3, 4)))
+    for chains, where in (
+        ([(1, 2), (1, 2, 3, 4)], [0, 1, 0, 1, 2, 3]),
+        ([(1, 2), (1, 2, 3, 4), (1, 2, 3), (5, 6), (5,)], [0, 1, 0, 1, 2, 3, 0, 1, 2, 4, 5, 4]),
+    ):
+        found = chain_blocks(state.blocks, chains)
+        assert found is not None and found.where.tolist() == where
+        _assert_same(state, 1.0, chains)
+
+
+def test_negative_hashes_take_the_plain_reading() -> None:
+    state = FeatureState(FeatureConfig())
+    state.update(_request(0.0, 0, (1, -2, 3)))
+    assert chain_blocks(state.blocks, [(1, -2, 3)]) is None
+    _assert_same(state, 1.0, [(1, -2, 3)])
+
+
+def test_chains_of_applied_requests_are_read_a_run_at_a_time() -> None:
+    state = FeatureState(FeatureConfig())
+    for i, blocks in enumerate(BASE):
+        state.update(_request(float(i), i, blocks))
+    chains = list(BASE)
+    found = chain_blocks(state.blocks, chains)
+    assert found is not None
+    runs = {code >> 32 for code in found.codes.tolist()}
+    assert found.slots.tolist() == sorted(runs)
+    assert len(runs) < len(found.blocks)  # runs shared by several blocks
+    _assert_same(state, 10.0, chains)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chains=st.lists(st.lists(st.integers(0, 30), max_size=8), max_size=10))
+def test_distinct_blocks_are_first_seen_first_and_map_back_to_every_chain(
+    chains: list[list[int]],
+) -> None:
+    blocks, where = distinct_blocks(chains)
+    flat = [b for c in chains for b in c]
+    expected: list[int] = []
+    for b in flat:
+        if b not in expected:
+            expected.append(b)
+    assert blocks == expected
+    assert where.dtype == np.int64 and where.tolist() == [expected.index(b) for b in flat]
