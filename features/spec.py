@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 from kvcast.features.config import FeatureConfig
 
@@ -34,8 +35,8 @@ class FeatureSpec:
     version: str
     features: tuple[FeatureDef, ...]
 
-    @property
-    def names(self) -> tuple[str, ...]:
+    @cached_property
+    def names(self) -> tuple[str, ...]:  # (read at every tick: made once)
         return tuple(f.name for f in self.features)
 
     def __len__(self) -> int:
