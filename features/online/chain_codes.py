@@ -12,9 +12,12 @@ chain's next blocks compared with the run's own (one C-level tuple comparison), 
 codes are the run's slot with consecutive indices. That holds for every run that no request
 found past the horizon: only then may a new run take some of its blocks (and their codes)
 over, and once past the horizon a run is never touched again, so a run live at the table's
-newest request (:attr:`BlockTable.latest`) still names all its blocks. A run that is not,
-or a chain that departs from the run (its request not applied yet, or repeated blocks), is
-read one block at a time, from ``code_of`` itself. Blocks are deduped by code (a code names
+newest request (:attr:`BlockTable.latest`) still names all its blocks. A chain that departs
+from a run partway (its request held for reordering or refused, or with repeated blocks)
+takes the blocks it agrees on as one piece (a code names a block of the run, so it agrees on
+one at least) and looks its next block up; a run that is not live then is read one block at a
+time, from ``code_of`` itself (a run past the horizon is rare among recent chains). Each
+block of a chain is compared once at most. Blocks are deduped by code (a code names
 one position of one run, which holds one hash), those without state (code 0) by hash, in
 first-seen order: exactly the blocks, the indices and the codes of the plain reading
 (:func:`distinct_blocks` then a ``code_of`` lookup per block).
@@ -24,7 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress, count
+from operator import ne
 
 import numpy as np
 
@@ -65,11 +69,26 @@ def _expand(firsts: list[int], sizes: list[int]) -> np.ndarray:
     return np.repeat(np.array(firsts, np.int64) - starts, size) + np.arange(sum(sizes))
 
 
+def _agreed(ch: Sequence[int], i: int, hs: tuple[int, ...], lo: int, m: int) -> int:
+    """How many of the ``m`` blocks from ``ch[i]`` agree with those from ``hs[lo]`` before one
+    differs (the first does): compared in windows that double, so the cost follows the blocks
+    agreed on, not ``m``."""
+    k, step = 1, 8
+    while k < m:
+        end = min(m, k + step)
+        mine, theirs = ch[i + k : i + end], hs[lo + k : lo + end]
+        if mine != theirs:
+            return k + next(compress(count(), map(ne, mine, theirs)))
+        k, step = end, 2 * step
+    return m
+
+
 def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainBlocks | None:
     """The chains' distinct blocks, their codes and each chain block's index among them, read
     run by run; None where the plain reading must be used (a negative hash: ``code_of`` keys
-    are canonical u64; a block between two of a run's blocks that no chain names, which
-    a run covered by chains never has)."""
+    are canonical u64; or the chains name two parts of one run with blocks between them that
+    none names, which chains of applied requests never do). ``chains``: tuples (a list is
+    read correctly, but compared block by block)."""
     get, slot_runs, hashes_at = table.code_of.get, table.slot_runs, table.k + HASHES
     last_at, horizon, latest = table.k + LAST, table.horizon, table.latest
     covered: dict[int, tuple[int, int]] = {}  # slot -> the run's indices named so far [lo, hi)
@@ -106,11 +125,13 @@ def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainB
             if m > 1:
                 if run[last_at] + horizon <= latest:
                     m = 1  # some of its blocks may be another run's now: block by block
+                elif ch[i + m - 1] != hs[lo + m - 1]:  # departs from the run
+                    m = _agreed(ch, i, hs, lo, m)
                 elif lo == 0 and m == len(hs):  # the whole run (the usual case)
                     if (ch if m == n else ch[i : i + m]) != hs:
-                        m = 1
+                        m = _agreed(ch, i, hs, lo, m)
                 elif ch[i : i + m] != hs[lo : lo + m]:
-                    m = 1
+                    m = _agreed(ch, i, hs, lo, m)
             hi = lo + m
             chain_firsts.append(code)
             chain_sizes.append(m)
@@ -139,7 +160,7 @@ def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainB
         return ChainBlocks([], none, none, none)
     keys = _expand(firsts, sizes)
     if len(keys) == sum(chain_sizes):  # no block named twice: first seen is chain order
-        where = np.arange(len(keys))
+        where = np.arange(len(keys), dtype=np.int64)
     else:
         order = np.argsort(keys)
         where = order[np.searchsorted(keys, _expand(chain_firsts, chain_sizes), sorter=order)]

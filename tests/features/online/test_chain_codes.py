@@ -117,6 +117,36 @@ def test_chains_naming_part_of_a_run_are_deduped_within_it() -> None:
         _assert_same(state, 1.0, chains)
 
 
+class _CountingCodes(dict[int, int]):
+    """``code_of``, counting lookups."""
+
+    lookups = 0
+
+    def get(self, key: int, default: int | None = None) -> int | None:  # type: ignore[override]
+        self.lookups += 1
+        return super().get(key, default)
+
+
+def test_a_chain_departing_from_a_run_reads_what_it_agrees_on_as_one_piece() -> None:
+    # the next turn of a conversation before it is applied (held for reordering, or refused):
+    # its chain agrees with the last turn's run up to that turn's partial block, then departs;
+    # or a chain that departs in the middle of the run and comes back to it
+    n = 2000
+    state = FeatureState(_cfg())
+    turn = tuple(range(1000, 1000 + n))
+    state.update(_request(0.0, 0, turn, 512 * n - 100))  # its last block partial: one run
+    table = state.blocks
+    half = turn[: n // 2]
+    for chains, lookups in (
+        ([(*turn[:-1], 5, 6, 7)], 4),  # the run's first block, then 5, 6 and 7 (no state)
+        ([turn, (*half, 5, *turn[n // 2 + 1 :])], 4),  # the run twice, then 5, then the run
+    ):
+        table.code_of = counting = _CountingCodes(table.code_of)
+        found = chain_blocks(table, chains)
+        assert found is not None and counting.lookups == lookups  # not one per block
+        _assert_same(state, 1.0, chains)
+
+
 def test_negative_hashes_take_the_plain_reading() -> None:
     state = FeatureState(FeatureConfig())
     state.update(_request(0.0, 0, (1, -2, 3)))
