@@ -8,7 +8,7 @@ looks every distinct block up in ``code_of`` (:meth:`FeatureState.rows`); the si
 tick (which of the two goes first alternates: the first repacks the runs changed since the
 last tick), per-thread CPU time: the trace-shaped state of ``bench_tick_trace.py`` (a real
 trace at ``--factor`` x its peak, ~1,024 candidate blocks, most of a chain's blocks in one run)
-and ``bench_sidecar.py``'s synthetic one (128 chains of 8 blocks, each a run of its own: the
+and ``bench_sidecar.py``'s synthetic one (128 chains of 8 blocks, each chain one run: the
 case where reading by run saves the least). Each tick also checks that both readings agree.
 
     python benchmarks/bench_chain_rows.py [--ticks 300] [--warm-s 60] [--factor 10]

@@ -97,18 +97,19 @@ def hist_quantile(m: dict[str, float], name: str, q: float, labels: str = "") ->
     return lo
 
 
-def gc_pauses(window: dict[str, float]) -> dict[str, dict[str, float | None]]:
+def gc_pauses(window: dict[str, float], prefix: str = S) -> dict[str, dict[str, float | None]]:
     """Per generation and kind (``2/paced`` ...): collections, their p99 and the upper bound
-    of the slowest one's bucket, ms (None: beyond the last bucket)."""
+    of the slowest one's bucket, ms (None: beyond the last bucket); ``prefix``: the process's
+    metric prefix (an agent's: ``kvcast_agent_``)."""
     out: dict[str, dict[str, float | None]] = {}
     for gen, kind in (("0", "auto"), ("1", "auto"), ("2", "auto"), ("2", "paced"), ("2", "thaw")):
         labels = f"generation={gen},kind={kind},"
-        prefix = f"{S}gc_pause_seconds_bucket{{{labels}le="
-        buckets = sorted((float(k[len(prefix):-1]), v) for k, v in window.items()
-                         if k.startswith(prefix))  # fmt: skip
+        bucket = f"{prefix}gc_pause_seconds_bucket{{{labels}le="
+        buckets = sorted((float(k[len(bucket):-1]), v) for k, v in window.items()
+                         if k.startswith(bucket))  # fmt: skip
         count = buckets[-1][1] if buckets else 0.0
         slowest = next((le for le, c in buckets if c >= count), None) if count else None
-        p99 = hist_quantile(window, f"{S}gc_pause_seconds", 0.99, labels)
+        p99 = hist_quantile(window, f"{prefix}gc_pause_seconds", 0.99, labels)
         out[f"{gen}/{kind}"] = {
             "count": count, "p99_ms": None if p99 is None else round(p99 * 1e3, 3),
             "slowest_under_ms": None if slowest is None or math.isinf(slowest) else slowest * 1e3,
