@@ -11,7 +11,8 @@ decoder), ``decode_batch`` alone, and ``FeatureState.update`` alone.
 
 Tick over 1,024 candidate blocks (128 chains of 8 blocks on 8 nodes, after 4,096 arrivals and
 telemetry; ticks 250 ms apart, with 4 new requests for those chains before each, so that
-nothing a tick derives from the state is the same as the last tick's): the consumer-side
+nothing a tick derives from the state is the same as the last tick's, then the consumer's idle
+step, which packs the runs they changed): the consumer-side
 snapshot (candidates, feature rows, GPU holders), ONNX scoring
 and the cluster view + decider, exactly as the decision loop runs them, with a fresh decider
 ledger every tick (every chain is weighed each time: the worst case; ``tick_steady_ledger``
@@ -275,6 +276,7 @@ def cluster(
             for j in range(ARRIVALS_PER_TICK)
         ]  # fmt: skip
         keeper.apply(batch)
+        keeper.idle()  # as the consumer does whenever its queue is empty: changed runs packed
         return batch
 
     return keeper, view, now, arrive

@@ -1,14 +1,15 @@
 """The decision loop's tick on a feature state shaped by a real trace; prints one JSON object.
 
 ``bench_sidecar.py`` times the tick on a small synthetic state (128 chains of 8 blocks, each
-with 4 sessions, after 4,096 requests). A live sidecar's state is larger and more shared:
-here it is built as ``load_sidecar.py`` loads a real sidecar, from the conversation trace at
+with 4 sessions, after 4,096 requests). A live sidecar's state is larger and more shared: here
+it is built as ``load_sidecar.py`` loads a real sidecar, from the conversation trace at
 ``--factor`` x its busiest second, one new session per request, its blocks stored on the
 request's node and the blocks stored 64 requests earlier removed there (so root blocks that
 many requests share carry thousands of sessions), for ``--warm-s`` seconds before the first
-tick; then one tick untimed (the first read after the warm-up would repack every run at once,
-which a live sidecar ticking all along never does) and ``--ticks`` ticks 250 ms apart with
-the requests of those 250 ms before each.
+tick; then one tick untimed (a live loop has ticked all along: the first one's one-off costs
+are not the steady state's) and ``--ticks`` ticks 250 ms apart with the requests of those 250
+ms before each. After each batch of requests the consumer's idle step runs (the runs they
+changed packed, as a live consumer does whenever its queue is empty).
 The candidates are the sidecar's own (the newest chains within the lookback), before each
 tick as few of them as hold at least ``--blocks`` distinct blocks.
 
@@ -17,8 +18,9 @@ Each tick is :meth:`DecisionLoop.tick` itself, in shadow mode without logs: the 
 the routed requests settled and the decider with its ledger kept: per-thread CPU time (the
 machines are shared; wall time beside it). Same-run baseline: the same loop on
 ``bench_sidecar.py``'s synthetic state. Also printed: the warm-up's KV events and arrivals
-applied per CPU second (the consumer's ``apply``, on this shape of traffic), and the tick's
-parts as the loop's own timers see them (``parts_wall_ms``: feature rows, scoring, decide).
+applied per CPU second (the consumer's ``apply`` and idle step, on this shape of traffic),
+and the tick's parts as the loop's own timers see them (``parts_wall_ms``: feature rows,
+scoring, decide).
 
     python benchmarks/bench_tick_trace.py [--ticks 300] [--warm-s 60] [--factor 10]
                                           [--blocks 1024] [--trace PATH] [--model PATH]
@@ -108,6 +110,7 @@ def trace_state(
                                          tuple(a["block_hashes"])))  # fmt: skip
         c = time.process_time()
         keeper.apply(events)
+        keeper.idle()  # as the consumer does whenever its queue is empty
         applied[0] += time.process_time() - c
         for limit in range(1, loop.max_candidates + 1):  # the fewest chains with ``blocks``
             chains.limit = limit

@@ -61,6 +61,7 @@ class BlockTable:
         self.numbers = RunNumbers(  # what the rows read of each run, packed as runs change
             (*range(k), k + FIRST, k + LAST, k + POS0, c + T, sess + T, ten + T),
             k + REQ, k + HASHES, (c + OLDER, sess + OLDER, ten + OLDER),
+            (c + KEY, sess + KEY, ten + KEY),
         )  # fmt: skip
         self._changed = self.numbers.changed  # slots whose run changed since the last read
 

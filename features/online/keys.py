@@ -17,6 +17,7 @@ dict before this one missed them whenever it pruned, at sizes 16, 32, ...).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from itertools import compress, repeat, takewhile
 from operator import itemgetter
@@ -55,6 +56,21 @@ def _live(older: OrderedDict[Any, float], newest: Any, now: float) -> int:
     n = len(older) - len(list(takewhile(now.__ge__, older.values())))
     expiry = older.get(newest)
     return n - 1 if expiry is not None and expiry > now else n
+
+
+def live_until(older: OrderedDict[Any, float], newest: Any, now: float) -> tuple[int, float]:
+    """:func:`_live` at ``now``, and the time until which it holds: the first expiry after
+    ``now`` (inf if none), since the count changes only as ``now`` passes an expiry (the dict
+    unchanged)."""
+    expired, until = 0, math.inf
+    for expiry in older.values():
+        if expiry > now:
+            until = expiry
+            break
+        expired += 1
+    n = len(older) - expired
+    expiry = older.get(newest)
+    return (n - 1 if expiry is not None and expiry > now else n), until
 
 
 def count_keys(st: list[Any], at: int, now: float, window: float) -> int:

@@ -61,10 +61,11 @@ def _per_run(state: FeatureState, now: float, slots: np.ndarray) -> tuple[np.nda
     session, heat, distinct sessions and tenants, ages, home node, tenant; NaN for a run
     without live state), and ``[R, 7]`` what the other columns are made of (see ``PARTS``).
     The runs' own numbers come packed from :class:`~kvcast.features.online.run_numbers.
-    RunNumbers`; their older keys, if any, are counted from the runs."""
+    RunNumbers`, their live older keys too where the count packed still holds at ``now``;
+    the others' are counted from the runs."""
     table, k, window, r = state.blocks, state.blocks.k, state.blocks.window, len(slots)
     c, s, t = k + CHILD, k + SESS, k + TENANT
-    v = table.numbers.read(table.slot_runs, slots)  # columns: RunNumbers.columns(k)
+    v = table.numbers.read(table.slot_runs, slots, now)  # columns: RunNumbers.columns(k)
     rec = v[:, k + 6 : k + 11]  # the request's node, tokens, public, tenant, explicit
     keys = map(table.numbers.keys.__getitem__, slots.tolist())
     sv = pack_rows(map(state.sessions.sessions.get, keys, repeat(NO_SESSION)), r, 4)
@@ -72,14 +73,20 @@ def _per_run(state: FeatureState, now: float, slots: np.ndarray) -> tuple[np.nda
     alive = sv[:, 0] + state.sessions.horizon > now
     sv = np.where(alive[:, None], sv, NAN)
     explicit = np.where(alive, rec[:, 4], NAN)
-    runs: list[Run] = []
-    if v[:, k + 12].any():  # some run keeps older keys: count them from the runs
-        runs = list(map(table.slot_runs.__getitem__, slots.tolist()))  # type: ignore[arg-type]
+    olders = bool(v[:, k + 12].any())  # some run keeps older keys
+    counted = (v[:, k + 19] <= now) if olders else None  # their counts' time: not after now
 
-    def distinct(at: int, newest: np.ndarray) -> np.ndarray:
-        if runs:
-            return count_many(runs, at, now, window, newest)
-        return (newest + window > now).astype(float)  # only newest keys anywhere
+    def distinct(kind: int, at: int, newest: np.ndarray) -> np.ndarray:
+        out = (newest + window > now).astype(float)
+        if counted is None:  # only newest keys anywhere
+            return out
+        live, until = v[:, k + 13 + 2 * kind], v[:, k + 14 + 2 * kind]
+        afresh = np.flatnonzero(~(counted & (now < until)))  # their counts no longer hold
+        out += live
+        if len(afresh):
+            runs: list[Run] = list(map(table.slot_runs.__getitem__, slots[afresh].tolist()))  # type: ignore[arg-type]
+            out[afresh] = count_many(runs, at, now, window, newest[afresh])
+        return out
 
     now_r = np.full(r, now)
     think = state.cfg.session.think_factor
@@ -92,8 +99,8 @@ def _per_run(state: FeatureState, now: float, slots: np.ndarray) -> tuple[np.nda
     for j, col in enumerate(session):  # into place (no stacked copy first)
         out[:, j] = col
     np.multiply(v[:, :k], decay, out=out[:, 7:h])
-    out[:, h + 2] = distinct(s, v[:, k + 4])
-    out[:, h + 3] = distinct(t, v[:, k + 5])
+    out[:, h + 2] = distinct(1, s, v[:, k + 4])
+    out[:, h + 3] = distinct(2, t, v[:, k + 5])
     np.subtract(now, first, out=out[:, h + 4])
     np.subtract(now, last, out=out[:, h + 5])
     out[:, width - 2] = rec[:, 3]
@@ -108,7 +115,7 @@ def _per_run(state: FeatureState, now: float, slots: np.ndarray) -> tuple[np.nda
     parts = np.empty((r, len(PARTS)))
     parts[:, 0] = v[:, k + 2]  # depth = this + the block's index in the run
     parts[:, 1] = v[:, k + 11]  # the run's last index
-    parts[:, 2] = distinct(c, v[:, k + 3])  # fan-out of the run's last block
+    parts[:, 2] = distinct(0, c, v[:, k + 3])  # fan-out of the run's last block
     parts[:, 3] = last + window > now  # fan-out of the others
     parts[:, 4] = rec[:, 1]  # the request's input tokens
     parts[:, 5] = rec[:, 2]  # its public blocks

@@ -161,6 +161,12 @@ class FeatureState:
             hashes = [h & U64 for h in hashes]
         return assemble_rows(self, now_ms, hashes)
 
+    def refresh(self) -> int:
+        """Pack the numbers of the runs changed since the last rows ahead of the next
+        (:meth:`~kvcast.features.online.run_numbers.RunNumbers.refresh`: off the tick, when
+        the caller is idle); the rows are the same either way. How many runs it packed."""
+        return self.blocks.numbers.refresh(self.blocks.slot_runs, self.blocks.latest)
+
     def chain_rows(
         self, now_ms: float, chains: Sequence[tuple[int, ...]]
     ) -> tuple[list[int], np.ndarray, np.ndarray]:

@@ -110,6 +110,14 @@ class StateKeeper:
             self._serve_queries()
             for batch in self.queue.get(self.chunk_events, timeout_s=0.05):
                 self.apply(batch)
+            if not len(self.queue):
+                self.idle()
+
+    def idle(self) -> None:
+        """What the consumer does whenever its queue is empty (public for benchmarks and
+        single-threaded tests): the feature state packs the runs the events changed, so that
+        the next tick's snapshot finds them packed (the rows are the same either way)."""
+        self.state.refresh()
 
     def apply(self, batch: list[Event]) -> None:
         """Apply events in order (public for benchmarks and single-threaded tests)."""

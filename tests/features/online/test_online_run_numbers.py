@@ -1,4 +1,6 @@
-"""The runs' numbers packed as runs change equal a fresh pack of every run, bit for bit."""
+"""The runs' numbers packed as runs change (at a read, or ahead of it by a refresh, their live
+older keys counted then and used while the count holds) equal a fresh pack of every run, bit
+for bit, at any later read."""
 
 from __future__ import annotations
 
@@ -20,14 +22,22 @@ CFG = FeatureConfig(
 )
 
 
+Step = RequestArrived | float | None
+
+
 @st.composite
-def requests(draw: st.DrawFn) -> list[RequestArrived | None]:
+def requests(draw: st.DrawFn) -> list[Step]:
     """Requests over few hashes (splits, new runs, sessions, gaps past the sweep and the
-    horizon); None: a tick reads the rows there."""
-    out: list[RequestArrived | None] = []
+    horizon); None: the runs packed ahead (the sidecar's consumer when idle); a float: a tick
+    reads the rows that long after the last request (older keys expiring in between)."""
+    out: list[Step] = []
     ts = 0.0
     for _ in range(draw(st.integers(1, 60))):
-        if draw(st.integers(0, 3)) == 0:
+        step = draw(st.integers(0, 5))
+        if step == 0:
+            out.append(draw(st.sampled_from([1.0, 1.0, 10000.0, 29999.0, 30000.0, 45000.0])))
+            continue
+        if step == 1:
             out.append(None)
             continue
         ts += draw(st.sampled_from([0.0, 0.0, 250.0, 1000.0, 4000.0, 30000.0, 90000.0]))
@@ -46,20 +56,23 @@ def requests(draw: st.DrawFn) -> list[RequestArrived | None]:
 @settings(max_examples=200, deadline=None, database=None)
 @given(stream=requests())
 def test_rows_read_from_kept_numbers_equal_rows_from_every_run_packed_afresh(
-    stream: list[RequestArrived | None],
+    stream: list[Step],
 ) -> None:
     kept, fresh = FeatureState(CFG), FeatureState(CFG)
-    now = 0.0
-    for ev in [*stream, None]:
-        if ev is not None:
-            now = ev.ts_ms
+    last = 0.0
+    for ev in [*stream, 1.0]:
+        if isinstance(ev, RequestArrived):
+            last = ev.ts_ms
             kept.update(ev)
             fresh.update(ev)
             continue
+        if ev is None:
+            kept.refresh()
+            continue
         blocks = list(range(-1, 14))  # every hash seen, and some never seen
         fresh.blocks.numbers.stale_all()  # every run packed again, as before the table
-        want = fresh.rows(now + 1.0, blocks)
-        got = kept.rows(now + 1.0, blocks)
+        want = fresh.rows(last + ev, blocks)
+        got = kept.rows(last + ev, blocks)
         assert got.tobytes() == want.tobytes()
 
 
