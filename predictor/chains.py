@@ -188,7 +188,7 @@ def build_plans(
         keep &= ~(p[:, 0] < min_p)
     rows = np.flatnonzero(keep)
     at, p, lens, first = at[rows], p[rows], lens[rows], first[rows]
-    held = _held(cands, rows, starts, n, view.hbm, pending, holders)
+    held = _held(cands, rows, at, n, view.hbm, pending, holders)
     known = ~np.isnan(first)
     life = _per_chain(np.asarray(cands.life_ms, dtype=float), k, np.nan)[rows]
     tail = _per_chain(np.asarray(cands.tail_tokens, dtype=np.int64), k, 0)[rows]
@@ -209,16 +209,14 @@ def build_plans(
 def _held(
     cands: ChainCandidates,
     rows: np.ndarray,
-    starts: np.ndarray,
+    at: np.ndarray,
     n: int,
     hbm: Mapping[int, int],
     pending: Mapping[int, int],
     holders: np.ndarray | None,
 ) -> np.ndarray:
-    """[len(rows), n]: :func:`prefix_lengths` of the chains ``rows`` (``starts``: every
-    chain's first flat position), read over the flat blocks: per node, the first block of
-    each chain that the node lacks (a minimum per chain, ``reduceat``), else the chain's
-    length."""
+    """[len(rows), n]: :func:`prefix_lengths` of the chains ``rows`` (``at``: their flat
+    positions, then a sentinel)."""
     if n > MAX_MASK_NODES:
         chains = cands.chains
         out = [prefix_lengths(chains[i], n, hbm, pending) for i in rows.tolist()]
@@ -235,14 +233,8 @@ def _held(
     if pending:
         flat = flat or list(chain.from_iterable(cands.chains))
         masks[:total] |= _masks(pending, flat, alive)
-    if not len(rows):
-        return np.zeros((0, n), np.int64)
-    lacks = (masks & (1 << np.arange(n))[:, None]) == 0  # [n, total + 1]
-    first = np.where(lacks, np.arange(total + 1), total)  # a lacking block's position
-    # each chain's positions run from its start to the next chain's (the last: the sentinel)
-    lacked = np.minimum.reduceat(first, starts, axis=1)[:, rows]  # [n, len(rows)]
-    begin = starts[rows]
-    return np.ascontiguousarray((np.minimum(lacked, begin + cands.lengths[rows]) - begin).T)
+    has = (masks[at][:, None, :] & (1 << np.arange(n))[:, None]) != 0  # [P, n, L + 1]
+    return has.argmin(axis=2)  # the first block a node lacks (the sentinel at worst)
 
 
 def _masks(holders: Mapping[int, int], flat: list[int], alive: int) -> np.ndarray:
