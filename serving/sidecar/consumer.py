@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -37,6 +38,7 @@ from kvcast.serving.sidecar.replicas import Release, ReplicaTracker
 log = logging.getLogger("kvcast.serving.sidecar")
 R = TypeVar("R")
 ROUTED_KEPT = 8_192  # routed requests kept for the next tick (beyond: the oldest go)
+IDLE_EVERY_S = 0.025  # the idle step at most this often (a tenth of the default tick)
 Routed = tuple[float, int, tuple[int, ...]]  # time (ms), node, block hashes
 
 
@@ -59,6 +61,7 @@ class StateKeeper:
         # told (node, claims) when an engine stored blocks that routed requests claimed: the
         # executor's release (set by the sidecar; None: claims are left to their max hold)
         self.on_release: Callable[[int, list[Release]], None] | None = None
+        self._idle_at = 0.0  # when the idle step last ran (monotonic seconds)
         self._tol = state.cfg.reorder_tolerance_ms
         self._floor = float("-inf")  # the earliest time the feature state still accepts
         self._newest = float("-inf")
@@ -110,13 +113,19 @@ class StateKeeper:
             self._serve_queries()
             for batch in self.queue.get(self.chunk_events, timeout_s=0.05):
                 self.apply(batch)
-            if not len(self.queue):
-                self.idle()
+            if not len(self.queue) and time.monotonic() - self._idle_at >= IDLE_EVERY_S:
+                try:
+                    self.idle()
+                except Exception:  # the rows pack what is left at the tick: keep consuming
+                    log.exception("consumer idle step failed")
+                self._idle_at = time.monotonic()
 
     def idle(self) -> None:
-        """What the consumer does whenever its queue is empty (public for benchmarks and
-        single-threaded tests): the feature state packs the runs the events changed, so that
-        the next tick's snapshot finds them packed (the rows are the same either way)."""
+        """What the consumer does when its queue is empty, at most every ``IDLE_EVERY_S``
+        (so that a run that many requests touch between two ticks is packed a few times, not
+        once per request; public for benchmarks and single-threaded tests): the feature state
+        packs the runs the events changed, so that the next tick's snapshot finds them packed
+        (the rows are the same either way)."""
         self.state.refresh()
 
     def apply(self, batch: list[Event]) -> None:
