@@ -5,22 +5,22 @@ each block's row starts from its code (:mod:`kvcast.features.online.codes`). Rea
 block, that is a dict pass to dedupe the chains' hashes and a lookup of every distinct hash in
 ``code_of`` (hundreds of thousands of keys on a live sidecar: a cache miss or two per block).
 
-A chain that a request named is covered by whole runs of the block table (the request split
-the runs it touched at its own boundaries, and runs are only ever cut further), so its codes
-are read one run at a time: the code of the run's first block found in ``code_of``, the
-chain's next blocks compared with the run's own (one C-level tuple comparison), and their
-codes are the run's slot with consecutive indices. That holds for every run that no request
-found past the horizon: only then may a new run take some of its blocks (and their codes)
-over, and once past the horizon a run is never touched again, so a run live at the table's
-newest request (:attr:`BlockTable.latest`) still names all its blocks. A chain that departs
-from a run partway (its request held for reordering or refused, or with repeated blocks)
-takes the blocks it agrees on as one piece (a code names a block of the run, so it agrees on
-one at least) and looks its next block up; a run that is not live then is read one block at a
-time, from ``code_of`` itself (a run past the horizon is rare among recent chains). Each
-block of a chain is compared once at most. Blocks are deduped by code (a code names
-one position of one run, which holds one hash), those without state (code 0) by hash, in
-first-seen order: exactly the blocks, the indices and the codes of the plain reading
-(:func:`distinct_blocks` then a ``code_of`` lookup per block).
+A chain that a request named is covered by whole runs of the block table (the request split the
+runs it touched at its own boundaries, and runs are only ever cut further), so its codes are
+read one run at a time: the code of the run's first block found in ``code_of``, the chain's
+next blocks compared with the run's own (one C-level tuple comparison), and their codes are the
+run's slot with consecutive indices. That holds for every run that no request found past the
+horizon: only then may a new run take some of its blocks (and their codes) over, and once past
+the horizon a run is never touched again, so a run live at the table's newest request
+(:attr:`BlockTable.latest`) still names all its blocks. A chain that departs from a run partway
+(its request held for reordering or refused, or with repeated blocks) takes the blocks it
+agrees on as one piece (a code names a block of the run, so it agrees on one at least) and
+looks its next block up; a run that is not live then is read one block at a time, from
+``code_of`` itself (a run past the horizon is rare among recent chains). A departing chain's
+comparisons cost about the blocks it agrees on, not the run's length (windows that double).
+Blocks are deduped by code (a code names one position of one run, which holds one hash), those
+without state (code 0) by hash, in first-seen order: exactly the blocks, the indices and the
+codes of the plain reading (:func:`distinct_blocks` then a ``code_of`` lookup per block).
 """
 
 from __future__ import annotations
