@@ -6,7 +6,9 @@ chains, replica hits, per-node request sizes and evictions, and the routed reque
 decision tick hands to the decider, which learns from them whether its copies are used).
 Between chunks of at most ``chunk_events`` it runs *queries* (the decision tick's snapshot, a
 block lookup) handed in by other threads, so that they see a consistent state without a lock
-around it.
+around it. When its queue is empty (at most every ``IDLE_EVERY_S``) it packs the feature
+state's runs that its events changed (:meth:`StateKeeper.idle`), work that the next decision
+tick would otherwise do.
 
 Timestamps: the feature state drops an event older than the newest one it applied (beyond its
 ``reorder_tolerance_ms``) or than the last decision time. Sources interleave (several engines,
