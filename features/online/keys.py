@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from itertools import compress, repeat, takewhile
+from itertools import compress, islice, repeat, takewhile
 from operator import itemgetter
 from typing import Any
 
@@ -51,23 +51,18 @@ def switch(st: list[Any], at: int, key: Any, ts: float, window: float) -> None:
 
 
 def _live(older: OrderedDict[Any, float], newest: Any, now: float) -> int:
-    """The keys of ``older`` live at ``now`` (a float), ``newest`` left out: all but its
-    front of expired ones."""
-    n = len(older) - len(list(takewhile(now.__ge__, older.values())))
-    expiry = older.get(newest)
-    return n - 1 if expiry is not None and expiry > now else n
+    """The keys of ``older`` live at ``now`` (a float), ``newest`` left out."""
+    return live_until(older, newest, now)[0]
 
 
 def live_until(older: OrderedDict[Any, float], newest: Any, now: float) -> tuple[int, float]:
-    """:func:`_live` at ``now``, and the time until which it holds: the first expiry after
+    """The keys of ``older`` live at ``now`` (a float), ``newest`` left out: all but its front
+    of expired ones; and the time until which that count holds: the first expiry after
     ``now`` (inf if none), since the count changes only as ``now`` passes an expiry (the dict
     unchanged)."""
-    expired, until = 0, math.inf
-    for expiry in older.values():
-        if expiry > now:
-            until = expiry
-            break
-        expired += 1
+    values = older.values()
+    expired = len(list(takewhile(now.__ge__, values)))
+    until = next(islice(values, expired, None), math.inf)
     n = len(older) - expired
     expiry = older.get(newest)
     return (n - 1 if expiry is not None and expiry > now else n), until
