@@ -19,14 +19,14 @@ from sidecar_harness import (
     tick,
 )
 
+from kvcast.serving.cluster.summary import parse_metrics
 from kvcast.serving.sidecar.parquet_parts import PartedLog
 
 SLOW_S = 0.2  # a disk this slow per row group
 
 
 def _sum(metrics: str, name: str) -> float:
-    return float(next(line.split()[1] for line in metrics.splitlines()
-                      if line.startswith(f"kvcast_sidecar_{name}_sum")))  # fmt: skip
+    return parse_metrics(metrics)[f"kvcast_sidecar_{name}_sum"]
 
 
 def test_the_tick_timer_stops_before_the_logs_are_written(
