@@ -27,9 +27,7 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,9 +35,9 @@ from typing import Any
 import httpx
 import psutil
 import yaml
-from load_sidecar import gc_pauses, pct, probe
+from load_sidecar import gc_pauses, pct, probe, start_kvcast, window
 
-from kvcast.serving.cluster.summary import parse_metrics
+from kvcast.serving.cluster.summary import scrape
 
 READY = re.compile(r"agent (\S+) ready: http=http://(\S+) transfer=(\S+)")
 PREFIX = "kvcast_agent_"
@@ -50,30 +48,12 @@ class Agent:
     """A ``kvcast serve agent`` process, started and ready."""
 
     def __init__(self, node: str, config: Path, capacity: int, *extra: str) -> None:
-        script = Path(sys.executable).with_name("kvcast")
-        cmd = [str(script)] if script.exists() else [sys.executable, "-m", "kvcast.cli.app"]
-        args = [*cmd, "serve", "agent", "--node-id", node, "--listen", "127.0.0.1:0",
+        args = ["serve", "agent", "--node-id", node, "--listen", "127.0.0.1:0",
                 "--transfer-listen", "127.0.0.1:0", "--capacity", str(capacity),
                 "--speculative-quota", str(capacity), "--config", str(config), *extra]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "KVCAST_TOKEN"}
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)  # fmt: skip
-        assert self.proc.stdout is not None
-        deadline, line = time.monotonic() + 120.0, ""
-        for line in self.proc.stdout:
-            if match := READY.search(line):
-                self.http, self.transfer = f"http://{match.group(2)}", match.group(3)
-                threading.Thread(target=self._drain, daemon=True).start()
-                return
-            if time.monotonic() > deadline:
-                break
-        self.proc.kill()
-        raise SystemExit(f"agent {node} did not start: {line}")
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for _ in self.proc.stdout:
-            pass
+        self.proc, match = start_kvcast(args, env, READY, timeout_s=120.0)
+        self.http, self.transfer = f"http://{match.group(2)}", match.group(3)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -103,13 +83,9 @@ async def replicate(
         n += workers
 
 
-async def scrape(agents: list[Agent]) -> list[dict[str, float]]:
+async def scrape_all(agents: list[Agent]) -> list[dict[str, float]]:
     async with httpx.AsyncClient() as http:
-        return [parse_metrics((await http.get(f"{a.http}/metrics")).text) for a in agents]
-
-
-def window(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: v - before.get(k, 0.0) for k, v in after.items()}
+        return [await scrape(http, a.http) for a in agents]
 
 
 async def load(source: Agent, target: Agent, args: argparse.Namespace) -> dict[str, Any]:
@@ -118,7 +94,7 @@ async def load(source: Agent, target: Agent, args: argparse.Namespace) -> dict[s
         r.raise_for_status()
         hashes = [b["block_hash"] for b in r.json()["blocks"]]
     agents = [source, target]
-    before = await scrape(agents)
+    before = await scrape_all(agents)
     until = time.monotonic() + args.duration
     latency: list[float] = []
     moved = [0]
@@ -144,7 +120,7 @@ async def load(source: Agent, target: Agent, args: argparse.Namespace) -> dict[s
     finally:
         for c in [*clients, pull]:
             await c.aclose()
-    after = await scrape(agents)
+    after = await scrape_all(agents)
     per_agent = {}
     for name, b, a, hz, mem in zip(("source", "target"), before, after, probes, rss, strict=True):
         per_agent[name] = {

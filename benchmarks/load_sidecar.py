@@ -199,15 +199,10 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
     half = len(rss) // 2
     tail = rss[half:]
     slope = float(np.polyfit(np.arange(len(tail)) * SAMPLE_S, tail, 1)[0]) if len(tail) > 2 else 0.0
-    # the ticks of the load window only: the histograms' counts at its end less its start
-    window = {
-        k: v - m_first.get(k, 0.0)
-        for k, v in m_last.items()
-        if k.startswith(S) and "_seconds_bucket" in k
-    }
+    loaded = window(m_first, m_last)  # the ticks of the load window only
 
     def quantile_ms(part: str, q: float) -> float | None:
-        x = hist_quantile(window, f"{S}{part}_seconds", q)
+        x = hist_quantile(loaded, f"{S}{part}_seconds", q)
         return None if x is None else round(x * 1000.0, 3)
 
     sent = load.sent_zmq_events + load.sent_requests
@@ -257,7 +252,7 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
             "errors": int(m[f"{S}tick_errors_total"]),
         },
         # Python's cyclic GC in the sidecar over the load, per generation (2: full)
-        "gc_pauses": gc_pauses(window),
+        "gc_pauses": gc_pauses(loaded),
         "baseline_idle": {
             "seconds": args.idle,
             "healthz_ms": {
@@ -270,22 +265,36 @@ async def measure(base: str, pid: int, load: Load, args: argparse.Namespace,
     }
 
 
-def start_sidecar(cfg: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+def start_kvcast(
+    args: list[str], env: dict[str, str], ready: re.Pattern[str], timeout_s: float = 60.0
+) -> tuple[subprocess.Popen[str], re.Match[str]]:
+    """``kvcast ARGS`` as a process, once its log says ``ready`` (its match); its output is
+    read on from a thread, so that it never blocks on a full pipe."""
     script = Path(sys.executable).with_name("kvcast")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "kvcast.cli.app"]
-    args = [*cmd, "serve", "sidecar", "--config", cfg]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 60.0
-    for line in proc.stdout:
-        if match := READY.search(line):
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-            return proc, f"http://{match.group(2)}"
+    proc = subprocess.Popen([*cmd, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    out = proc.stdout
+    assert out is not None
+    deadline, line = time.monotonic() + timeout_s, ""
+    for line in out:
+        if match := ready.search(line):
+            threading.Thread(target=lambda: [None for _ in out], daemon=True).start()
+            return proc, match
         if time.monotonic() > deadline:
             break
     proc.kill()
-    raise SystemExit(f"sidecar did not start: {line}")
+    raise SystemExit(f"kvcast {' '.join(args[:2])} did not start: {line}")
+
+
+def start_sidecar(cfg: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    proc, match = start_kvcast(["serve", "sidecar", "--config", cfg], env, READY)
+    return proc, f"http://{match.group(2)}"
+
+
+def window(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each series' count over a window: at its end less at its start."""
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
 
 
 def main() -> None:
