@@ -5,8 +5,9 @@ dedupes the chains' hashes (:func:`~kvcast.features.online.chain_codes.distinct_
 looks every distinct block up in ``code_of`` (:meth:`FeatureState.rows`); the sidecar's
 (:meth:`FeatureState.chain_rows`) reads the chains a run at a time
 (:mod:`kvcast.features.online.chain_codes`). Both on the same states, interleaved tick by
-tick (which of the two goes first alternates: the first repacks the runs changed since the
-last tick), per-thread CPU time: the trace-shaped state of ``bench_tick_trace.py`` (a real
+tick (which of the two goes first alternates, so that neither always finds the caches warm;
+each tick's requests are applied and the consumer's idle step run before both), per-thread
+CPU time: the trace-shaped state of ``bench_tick_trace.py`` (a real
 trace at ``--factor`` x its peak, ~1,024 candidate blocks, most of a chain's blocks in one run)
 and ``bench_sidecar.py``'s synthetic one (128 chains of 8 blocks, each chain one run: the
 case where reading by run saves the least). Each tick also checks that both readings agree.
@@ -39,7 +40,7 @@ def compare(keeper: StateKeeper, now: float, feed: Callable[[float], None], n: i
     state = keeper.state
     cpu: dict[str, list[float]] = {"by_run": [], "plain": []}
     runs, blocks_seen = [], []
-    for k in range(n + 1):  # the first: the warm-up's changes repacked (not timed)
+    for k in range(n + 1):  # the first not timed (as bench_tick_trace.py's)
         t = now + TICK_MS * (k + 1)
         feed(t)
         chains = keeper.chains.candidates(t, 0).chains
