@@ -4,13 +4,13 @@ The decision tick reads the rows of its candidate chains' distinct blocks. The p
 dedupes the chains' hashes (:func:`~kvcast.features.online.chain_codes.distinct_blocks`) and
 looks every distinct block up in ``code_of`` (:meth:`FeatureState.rows`); the sidecar's
 (:meth:`FeatureState.chain_rows`) reads the chains a run at a time
-(:mod:`kvcast.features.online.chain_codes`). Both on the same states, interleaved tick by
-tick (which of the two goes first alternates, so that neither always finds the caches warm;
-each tick's requests are applied and the consumer's idle step run before both), per-thread
-CPU time: the trace-shaped state of ``bench_tick_trace.py`` (a real
-trace at ``--factor`` x its peak, ~1,024 candidate blocks, most of a chain's blocks in one run)
-and ``bench_sidecar.py``'s synthetic one (128 chains of 8 blocks, each chain one run: the
-case where reading by run saves the least). Each tick also checks that both readings agree.
+(:mod:`kvcast.features.online.chain_codes`). Both on the same states, interleaved tick by tick
+(which of the two goes first alternates, so that neither always finds the caches warm; each
+tick's requests are applied and the consumer's idle step run before both), per-thread CPU time:
+the trace-shaped state of ``bench_tick_trace.py`` (a real trace at ``--factor`` x its peak,
+~1,024 candidate blocks, most of a chain's blocks in one run) and ``bench_sidecar.py``'s
+synthetic one (128 chains of 8 blocks, each chain one run: the case where reading by run saves
+the least). Each tick also checks that both readings agree.
 
     python benchmarks/bench_chain_rows.py [--ticks 300] [--warm-s 60] [--factor 10]
 """
