@@ -188,7 +188,7 @@ def build_plans(
         keep &= ~(p[:, 0] < min_p)
     rows = np.flatnonzero(keep)
     at, p, lens, first = at[rows], p[rows], lens[rows], first[rows]
-    held = _held(cands, rows, at, n, view.hbm, pending, holders)
+    held = _held(cands, rows, at[:, 0], lens, n, view.hbm, pending, holders)
     known = ~np.isnan(first)
     life = _per_chain(np.asarray(cands.life_ms, dtype=float), k, np.nan)[rows]
     tail = _per_chain(np.asarray(cands.tail_tokens, dtype=np.int64), k, 0)[rows]
@@ -209,14 +209,19 @@ def build_plans(
 def _held(
     cands: ChainCandidates,
     rows: np.ndarray,
-    at: np.ndarray,
+    start: np.ndarray,
+    lens: np.ndarray,
     n: int,
     hbm: Mapping[int, int],
     pending: Mapping[int, int],
     holders: np.ndarray | None,
 ) -> np.ndarray:
-    """[len(rows), n]: :func:`prefix_lengths` of the chains ``rows`` (``at``: their flat
-    positions, then a sentinel)."""
+    """[len(rows), n]: :func:`prefix_lengths` of the chains ``rows`` (``start``: their first
+    flat positions, ``lens``: their lengths). Read on the flat ``[blocks + 1, n]`` array, not
+    padded per chain (chains of 2 to hundreds of blocks pad to several times their blocks):
+    on each node, a chain's prefix ends at the first flat position from its start whose block
+    the node lacks (one search in the sorted positions lacked; the sentinel lacks all), or at
+    the chain's own end."""
     if n > MAX_MASK_NODES:
         chains = cands.chains
         out = [prefix_lengths(chains[i], n, hbm, pending) for i in rows.tolist()]
@@ -233,8 +238,11 @@ def _held(
     if pending:
         flat = flat or list(chain.from_iterable(cands.chains))
         masks[:total] |= _masks(pending, flat, alive)
-    has = (masks[at][:, None, :] & (1 << np.arange(n))[:, None]) != 0  # [P, n, L + 1]
-    return has.argmin(axis=2)  # the first block a node lacks (the sentinel at worst)
+    width = total + 1
+    lacks = (masks & (1 << np.arange(n))[:, None]) == 0  # [n, total + 1]
+    lacked = np.flatnonzero(lacks)  # node x width + position, sorted
+    first = np.arange(0, n * width, width) + start[:, None]  # [P, n]: each chain's first
+    return np.minimum(lacked[np.searchsorted(lacked, first)] - first, lens[:, None])
 
 
 def _masks(holders: Mapping[int, int], flat: list[int], alive: int) -> np.ndarray:
