@@ -155,7 +155,7 @@ def cannot_pay(
 # ``exp``'s last bits are its implementation's (numpy's SIMD loop or the C library's, by CPU
 # and array layout), so a bound of ``_best``'s survival is raised past them: a relative slack
 # and a floor far beyond any implementation's error, subnormal results included
-_EXP_SLACK, _EXP_FLOOR = 1.0 + 2.0**-20, 2.0**-1000
+EXP_SLACK, EXP_FLOOR = 1.0 + 2.0**-20, 2.0**-1000
 
 
 def _survival_at_most(
@@ -165,8 +165,8 @@ def _survival_at_most(
     :func:`_best` computes it per chain, target and cut (:func:`_survival` for every chain at
     once; then raised past ``exp``'s rounding)."""
     survival = _survival(ct.time_left_ms[:, None] + queues, view, free, ct.nblk_f)
-    survival *= _EXP_SLACK
-    survival += _EXP_FLOOR
+    survival *= EXP_SLACK
+    survival += EXP_FLOOR
     return survival
 
 

@@ -49,6 +49,7 @@ from kvcast.predictor.decider_config import GIB, DeciderConfig
 from kvcast.predictor.outcome_feedback import OutcomeFeedback
 from kvcast.predictor.promotion import promotion_option
 from kvcast.predictor.targets import LoadForecast
+from kvcast.predictor.unpaid_screen import screens, surely_unpaid
 
 DEFAULT = DeciderConfig()  # frozen: one instance serves every decider built without a config
 
@@ -129,6 +130,8 @@ class Decider:
         batched = self._may_copy(plans, order, chains, queues)
         factor = self.feedback.factor(now)  # (every tick: it decays the outcomes to now)
         promote = cfg.promote and bool(view.lower)
+        if batched and not promote:  # (a promotion weighs every chain: its terms are made)
+            batched = self._may_pay(plans, order, batched, chains, queues, view, factor)
         if not batched and not promote:
             return out  # no chain may be copied as the tick starts, so none is (nothing moves)
         terms = TickTerms.of(view, cfg, factor)
@@ -202,6 +205,30 @@ class Decider:
             )
             if touched(blocks) or (look and not has_replica(blocks[d - 1]))
         ]
+
+    def _may_pay(
+        self,
+        plans: PlanBatch,
+        rows: np.ndarray,
+        batched: list[int],
+        chains: list[tuple[int, ...]],
+        queue: np.ndarray,
+        view: ClusterView,
+        factor: float,
+    ) -> list[int]:
+        """Those of ``batched`` (indices into ``rows`` of ``plans``, ``chains`` and ``queue``)
+        that :func:`~kvcast.predictor.unpaid_screen.surely_unpaid` does not rule out before
+        their copy terms are made; a chain with a copy on its way is kept (its placement is
+        read then). Like :meth:`_cannot_pay`'s, a verdict holds until a command of the tick
+        moves something."""
+        if not screens(view):
+            return batched
+        at = np.array(batched)
+        unpaid = surely_unpaid(plans, rows[at], queue[at], view, self.cfg, factor)
+        if not any(unpaid):
+            return batched
+        touched = self._touched
+        return [i for i, no in zip(batched, unpaid, strict=True) if not no or touched(chains[i])]
 
     def _cannot_pay(
         self,

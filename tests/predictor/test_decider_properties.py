@@ -362,6 +362,9 @@ class EveryChain(Decider):
     def _may_copy(self, plans: Any, rows: Any, weighed: list[Any], forecast: Any) -> list[int]:
         return list(range(len(weighed)))
 
+    def _may_pay(self, plans: Any, rows: Any, batched: list[int], *args: Any) -> list[int]:
+        return batched
+
     def _cannot_pay(self, rows: Any, weighed: list[Any], *args: Any) -> list[bool]:
         return [False] * len(weighed)
 
@@ -373,9 +376,9 @@ def test_the_tick_screen_gives_the_commands_of_weighing_every_chain(
 ) -> None:
     """The decider rules out, as a tick starts, the chains it could not copy (no held prefix,
     a live replica, no holder queued above the least queued node, no target and cut whose
-    net value could pay) and skips them unless a command of the same tick moved something:
-    the same commands as weighing every chain, tick after tick (the ledger kept, so later
-    ticks see copies on their way)."""
+    net value could pay, told before or after their copy terms) and skips them unless a
+    command of the same tick moved something: the same commands as weighing every chain,
+    tick after tick (the ledger kept, so later ticks see copies on their way)."""
     n = case.cands.total_blocks
     probs = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
     screened, every = Decider(case.cfg), EveryChain(case.cfg)
