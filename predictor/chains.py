@@ -177,18 +177,17 @@ def build_plans(
     first = _per_chain(np.asarray(cands.first_use_ms, dtype=float), k, np.nan)
     with np.errstate(invalid="ignore"):
         keep = (lens > 0) & ~(first - now > known_within_ms)
-    starts = np.zeros(k, np.int64)
-    np.cumsum(lens[:-1], out=starts[1:])
+    starts = cands.offsets[:-1]
     longest = int(lens.max(initial=0))
-    # [k, L + 1]: each chain's flat positions, then the sentinel (position total_blocks)
-    at = starts[:, None] + np.arange(longest + 1)
-    at = np.where(np.arange(longest + 1) < lens[:, None], at, len(probs))
-    p = np.minimum.accumulate(np.append(probs, 1.0)[at[:, :longest]], axis=1)
+    # [k, L]: each chain's probabilities, then 1.0 (scattered: no [k, L] index arrays)
+    p = np.ones((k, longest))
+    p[np.repeat(np.arange(k), lens), np.arange(len(probs)) - np.repeat(starts, lens)] = probs
+    np.minimum.accumulate(p, axis=1, out=p)
     if longest:
         keep &= ~(p[:, 0] < min_p)
     rows = np.flatnonzero(keep)
-    at, p, lens, first = at[rows], p[rows], lens[rows], first[rows]
-    held = _held(cands, rows, at[:, 0], lens, n, view.hbm, pending, holders)
+    p, lens, first = p[rows], lens[rows], first[rows]
+    held = _held(cands, rows, starts[rows], lens, n, view.hbm, pending, holders)
     known = ~np.isnan(first)
     life = _per_chain(np.asarray(cands.life_ms, dtype=float), k, np.nan)[rows]
     tail = _per_chain(np.asarray(cands.tail_tokens, dtype=np.int64), k, 0)[rows]

@@ -1,8 +1,9 @@
 """The plan batch's shortcuts give exactly what their plain definitions give, on random states:
 each chain's held prefixes (one numpy pass over every chain) are :func:`prefix_lengths`
-of the chain, block by block; the candidates' cached lengths and totals are those of the
-chains; and the tick's predicted queues read for a subset of the chains are those rows of
-the queues read for all of them (the decider reads them once and slices)."""
+of the chain, block by block; its probabilities are its own running minimum; the
+candidates' cached lengths and totals are those of the chains; and the tick's predicted
+queues read for a subset of the chains are those rows of the queues read for all of them
+(the decider reads them once and slices)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,28 @@ def test_held_prefixes_at_once_are_prefix_lengths_chain_by_chain(
         prefix_lengths(cands.chains[i], view.n, view.hbm, pending) for i in plans.index.tolist()
     ]
     assert plans.held.tolist() == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=states(), min_p=st.sampled_from((0.0, 0.3)))
+def test_probabilities_at_once_are_each_chains_running_minimum(
+    state: tuple[ChainCandidates, ClusterView, dict[int, int], np.ndarray], min_p: float
+) -> None:
+    """Each kept chain's effective P per depth is the running minimum of its own blocks'
+    (clipped to [0, 1]), then its last value up to the longest chain; a chain is kept when
+    its root's is at least ``min_p``."""
+    cands, view, pending, probs = state
+    plans = build_plans(cands, probs, view, pending, window_ms=60e3, min_p=min_p)
+    longest = int(cands.lengths.max(initial=0))
+    kept, rows = [], []
+    for i, chain in enumerate(cands.chains):
+        own = np.clip(probs[cands.offsets[i] : cands.offsets[i + 1]], 0.0, 1.0)
+        if len(chain) and not own[0] < min_p:
+            kept.append(i)
+            run = np.minimum.accumulate(own)
+            rows.append(np.concatenate([run, np.full(longest - len(run), run[-1])]))
+    assert plans.index.tolist() == kept
+    assert plans.p.tobytes() == np.array(rows, dtype=float).reshape(len(kept), longest).tobytes()
 
 
 @settings(max_examples=200, deadline=None)
