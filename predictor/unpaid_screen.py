@@ -22,12 +22,15 @@ so the rounded bound stays a bound):
   is below 1).
 
 Where the bound's net value is at most 0 on every target, ``cannot_pay`` finds none above 0,
-so the chain is ruled out as the tick starts. Anything not a number (NaN), a router probe or
-a negative block prefill rules nothing out; nor does a cluster where no node evicts (there
-the bound seldom rules a chain out: a tick would pay for it and still make the terms).
+so the chain is ruled out as the tick starts. Anything not a number (NaN), a router probe, a
+block prefill that is negative or infinite or a block size that is not positive rules nothing
+out (:func:`screens`); nor does a cluster where no node evicts (there the bound seldom rules a
+chain out: a tick would pay for it and still make the terms).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -35,6 +38,10 @@ from kvcast.predictor.chains import PlanBatch
 from kvcast.predictor.cluster_view import ClusterView
 from kvcast.predictor.costs import EXP_FLOOR, EXP_SLACK
 from kvcast.predictor.decider_config import DeciderConfig
+
+# the copy terms count a copy's bytes as int64 blocks x block size: at or past 2**40 bytes a
+# block, a chain of 2**23 blocks would wrap (and bounds no longer bound)
+MAX_BLOCK_BYTES = 1 << 40
 
 
 def surely_unpaid(
@@ -61,13 +68,16 @@ def surely_unpaid(
 
 def screens(view: ClusterView) -> bool:
     """Whether :func:`surely_unpaid` may rule a chain out in this view: some node evicts, no
-    router probe, a block prefill that is not negative."""
+    router probe, a block prefill that is finite and not negative (an infinite one makes the
+    memory term of a batch's chains depend on which chains share the batch: 0 x inf), a
+    positive block size below ``MAX_BLOCK_BYTES`` (a copy's time grows with its blocks)."""
     rate = view.evict_blocks_per_ms
     return (
         rate is not None
         and bool(np.any(rate))
         and view.would_route is None
-        and view.prefill.span_ms(0, view.block_tokens) >= 0.0
+        and 0.0 <= view.prefill.span_ms(0, view.block_tokens) < math.inf
+        and 0 < view.block_bytes < MAX_BLOCK_BYTES
     )
 
 
