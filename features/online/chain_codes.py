@@ -21,6 +21,9 @@ comparisons cost about the blocks it agrees on, not the run's length (windows th
 Blocks are deduped by code (a code names one position of one run, which holds one hash), those
 without state (code 0) by hash, in first-seen order: exactly the blocks, the indices and the
 codes of the plain reading (:func:`distinct_blocks` then a ``code_of`` lookup per block).
+Their holders come the same way, from the runs' mirrors of ``Residency.holders`` (slices at
+the same indices; see :meth:`kvcast.features.online.residency.Residency.follow`), a block
+without state's from the dict itself.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from operator import ne
 
 import numpy as np
 
-from kvcast.features.online.blocks import HASHES, LAST, BlockTable, Run
+from kvcast.features.online.blocks import HASHES, HELD, LAST, BlockTable, Run
 from kvcast.features.online.codes import MASK, SHIFT
 
 
@@ -54,6 +57,7 @@ class ChainBlocks:
     where: np.ndarray  # per block of the concatenated chains, its index in ``blocks``
     codes: np.ndarray  # per distinct block, its code (0: no state)
     slots: np.ndarray  # the distinct slots of ``codes``, sorted
+    held: list[int]  # per distinct block, its ``Residency.holders`` entry
 
     def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The distinct runs' slots, each block's index among them and its index in its run
@@ -69,10 +73,10 @@ def _expand(firsts: list[int], sizes: list[int]) -> np.ndarray:
     return np.repeat(np.array(firsts, np.int64) - starts, size) + np.arange(sum(sizes))
 
 
-def _agreed(ch: Sequence[int], i: int, hs: tuple[int, ...], lo: int, m: int) -> int:
+def agreed(ch: tuple[int, ...], i: int, hs: tuple[int, ...], lo: int, m: int) -> int:
     """How many of the ``m`` blocks from ``ch[i]`` agree with those from ``hs[lo]`` before one
     differs (the first does): compared in windows that double, so the cost follows the blocks
-    agreed on, not ``m``."""
+    agreed on, not ``m``. Both tuples (a list never equals a tuple)."""
     k, step = 1, 8
     while k < m:
         end = min(m, k + step)
@@ -83,22 +87,24 @@ def _agreed(ch: Sequence[int], i: int, hs: tuple[int, ...], lo: int, m: int) -> 
     return m
 
 
-def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainBlocks | None:
+def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlocks | None:
     """The chains' distinct blocks, their codes and each chain block's index among them, read
     run by run; None where the plain reading must be used (a negative hash: ``code_of`` keys
     are canonical u64; or the chains name two parts of one run with blocks between them that
-    none names, which chains of applied requests never do). ``chains``: tuples (a list is
-    read correctly, but compared block by block)."""
+    none names, which chains of applied requests never do). ``chains``: tuples, or other
+    sequences (each read as a tuple: the comparisons with the runs' own are of tuples)."""
     get, slot_runs, hashes_at = table.code_of.get, table.slot_runs, table.k + HASHES
+    held_at, holders = table.k + HELD, table.holders
     last_at, horizon, latest = table.k + LAST, table.horizon, table.latest
     covered: dict[int, tuple[int, int]] = {}  # slot -> the run's indices named so far [lo, hi)
     dead: dict[int, int] = {}  # a block without state -> its stand-in code (negative)
     firsts: list[int] = []  # the distinct blocks as ranges of consecutive codes, in order:
     sizes: list[int] = []  # their first codes, sizes
     named: list[tuple[int, ...]] = []  # and hashes
+    held: list[list[int]] = []  # and holders
     chain_firsts: list[int] = []  # the chains' blocks as such ranges
     chain_sizes: list[int] = []
-    for ch in chains:
+    for ch in map(tuple, chains):  # (a tuple is itself)
         i, n = 0, len(ch)
         while i < n:
             h = ch[i]
@@ -112,6 +118,7 @@ def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainB
                     firsts.append(stand_in)
                     sizes.append(1)
                     named.append((h,))
+                    held.append([holders.get(h, 0)])
                 chain_firsts.append(stand_in)
                 chain_sizes.append(1)
                 i += 1
@@ -126,12 +133,12 @@ def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainB
                 if run[last_at] + horizon <= latest:
                     m = 1  # some of its blocks may be another run's now: block by block
                 elif ch[i + m - 1] != hs[lo + m - 1]:  # departs from the run
-                    m = _agreed(ch, i, hs, lo, m)
+                    m = agreed(ch, i, hs, lo, m)
                 elif lo == 0 and m == len(hs):  # the whole run (the usual case)
                     if (ch if m == n else ch[i : i + m]) != hs:
-                        m = _agreed(ch, i, hs, lo, m)
+                        m = agreed(ch, i, hs, lo, m)
                 elif ch[i : i + m] != hs[lo : lo + m]:
-                    m = _agreed(ch, i, hs, lo, m)
+                    m = agreed(ch, i, hs, lo, m)
             hi = lo + m
             chain_firsts.append(code)
             chain_sizes.append(m)
@@ -141,6 +148,7 @@ def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainB
                 firsts.append(code)
                 sizes.append(m)
                 named.append(hs if m == len(hs) else hs[lo:hi])
+                held.append(run[held_at][lo:hi])
             elif lo < seen[0] or hi > seen[1]:
                 a, b = seen
                 if hi < a or lo > b:  # a gap between what the chains name of the run
@@ -149,15 +157,17 @@ def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainB
                     firsts.append(code)
                     sizes.append(a - lo)
                     named.append(hs[lo:a])
+                    held.append(run[held_at][lo:a])
                 if hi > b:
                     firsts.append(slot << SHIFT | b)
                     sizes.append(hi - b)
                     named.append(hs[b:hi])
+                    held.append(run[held_at][b:hi])
                 covered[slot] = (min(a, lo), max(b, hi))
             i += m
     if not chain_firsts:
         none = np.zeros(0, np.int64)
-        return ChainBlocks([], none, none, none)
+        return ChainBlocks([], none, none, none, [])
     keys = _expand(firsts, sizes)
     if len(keys) == sum(chain_sizes):  # no block named twice: first seen is chain order
         where = np.arange(len(keys), dtype=np.int64)
@@ -167,9 +177,11 @@ def chain_blocks(table: BlockTable, chains: Sequence[tuple[int, ...]]) -> ChainB
     slots = sorted(covered)
     if dead:
         slots.insert(0, 0)
+    blocks = list(chain.from_iterable(named))
     return ChainBlocks(
-        list(chain.from_iterable(named)),
+        blocks,
         where,
         np.maximum(keys, 0),  # the stand-ins: code 0
         np.array(slots, np.int64),
+        list(chain.from_iterable(held)),
     )

@@ -65,11 +65,13 @@ class FeatureState:
         self.cfg = cfg = cfg if cfg is not None else FeatureConfig()
         self.spec: FeatureSpec = build_spec(cfg)
         self.bad = BadInputCounters()
-        self.blocks = BlockTable(
-            cfg.heat_half_lives_ms, cfg.distinct_window_ms, cfg.horizon_ms, max_blocks
-        )
-        self.sessions = SessionTable(cfg.session.ewma_alpha, cfg.horizon_ms, max_sessions)
         self.residency = Residency(cfg.nodes)
+        self.blocks = BlockTable(
+            cfg.heat_half_lives_ms, cfg.distinct_window_ms, cfg.horizon_ms, max_blocks,
+            self.residency.holders,
+        )  # fmt: skip
+        self.residency.follow(self.blocks)
+        self.sessions = SessionTable(cfg.session.ewma_alpha, cfg.horizon_ms, max_sessions)
         self.nodes = [
             NodeTelemetry(cfg.queue_windows_ms, cfg.eviction_window_ms) for _ in range(cfg.nodes)
         ]
@@ -178,7 +180,8 @@ class FeatureState:
         if found is None:
             blocks, where = distinct_blocks(chains)
             return blocks, where, self.rows(now_ms, blocks)
-        return found.blocks, found.where, assemble_rows(self, now_ms, found.blocks, found.runs())
+        rows = assemble_rows(self, now_ms, found.blocks, found.runs(), found.held)
+        return found.blocks, found.where, rows
 
     @property
     def counters(self) -> dict[str, int]:

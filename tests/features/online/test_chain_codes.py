@@ -180,3 +180,14 @@ def test_distinct_blocks_are_first_seen_first_and_map_back_to_every_chain(
             expected.append(b)
     assert blocks == expected
     assert where.dtype == np.int64 and where.tolist() == [expected.index(b) for b in flat]
+
+
+def test_chains_given_as_lists_read_as_their_tuples() -> None:
+    state = FeatureState(_cfg())
+    chain = tuple(range(1, 13))
+    for i in range(2):
+        state.update(_request(1.0 + i, i, chain))
+    as_list = state.chain_rows(5.0, [list(chain), list(chain[:5])])  # type: ignore[list-item]
+    as_tuple = state.chain_rows(5.0, [chain, chain[:5]])
+    assert as_list[0] == as_tuple[0] and as_list[1].tolist() == as_tuple[1].tolist()
+    assert as_list[2].tobytes() == as_tuple[2].tobytes()
