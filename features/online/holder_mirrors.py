@@ -38,7 +38,7 @@ class HolderMirrors:
         table = self.table
         get, slot_runs, k = table.code_of.get, table.slot_runs, table.k
         held_at, hashes_at, last_at = k + HELD, k + HASHES, k + LAST
-        live_after = table.latest - table.horizon  # a run last requested after it is live
+        horizon, latest = table.horizon, table.latest
         i, n = 0, len(hashes)
         while i < n:
             code = get(hashes[i])
@@ -52,7 +52,9 @@ class HolderMirrors:
             m = len(hs) - lo
             if m > n - i:
                 m = n - i
-            if m == 1 or run[last_at] <= live_after:  # one block, or the run is not live
+            # one block, or a run not live: the table's own test, rounding included (a run
+            # last requested at ``latest - horizon``, rounded up, may be past it for ``cover``)
+            if m == 1 or run[last_at] + horizon <= latest:
                 run[held_at][lo] = entries[i]
                 i += 1
                 continue

@@ -122,3 +122,18 @@ def test_blocks_a_new_run_took_over_are_written_to_their_new_run() -> None:
         mirrors_agree(state)
     new = state.blocks.slot_runs[state.blocks.code_of[2] >> SHIFT]
     assert new is not None and new[state.blocks.k + HELD] == [0, 0]
+
+
+def test_a_run_past_the_horizon_by_rounding_is_not_written_as_live() -> None:
+    """15.33 + 50 == 65.33 in floats, so a request at 65.33 finds a run last requested at
+    15.33 past the horizon and takes (2, 3) over; 65.33 - 50 is 15.329999999999998, so a
+    liveness test written the other way round would still call the old run live (a review's
+    counterexample) and write 2 and 3 there."""
+    last, horizon = 15.33, HORIZON
+    assert last + horizon == 65.33 and 65.33 - horizon < last
+    state = FeatureState(_cfg())
+    state.update(_request(last, 0, (1, 2, 3)))
+    state.update(_request(HORIZON, 1, (7,)))  # the sweep: (1, 2, 3) still live
+    state.update(_request(last + horizon, 2, (2, 3)))
+    state.update(BlockStored(last + horizon + 1, 0, (1, 2, 3), None, 16))
+    mirrors_agree(state)
