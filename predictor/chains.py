@@ -21,6 +21,7 @@ import numpy as np
 from kvcast.predictor.cluster_view import ChainCandidates, ClusterView
 
 MAX_MASK_NODES = 62  # node bitmasks as int64 (the arrays); beyond, per chain in Python
+PADDED = 2  # chains padded to the longest when that is at most twice their blocks
 
 
 def prefix_lengths(
@@ -179,15 +180,25 @@ def build_plans(
         keep = (lens > 0) & ~(first - now > known_within_ms)
     starts = cands.offsets[:-1]
     longest = int(lens.max(initial=0))
-    # [k, L]: each chain's probabilities, then 1.0 (scattered: no [k, L] index arrays)
-    p = np.ones((k, longest))
-    p[np.repeat(np.arange(k), lens), np.arange(len(probs)) - np.repeat(starts, lens)] = probs
+    total = len(probs)
+    # [k, L + 1]: each chain's flat positions, then the sentinel (position total), or None:
+    # chains of unequal lengths (2 to hundreds of blocks) pad to several times their blocks,
+    # and are read on the flat positions instead
+    at = None
+    if k * (longest + 1) <= PADDED * (total + 1):
+        at = starts[:, None] + np.arange(longest + 1)
+        at = np.where(np.arange(longest + 1) < lens[:, None], at, total)
+        p = np.append(probs, 1.0)[at[:, :longest]]
+    else:  # each chain's probabilities, then 1.0, scattered into [k, L]
+        p = np.ones((k, longest))
+        p[np.repeat(np.arange(k), lens), np.arange(total) - np.repeat(starts, lens)] = probs
     np.minimum.accumulate(p, axis=1, out=p)
     if longest:
         keep &= ~(p[:, 0] < min_p)
     rows = np.flatnonzero(keep)
     p, lens, first = p[rows], lens[rows], first[rows]
-    held = _held(cands, rows, starts[rows], lens, n, view.hbm, pending, holders)
+    at = at if at is None else at[rows]
+    held = _held(cands, rows, starts[rows], lens, at, n, view.hbm, pending, holders)
     known = ~np.isnan(first)
     life = _per_chain(np.asarray(cands.life_ms, dtype=float), k, np.nan)[rows]
     tail = _per_chain(np.asarray(cands.tail_tokens, dtype=np.int64), k, 0)[rows]
@@ -210,17 +221,18 @@ def _held(
     rows: np.ndarray,
     start: np.ndarray,
     lens: np.ndarray,
+    at: np.ndarray | None,
     n: int,
     hbm: Mapping[int, int],
     pending: Mapping[int, int],
     holders: np.ndarray | None,
 ) -> np.ndarray:
     """[len(rows), n]: :func:`prefix_lengths` of the chains ``rows`` (``start``: their first
-    flat positions, ``lens``: their lengths). Read on the flat ``[blocks + 1, n]`` array, not
-    padded per chain (chains of 2 to hundreds of blocks pad to several times their blocks):
-    on each node, a chain's prefix ends at the first flat position from its start whose block
-    the node lacks (one search in the sorted positions lacked; the sentinel lacks all), or at
-    the chain's own end."""
+    flat positions, ``lens``: their lengths; ``at``: their flat positions padded with the
+    sentinel, ``[len(rows), L + 1]``, or None). Padded: on each node, the first position a
+    chain's row lacks (the sentinel lacks all). Else on the flat ``[n, blocks + 1]`` array: a
+    chain's prefix ends at the first flat position from its start whose block the node lacks
+    (one search in the sorted positions lacked), or at the chain's own end."""
     if n > MAX_MASK_NODES:
         chains = cands.chains
         out = [prefix_lengths(chains[i], n, hbm, pending) for i in rows.tolist()]
@@ -237,6 +249,9 @@ def _held(
     if pending:
         flat = flat or list(chain.from_iterable(cands.chains))
         masks[:total] |= _masks(pending, flat, alive)
+    if at is not None:
+        has = (masks[at][:, None, :] & (1 << np.arange(n))[:, None]) != 0  # [P, n, L + 1]
+        return has.argmin(axis=2)
     width = total + 1
     lacks = (masks & (1 << np.arange(n))[:, None]) == 0  # [n, total + 1]
     lacked = np.flatnonzero(lacks)  # node x width + position, sorted

@@ -7,11 +7,14 @@ queues read for a subset of the chains are those rows of the queues read for all
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvcast.predictor import chains as chains_module
 from kvcast.predictor.chains import build_plans, prefix_lengths
 from kvcast.predictor.cluster_view import ChainCandidates, ClusterView, Links, PrefillCost
 from kvcast.predictor.decider_config import GIB, DeciderConfig
@@ -44,32 +47,45 @@ def states(draw: st.DrawFn) -> tuple[ChainCandidates, ClusterView, dict[int, int
     return cands, view, pending, probs
 
 
+LAYOUTS = pytest.mark.parametrize("padded", [0, 10**9], ids=["flat", "padded"])
+
+
+@LAYOUTS
 @settings(max_examples=300, deadline=None)
 @given(state=states(), hand_holders=st.booleans())
 def test_held_prefixes_at_once_are_prefix_lengths_chain_by_chain(
-    state: tuple[ChainCandidates, ClusterView, dict[int, int], np.ndarray], hand_holders: bool
+    state: tuple[ChainCandidates, ClusterView, dict[int, int], np.ndarray],
+    hand_holders: bool,
+    padded: int,
 ) -> None:
+    """Both layouts: the chains padded to the longest, or read on their flat positions."""
     cands, view, pending, probs = state
     holders = None
     if hand_holders:  # as the sidecar hands them: each block's mask, bits beyond n included
         holders = np.array([view.hbm.get(b, 0) for c in cands.chains for b in c], np.int64)
-    plans = build_plans(cands, probs, view, pending, window_ms=60e3, min_p=0.0, holders=holders)
+    with mock.patch.object(chains_module, "PADDED", padded):
+        plans = build_plans(cands, probs, view, pending, window_ms=60e3, min_p=0.0,
+                            holders=holders)  # fmt: skip
     expected = [
         prefix_lengths(cands.chains[i], view.n, view.hbm, pending) for i in plans.index.tolist()
     ]
     assert plans.held.tolist() == expected
 
 
+@LAYOUTS
 @settings(max_examples=300, deadline=None)
 @given(state=states(), min_p=st.sampled_from((0.0, 0.3)))
 def test_probabilities_at_once_are_each_chains_running_minimum(
-    state: tuple[ChainCandidates, ClusterView, dict[int, int], np.ndarray], min_p: float
+    state: tuple[ChainCandidates, ClusterView, dict[int, int], np.ndarray],
+    min_p: float,
+    padded: int,
 ) -> None:
     """Each kept chain's effective P per depth is the running minimum of its own blocks'
     (clipped to [0, 1]), then its last value up to the longest chain; a chain is kept when
-    its root's is at least ``min_p``."""
+    its root's is at least ``min_p`` (both layouts)."""
     cands, view, pending, probs = state
-    plans = build_plans(cands, probs, view, pending, window_ms=60e3, min_p=min_p)
+    with mock.patch.object(chains_module, "PADDED", padded):
+        plans = build_plans(cands, probs, view, pending, window_ms=60e3, min_p=min_p)
     longest = int(cands.lengths.max(initial=0))
     kept, rows = [], []
     for i, chain in enumerate(cands.chains):
