@@ -13,15 +13,11 @@ before a new request is treated as new (the offline rule: a gap >= horizon start
 Distinct children/sessions/tenants are kept as in :mod:`kvcast.features.online.keys`.
 A run holds a slot (``slot_runs[slot] is run``; dropped runs' slots are reused) and a block
 is one int, ``code_of[h]`` (:mod:`kvcast.features.online.codes`): its run's slot and index.
-A run also mirrors, per block, the block's entry in ``holders`` (a residency's dict, shared:
-the table fills a run's mirror when it places the run, the residency keeps it up to date,
-see :meth:`kvcast.features.online.residency.Residency.follow`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
 from typing import Any
 
 from kvcast.features.online.codes import MASK, SHIFT, RunOf, named
@@ -30,7 +26,6 @@ from kvcast.features.online.run_numbers import RunNumbers
 
 FIRST, LAST, REQ, POS0, HASHES, CHILD, SESS, TENANT = 0, 1, 2, 3, 4, 5, 10, 15  # after sums
 SLOT = 20  # after sums: the run's index in ``BlockTable.slot_runs``
-HELD = 21  # after sums: per block of the run, its holders (``Residency.holders``, mirrored)
 Run = list[Any]
 NO_REQUEST = (float("nan"), -1, None, 0, 0, 0.0, 0.0)
 
@@ -42,7 +37,6 @@ class BlockTable:
         window_ms: float,
         horizon_ms: float,
         max_blocks: int | None = None,
-        holders: dict[int, int] | None = None,
     ):
         if max_blocks is not None and max_blocks < 1:
             raise ValueError(f"max_blocks must be >= 1 or None, got {max_blocks}")
@@ -57,8 +51,7 @@ class BlockTable:
         self.latest = float("-inf")  # the newest request's time (runs live then name all theirs)
         self.next_sweep = self.sweep_every = min(horizon_ms, 500.0 * min(half_lives_ms))
         self._last, self._hashes, self._pos0 = k + LAST, k + HASHES, k + POS0
-        self.holders: dict[int, int] = {} if holders is None else holders
-        self._fresh: Run = [0.0] * k + [0.0, 0.0, None, 0, (), *EMPTY, *EMPTY, *EMPTY, 0, []]
+        self._fresh: Run = [0.0] * k + [0.0, 0.0, None, 0, (), *EMPTY, *EMPTY, *EMPTY, 0]
         self.dead: Run = self._fresh.copy()  # stands in for a block without state
         self.dead[k + FIRST : k + REQ + 1] = [float("-inf"), float("-inf"), NO_REQUEST]
         self.slot_runs: list[Run | None] = [self.dead]  # code 0: a block without state
@@ -82,7 +75,6 @@ class BlockTable:
             self.slot_runs.append(run)
             self.numbers.grow(slot + 1)  # here, not in a tick's read: a copy of the table
         run[self.k + SLOT] = slot
-        run[self.k + HELD] = list(map(self.holders.get, hashes, repeat(0)))
         self._changed.add(slot)
         code = slot << SHIFT
         self.code_of.update(zip(hashes, range(code, code + len(hashes)), strict=False))
@@ -113,7 +105,6 @@ class BlockTable:
             if tail[older] is not None:  # an empty one too: never one dict for two runs
                 tail[older] = tail[older].copy()
         run[self._hashes] = hs[:at]
-        del run[k + HELD][at:]
         run[c : c + len(EMPTY)] = [hs[at], run[self._last], *EMPTY[KEY2:]]
         self._changed.add(run[k + SLOT])
         self.runs[id(tail)] = tail

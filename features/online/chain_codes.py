@@ -21,9 +21,6 @@ comparisons cost about the blocks it agrees on, not the run's length (windows th
 Blocks are deduped by code (a code names one position of one run, which holds one hash), those
 without state (code 0) by hash, in first-seen order: exactly the blocks, the indices and the
 codes of the plain reading (:func:`distinct_blocks` then a ``code_of`` lookup per block).
-Their holders come the same way, from the runs' mirrors of ``Residency.holders`` (slices at
-the same indices; see :meth:`kvcast.features.online.residency.Residency.follow`), a block
-without state's from the dict itself.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ from operator import ne
 
 import numpy as np
 
-from kvcast.features.online.blocks import HASHES, HELD, LAST, BlockTable, Run
+from kvcast.features.online.blocks import HASHES, LAST, BlockTable, Run
 from kvcast.features.online.codes import MASK, SHIFT
 
 
@@ -57,7 +54,6 @@ class ChainBlocks:
     where: np.ndarray  # per block of the concatenated chains, its index in ``blocks``
     codes: np.ndarray  # per distinct block, its code (0: no state)
     slots: np.ndarray  # the distinct slots of ``codes``, sorted
-    held: list[int]  # per distinct block, its ``Residency.holders`` entry
 
     def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The distinct runs' slots, each block's index among them and its index in its run
@@ -73,7 +69,7 @@ def _expand(firsts: list[int], sizes: list[int]) -> np.ndarray:
     return np.repeat(np.array(firsts, np.int64) - starts, size) + np.arange(sum(sizes))
 
 
-def agreed(ch: tuple[int, ...], i: int, hs: tuple[int, ...], lo: int, m: int) -> int:
+def _agreed(ch: tuple[int, ...], i: int, hs: tuple[int, ...], lo: int, m: int) -> int:
     """How many of the ``m`` blocks from ``ch[i]`` agree with those from ``hs[lo]`` before one
     differs (the first does): compared in windows that double, so the cost follows the blocks
     agreed on, not ``m``. Both tuples (a list never equals a tuple)."""
@@ -94,14 +90,12 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
     none names, which chains of applied requests never do). ``chains``: tuples, or other
     sequences (each read as a tuple: the comparisons with the runs' own are of tuples)."""
     get, slot_runs, hashes_at = table.code_of.get, table.slot_runs, table.k + HASHES
-    held_at, holders = table.k + HELD, table.holders
     last_at, horizon, latest = table.k + LAST, table.horizon, table.latest
     covered: dict[int, tuple[int, int]] = {}  # slot -> the run's indices named so far [lo, hi)
     dead: dict[int, int] = {}  # a block without state -> its stand-in code (negative)
     firsts: list[int] = []  # the distinct blocks as ranges of consecutive codes, in order:
     sizes: list[int] = []  # their first codes, sizes
     named: list[tuple[int, ...]] = []  # and hashes
-    held: list[list[int]] = []  # and holders
     chain_firsts: list[int] = []  # the chains' blocks as such ranges
     chain_sizes: list[int] = []
     for ch in map(tuple, chains):  # (a tuple is itself)
@@ -118,7 +112,6 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
                     firsts.append(stand_in)
                     sizes.append(1)
                     named.append((h,))
-                    held.append([holders.get(h, 0)])
                 chain_firsts.append(stand_in)
                 chain_sizes.append(1)
                 i += 1
@@ -133,12 +126,12 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
                 if run[last_at] + horizon <= latest:
                     m = 1  # some of its blocks may be another run's now: block by block
                 elif ch[i + m - 1] != hs[lo + m - 1]:  # departs from the run
-                    m = agreed(ch, i, hs, lo, m)
+                    m = _agreed(ch, i, hs, lo, m)
                 elif lo == 0 and m == len(hs):  # the whole run (the usual case)
                     if (ch if m == n else ch[i : i + m]) != hs:
-                        m = agreed(ch, i, hs, lo, m)
+                        m = _agreed(ch, i, hs, lo, m)
                 elif ch[i : i + m] != hs[lo : lo + m]:
-                    m = agreed(ch, i, hs, lo, m)
+                    m = _agreed(ch, i, hs, lo, m)
             hi = lo + m
             chain_firsts.append(code)
             chain_sizes.append(m)
@@ -148,7 +141,6 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
                 firsts.append(code)
                 sizes.append(m)
                 named.append(hs if m == len(hs) else hs[lo:hi])
-                held.append(run[held_at][lo:hi])
             elif lo < seen[0] or hi > seen[1]:
                 a, b = seen
                 if hi < a or lo > b:  # a gap between what the chains name of the run
@@ -157,17 +149,15 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
                     firsts.append(code)
                     sizes.append(a - lo)
                     named.append(hs[lo:a])
-                    held.append(run[held_at][lo:a])
                 if hi > b:
                     firsts.append(slot << SHIFT | b)
                     sizes.append(hi - b)
                     named.append(hs[b:hi])
-                    held.append(run[held_at][b:hi])
                 covered[slot] = (min(a, lo), max(b, hi))
             i += m
     if not chain_firsts:
         none = np.zeros(0, np.int64)
-        return ChainBlocks([], none, none, none, [])
+        return ChainBlocks([], none, none, none)
     keys = _expand(firsts, sizes)
     if len(keys) == sum(chain_sizes):  # no block named twice: first seen is chain order
         where = np.arange(len(keys), dtype=np.int64)
@@ -177,11 +167,9 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
     slots = sorted(covered)
     if dead:
         slots.insert(0, 0)
-    blocks = list(chain.from_iterable(named))
     return ChainBlocks(
-        blocks,
+        list(chain.from_iterable(named)),
         where,
         np.maximum(keys, 0),  # the stand-ins: code 0
         np.array(slots, np.int64),
-        list(chain.from_iterable(held)),
     )

@@ -6,7 +6,7 @@ the node does not hold is counted as ``removed_not_resident``. ``AllBlocksCleare
 every tier of the node. A successful ``ReplicationDone`` makes the blocks resident in the
 target's GPU memory (idempotent with a ``BlockStored`` for the same copy).
 
-Views of the same facts, kept equal on every update:
+Two views of the same facts, kept equal on every update:
 
 * ``gpu[node]`` / ``lower[node]``: the node's blocks (C-level set operations; a clear walks
   the node's sets);
@@ -14,23 +14,15 @@ Views of the same facts, kept equal on every update:
   when it holds it in a lower tier; a block no node holds has no entry, so the dict is
   bounded by what is resident. An update costs one Python step per hash it names.
 
-* the same entry per block of each run of a :class:`~kvcast.features.online.blocks.
-  BlockTable` that the residency follows (:meth:`Residency.follow`: a mirror kept at the
-  block's code, one more lookup per hash an update names).
-
-A decision tick reads the holders of its candidates run by run from the mirrors (C-level
-list slices, :func:`kvcast.features.online.chain_codes.chain_blocks`), or else in one
-C-level dict pass (:meth:`Residency.columns`, :meth:`Residency.masks`); with
-``2 * nodes <= 63`` both masks fit one int64 and the columns are a few numpy bit
-operations; beyond, they are C-level maps over Python ints (exact for any number of
-nodes). The dict pass costs a cache miss or two per block on a live sidecar (the block's
-int and the dict's slot, both cold after the events between ticks): ~0.12 ms a tick on the
-trace-shaped state of ``bench_tick_trace.py``, against ~0.02 ms for the slices.
+A decision tick reads the holders of all its candidates in one C-level dict pass
+(:meth:`Residency.columns`, :meth:`Residency.masks`): with ``2 * nodes <= 63`` both masks
+fit one int64 and the columns are a few numpy bit operations; beyond, they are C-level maps
+over Python ints (exact for any number of nodes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import and_, rshift
 
@@ -38,8 +30,6 @@ import numpy as np
 
 from kvcast.features.counters import BadInputCounters
 from kvcast.features.derive import MASK_NODES
-from kvcast.features.online.blocks import BlockTable
-from kvcast.features.online.holder_mirrors import HolderMirrors
 from kvcast.features.online.packing import pack
 
 LOW = (1 << MASK_NODES) - 1  # the nodes ``replica_mask`` keeps
@@ -55,15 +45,6 @@ class Residency:
         self._packed = 2 * nodes <= 63  # both masks fit one int64
         self._gpu_bit = [1 << n for n in range(nodes)]  # per node, its bits in ``holders``
         self._lower_bit = [1 << (nodes + n) for n in range(nodes)]
-        self._mirrors: HolderMirrors | None = None  # a block table's, once followed
-
-    def follow(self, table: BlockTable) -> None:
-        """Keep ``table``'s runs' mirrors of ``holders`` (the block table shares the dict):
-        every entry changed here is written to the mirror at the block's code too (see
-        :mod:`kvcast.features.online.holder_mirrors`)."""
-        if table.holders is not self.holders:
-            raise ValueError("the block table must share this residency's holders")
-        self._mirrors = HolderMirrors(table)
 
     def tier(self, medium: str) -> list[set[int]]:
         return self.gpu if medium == "GPU" else self.lower
@@ -77,16 +58,8 @@ class Residency:
             bit = self._lower_bit[node]
         holders = self.holders
         get = holders.get
-        if self._mirrors is None:
-            for h in hashes:
-                holders[h] = get(h, 0) | bit
-            return
-        entries = []
-        add = entries.append
         for h in hashes:
-            add(m := get(h, 0) | bit)
-            holders[h] = m
-        self._mirrors.write(hashes, entries)
+            holders[h] = get(h, 0) | bit
 
     def remove(
         self, medium: str, node: int, hashes: tuple[int, ...], bad: BadInputCounters
@@ -98,7 +71,7 @@ class Residency:
         removed = before - len(held)
         if removed:
             bit = (self._gpu_bit if gpu else self._lower_bit)[node]
-            gone: Sequence[int] = hashes
+            gone: Iterable[int] = hashes
             if removed != len(hashes):  # not all held (or some named twice): those that were
                 gone = [h for h in set(hashes) if self.holders.get(h, 0) & bit]
             self._unset(gone, bit)
@@ -108,57 +81,46 @@ class Residency:
                 bad.counts["removed_not_resident"] += missing
 
     def clear(self, node: int) -> None:
-        self._unset(list(self.gpu[node]), self._gpu_bit[node])
-        self._unset(list(self.lower[node]), self._lower_bit[node])
+        self._unset(self.gpu[node], self._gpu_bit[node])
+        self._unset(self.lower[node], self._lower_bit[node])
         self.gpu[node].clear()
         self.lower[node].clear()
 
-    def _unset(self, hashes: Sequence[int], bit: int) -> None:
+    def _unset(self, hashes: Iterable[int], bit: int) -> None:
         """Clear ``bit`` of ``hashes``, each of which has it set; drop entries left empty."""
         holders = self.holders
-        entries: list[int] = []
-        add = entries.append
         for h in hashes:
             m = holders[h] ^ bit
             if m:
                 holders[h] = m
             else:
                 del holders[h]
-            add(m)
-        if self._mirrors is not None:
-            self._mirrors.write(hashes, entries)
 
-    def masks(
-        self, hashes: list[int], held: list[int] | None = None
-    ) -> tuple[list[int], list[int]]:
-        """GPU and lower-tier node bitmasks of each block (C-level maps); ``held``: the blocks'
-        ``holders`` entries, when at hand (a run's mirror, see :meth:`follow`)."""
-        both = held if held is not None else list(map(self.holders.get, hashes, repeat(0)))
+    def masks(self, hashes: list[int]) -> tuple[list[int], list[int]]:
+        """GPU and lower-tier node bitmasks of each block (C-level maps)."""
+        both = list(map(self.holders.get, hashes, repeat(0)))
         gpu = list(map(and_, both, repeat(self._gpu_bits)))
         return gpu, list(map(rshift, both, repeat(self.nodes)))
 
-    def columns(
-        self, hashes: list[int], homes: np.ndarray, held: list[int] | None = None
-    ) -> list[np.ndarray]:
+    def columns(self, hashes: list[int], homes: np.ndarray) -> list[np.ndarray]:
         """replicas_gpu, replicas_lower, replica_mask and home_holds of each block; ``homes``
-        is each block's home node, -1 for none (home_holds NaN); ``held``: the blocks'
-        ``holders`` entries when at hand (else one dict pass over the hashes). Then numpy bit
-        operations (C-level maps over Python ints for many nodes)."""
+        is each block's home node, -1 for none (home_holds NaN). One dict pass over the
+        hashes, then numpy bit operations (C-level maps over Python ints for many nodes)."""
         n = len(hashes)
         mine = homes >= 0
         holds = np.full(n, np.nan)
         if not self._packed:
-            gpu, lower = self.masks(hashes, held)
+            gpu, lower = self.masks(hashes)
             at = homes[mine].tolist()
-            bits = map(and_, map(rshift, compress(gpu, mine.tolist()), at), repeat(1))
-            holds[mine] = np.fromiter(bits, float, len(at))
+            held = map(and_, map(rshift, compress(gpu, mine.tolist()), at), repeat(1))
+            holds[mine] = np.fromiter(held, float, len(at))
             return [
                 np.fromiter(map(int.bit_count, gpu), float, n),
                 np.fromiter(map(int.bit_count, lower), float, n),
                 np.fromiter(map(and_, gpu, repeat(LOW)), float, n),  # < 2**52: exact
                 holds,
             ]
-        both = pack(map(self.holders.get, hashes, repeat(0)) if held is None else held, n, np.int64)
+        both = pack(map(self.holders.get, hashes, repeat(0)), n, np.int64)
         gpu = both & self._gpu_bits
         holds[mine] = (gpu[mine] >> homes[mine]) & 1
         return [

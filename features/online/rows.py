@@ -127,15 +127,10 @@ PARTS = ("pos0", "end", "children", "next", "tokens", "public", "home")
 
 
 def assemble_rows(
-    state: FeatureState,
-    now: float,
-    hashes: list[int],
-    runs_of: Runs | None = None,
-    held: list[int] | None = None,
+    state: FeatureState, now: float, hashes: list[int], runs_of: Runs | None = None
 ) -> np.ndarray:
     """The rows of ``hashes`` (canonical u64); ``runs_of``: what :func:`_runs_of` would read
-    of them, and ``held``: their holders, when already at hand (:class:`~kvcast.features.
-    online.chain_codes.ChainBlocks`)."""
+    of them, when already at hand (:meth:`~kvcast.features.online.chain_codes.ChainBlocks.runs`)."""
     n, width = len(hashes), len(state.spec)
     if n == 0:
         return np.zeros((0, width))
@@ -157,6 +152,6 @@ def assemble_rows(
         out[dead, h : h + 2] = NAN
         out[dead, m : m + 4] = NAN
         out[dead, width - 1] = NAN
-    for j, col in enumerate(state.residency.columns(hashes, homes, held)):
+    for j, col in enumerate(state.residency.columns(hashes, homes)):
         out[:, m + 4 + j] = col
     return out

@@ -65,13 +65,11 @@ class FeatureState:
         self.cfg = cfg = cfg if cfg is not None else FeatureConfig()
         self.spec: FeatureSpec = build_spec(cfg)
         self.bad = BadInputCounters()
-        self.residency = Residency(cfg.nodes)
         self.blocks = BlockTable(
-            cfg.heat_half_lives_ms, cfg.distinct_window_ms, cfg.horizon_ms, max_blocks,
-            self.residency.holders,
-        )  # fmt: skip
-        self.residency.follow(self.blocks)
+            cfg.heat_half_lives_ms, cfg.distinct_window_ms, cfg.horizon_ms, max_blocks
+        )
         self.sessions = SessionTable(cfg.session.ewma_alpha, cfg.horizon_ms, max_sessions)
+        self.residency = Residency(cfg.nodes)
         self.nodes = [
             NodeTelemetry(cfg.queue_windows_ms, cfg.eviction_window_ms) for _ in range(cfg.nodes)
         ]
@@ -180,8 +178,7 @@ class FeatureState:
         if found is None:
             blocks, where = distinct_blocks(chains)
             return blocks, where, self.rows(now_ms, blocks)
-        rows = assemble_rows(self, now_ms, found.blocks, found.runs(), found.held)
-        return found.blocks, found.where, rows
+        return found.blocks, found.where, assemble_rows(self, now_ms, found.blocks, found.runs())
 
     @property
     def counters(self) -> dict[str, int]:
