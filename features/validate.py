@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -146,8 +146,10 @@ _CANON: dict[type, Callable[..., Event]] = {
 }
 
 
-def unique_blocks(hashes: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
-    """``hashes`` with repeats removed (first kept) and how many were removed."""
+def unique_blocks(hashes: Sequence[int]) -> tuple[tuple[int, ...], int]:
+    """``hashes`` as a tuple with repeats removed (first kept) and how many were removed (a
+    list's blocks become a run's as a tuple: runs are compared with chains as tuples)."""
+    hashes = tuple(hashes)  # (a tuple is itself)
     if len(set(hashes)) == len(hashes):
         return hashes, 0
     seen: set[int] = set()

@@ -191,3 +191,17 @@ def test_chains_given_as_lists_read_as_their_tuples() -> None:
     as_tuple = state.chain_rows(5.0, [chain, chain[:5]])
     assert as_list[0] == as_tuple[0] and as_list[1].tolist() == as_tuple[1].tolist()
     assert as_list[2].tobytes() == as_tuple[2].tobytes()
+
+
+def test_a_request_naming_its_blocks_in_a_list_makes_runs_of_tuples() -> None:
+    """An event built by hand with a list of hashes (the type says a tuple) reads as its
+    tuple: the runs it makes compare with the tick's chains (a list run raised StopIteration
+    in the chains' reading)."""
+    chain = tuple(range(1, 13))
+    state, plain = FeatureState(_cfg()), FeatureState(_cfg())
+    for i in range(2):
+        state.update(_request(1.0 + i, i, list(chain)))  # type: ignore[arg-type]
+        plain.update(_request(1.0 + i, i, chain))
+    got, want = state.chain_rows(5.0, [chain]), plain.chain_rows(5.0, [chain])
+    assert got[0] == want[0] and got[2].tobytes() == want[2].tobytes()
+    _assert_same(state, 5.0, [chain, chain[:4]])
