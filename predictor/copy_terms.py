@@ -153,7 +153,8 @@ class CopyTerms:
     reclaim: np.ndarray  # [R, n, K] (1 - P) x blocks x reclaim_ms_per_block at p_hit
     time_left_ms: np.ndarray  # [R] until the predicted first use (the window when unknown)
     any_ok: list[bool]  # [R] some cut and target pass the gates that need no queue
-    most: list[int]  # [R] the most blocks any copy moves
+    most: list[int]  # [R] the most blocks a copy at one of the chain's own cuts moves (not
+    # the batch's padding: the same whichever chains share the batch)
     no_congestion: list[bool]  # [R] the congestion term is 0 everywhere
     no_reclaim: list[bool]  # [R] the reclaim term at p_hit is 0 everywhere
     tokens: list[int]  # [R] the request's tokens
@@ -237,7 +238,8 @@ def copy_terms(
     residual = np.where(valid, np.maximum(residual, 0.0), 0.0)  # [R, n, K]
     cost_transfer = c.transfer_weight * transfer + tier_ms
     congestion = c.congestion_weight * wire * util
-    ok = valid & (np.arange(k) < cuts[:, None])[:, None, :]
+    own = (np.arange(k) < cuts[:, None])[:, None, :]  # [R, 1, K] the chain's own cuts
+    ok = valid & own
     if view.node_tenants:  # tenant rule: only the public prefix crosses
         serves = np.array([terms.serves(view, t) for t in tenants], dtype=bool).reshape(r, view.n)
         cap = np.where(serves, depth[:, None], public_blocks[:, None])
@@ -256,6 +258,7 @@ def copy_terms(
         depth, cuts.tolist(), ends, src, held, real, nblk, nblk.astype(float), transfer,
         gate, fetch, residual, cost_transfer, congestion, p_hit, p_model, reclaim, time_left_ms,
         ok.any(axis=(1, 2)).tolist(),
-        nblk.max(axis=(1, 2), initial=0).tolist(), (~congestion.any(axis=(1, 2))).tolist(),
+        np.where(own, nblk, 0).max(axis=(1, 2), initial=0).tolist(),
+        (~congestion.any(axis=(1, 2))).tolist(),
         (~reclaim.any(axis=(1, 2))).tolist(), (lens * bt + tail_tokens).tolist(),
     )  # fmt: skip

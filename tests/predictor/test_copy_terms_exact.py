@@ -1,14 +1,17 @@
 """The copy terms' shortcuts give exactly what their plain definitions give: the cuts weighed
 per chain (one linspace over every long chain at once) are, chain by chain, ``lo..depth`` or
-``np.unique(np.linspace(lo, depth, max_cuts).round())``."""
+``np.unique(np.linspace(lo, depth, max_cuts).round())``; and a chain's terms are the same
+whichever chains share its batch."""
 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_decider_properties import Case, cases
 
-from kvcast.predictor.copy_terms import _cuts
+from kvcast.predictor.chains import build_plans
+from kvcast.predictor.copy_terms import CopyTerms, TickTerms, _cuts, copy_terms
 
 
 def cuts_one_by_one(lo: np.ndarray, depth: np.ndarray, max_cuts: int) -> list[np.ndarray]:
@@ -48,3 +51,40 @@ def test_cuts_at_once_are_the_grid_chain_by_chain(
         assert pad == (
             [0] * len(pad) if grid else list(range(lo[i] + len(r), lo[i] + len(r) + len(pad)))
         )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(), data=st.data())
+def test_a_chains_terms_in_a_batch_are_its_terms_alone(case: Case, data: st.DataObject) -> None:
+    """Whichever chains share a batch, each chain's terms at its own cuts, and what the
+    decider reads of them whole (``most``, ``any_ok``, ``cuts``), are those of the chain alone
+    (the decider makes a chain's terms alone once a command of the tick moved something)."""
+    n = case.cands.total_blocks
+    probs = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
+    cfg, view, c = case.cfg, case.view, case.cands
+    plans = build_plans(c, probs, view, {}, window_ms=cfg.window_ms, min_p=0.0)
+    terms = TickTerms.of(view, cfg)
+
+    def terms_of(rows: np.ndarray) -> CopyTerms:
+        index = plans.index[rows]
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return copy_terms(
+                view, cfg, terms, held=plans.held[rows], real=plans.held[rows], p=plans.p[rows],
+                lens=plans.lens[rows], tail_tokens=plans.tail_tokens[rows],
+                tenants=[c.tenants[i] for i in index.tolist()],
+                public_blocks=c.public_blocks[index], time_left_ms=plans.time_left_ms[rows],
+                known=plans.known[rows],
+            )  # fmt: skip
+
+    every = terms_of(np.arange(len(plans)))
+    for i in range(len(plans)):
+        alone = terms_of(np.array([i]))
+        k = alone.cuts[0]
+        assert (every.most[i], every.any_ok[i], every.cuts[i]) == (
+            alone.most[0],
+            alone.any_ok[0],
+            k,
+        )
+        for name in ("nblk", "transfer", "gate", "residual", "cost_transfer", "reclaim"):
+            mine, own = getattr(every, name)[i, :, :k], getattr(alone, name)[0, :, :k]
+            assert repr(mine.tolist()) == repr(own.tolist()), name
