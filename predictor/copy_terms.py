@@ -40,19 +40,14 @@ class TickTerms:
 
     @classmethod
     def of(cls, view: ClusterView, cfg: DeciderConfig, factor: float = 1.0) -> TickTerms:
-        links = view.links
-        with np.errstate(invalid="ignore", divide="ignore"):
-            util = np.clip(links.backlog_ms / cfg.budgets.budget_window_ms, 0.0, 1.0)
         rate = view.evict_blocks_per_ms
         quota = cfg.budgets.quota_bytes
         capacity, spec = view.capacity_bytes.tolist(), view.spec_bytes.tolist()
-        tier_ms = np.asarray(cfg.targets.tier_penalty_ms)[links.tier]
-        per_link = (links.bytes_per_ms, links.latency_ms, links.backlog_ms, tier_ms, util)
         return cls(
             np.arange(view.n),
             view.free_bytes.tolist(),
             (view.capacity_bytes - view.pinned_bytes - view.spec_bytes).tolist(),
-            np.array(per_link, dtype=float).reshape(5, view.n * view.n),
+            link_terms(view, cfg).reshape(5, view.n * view.n),
             view.prefill.span_ms(0, view.block_tokens),
             rate is None or not np.any(rate),
             {},
@@ -82,6 +77,18 @@ class TickTerms:
             out = np.array([view.serves(t, tenant) for t in range(view.n)], dtype=bool)
             self.serving[tenant] = out
         return out
+
+
+def link_terms(view: ClusterView, cfg: DeciderConfig) -> np.ndarray:
+    """``[5, n, n]`` floats per link (source x target): bytes per ms, latency, backlog, tier
+    penalty (ms) and the share of the budget window it is committed (what
+    :class:`TickTerms` keeps, flattened, for the copy terms)."""
+    links = view.links
+    with np.errstate(invalid="ignore", divide="ignore"):
+        util = np.clip(links.backlog_ms / cfg.budgets.budget_window_ms, 0.0, 1.0)
+    tier_ms = np.asarray(cfg.targets.tier_penalty_ms)[links.tier]
+    per_link = (links.bytes_per_ms, links.latency_ms, links.backlog_ms, tier_ms, util)
+    return np.array(per_link, dtype=float)
 
 
 class _Memory:

@@ -162,16 +162,16 @@ def _survival_at_most(
     ct: CopyTerms, queues: np.ndarray, view: ClusterView, free: np.ndarray
 ) -> np.ndarray:
     """``[R, n, K]`` at least the chance that no eviction takes the copy before its use, as
-    :func:`_best` computes it per chain, target and cut (:func:`_survival` for every chain at
-    once; then raised past ``exp``'s rounding)."""
-    survival = _survival(ct.time_left_ms[:, None] + queues, view, free, ct.nblk_f)
+    :func:`_best` computes it per chain, target and cut (:func:`eviction_survival` for every
+    chain at once; then raised past ``exp``'s rounding)."""
+    survival = eviction_survival(ct.time_left_ms[:, None] + queues, view, free, ct.nblk_f)
     survival *= EXP_SLACK
     survival += EXP_FLOOR
     return survival
 
 
-def _survival(
-    until_use: np.ndarray, view: ClusterView, free: np.ndarray, nblk: np.ndarray
+def eviction_survival(
+    until_use: np.ndarray, view: ClusterView, free: np.ndarray, nblk: np.ndarray | float
 ) -> np.ndarray:
     """The chance that no eviction takes a copy of ``nblk`` blocks before its use, ``until_use``
     ms away (per target, last axis; ``free``: the targets' free HBM in blocks): the target's
@@ -236,7 +236,7 @@ def _best(
     if terms.no_evictions:  # P(hit) is the same on every target
         p, reclaim = p_hit, ct.reclaim[i, :, :k]
     else:
-        survival = _survival(plan.time_left_ms + q, view, free_now, nblk)
+        survival = eviction_survival(plan.time_left_ms + q, view, free_now, nblk)
         p = p_hit * survival
         reclaim = (1.0 - p) * nblk * c.reclaim_ms_per_block
     cost_transfer, congestion = ct.cost_transfer[i, :, :k], ct.congestion[i, :, :k]

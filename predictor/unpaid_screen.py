@@ -36,7 +36,8 @@ import numpy as np
 
 from kvcast.predictor.chains import PlanBatch
 from kvcast.predictor.cluster_view import ClusterView
-from kvcast.predictor.costs import EXP_FLOOR, EXP_SLACK
+from kvcast.predictor.copy_terms import link_terms
+from kvcast.predictor.costs import EXP_FLOOR, EXP_SLACK, eviction_survival
 from kvcast.predictor.decider_config import DeciderConfig
 
 # the copy terms count a copy's bytes as int64 blocks x block size: at or past 2**40 bytes a
@@ -58,12 +59,11 @@ def surely_unpaid(
     ``factor``: the outcome correction the tick's copy terms use. For chains with no copy on
     their way (their prefix in HBM is their ``held``). Only where some node evicts: elsewhere
     the bound seldom rules a chain out, and ``cannot_pay`` will."""
-    rate = view.evict_blocks_per_ms
-    if rate is None or not screens(view) or not len(rows) or not plans.p.shape[1]:
+    if not screens(view) or not len(rows) or not plans.p.shape[1]:
         return [False] * len(rows)
     held, p, left = plans.held[rows], plans.p[rows], plans.time_left_ms[rows]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return _unpaid(held, p, left, queues, view, cfg, factor, rate).tolist()
+        return _unpaid(held, p, left, queues, view, cfg, factor).tolist()
 
 
 def screens(view: ClusterView) -> bool:
@@ -89,30 +89,26 @@ def _unpaid(
     view: ClusterView,
     cfg: DeciderConfig,
     factor: float,
-    rate: np.ndarray,
 ) -> np.ndarray:
     """[R] where the bound's net value is at most 0 on every target (see the module doc)."""
     r, n = held.shape
-    c, links = cfg.costs, view.links
-    # one block over each link, as the copy terms price a copy
-    wire = links.latency_ms + view.block_bytes / links.bytes_per_ms
-    transfer = links.backlog_ms + wire
-    util = np.clip(links.backlog_ms / cfg.budgets.budget_window_ms, 0.0, 1.0)
-    tier_ms = np.asarray(cfg.targets.tier_penalty_ms)[links.tier]
-    cost = c.transfer_weight * transfer + tier_ms
+    c = cfg.costs
+    # one block over each link, as the copy terms price a copy (from the same per-link floats)
+    bw, latency, backlog, tier_ms, util = link_terms(view, cfg)
+    wire = latency + view.block_bytes / bw
+    cost = c.transfer_weight * (backlog + wire) + tier_ms
     congestion = c.congestion_weight * wire * util
     other = ~np.eye(n, dtype=bool)  # a source is never its own target
-    bounded = ~(links.bytes_per_ms < 0.0)  # else no bound (NaN: it propagates)
+    bounded = ~(bw < 0.0)  # else no bound (NaN: it propagates)
     cost = np.where(other, np.where(bounded, cost, -np.inf), np.inf).min(axis=0)  # [n]
     congestion = np.where(other, np.where(bounded, congestion, -np.inf), np.inf).min(axis=0)
-    # P(hit) at the shallowest cut, times the survival of a one-block copy
+    # P(hit) at the shallowest cut, times the survival of a one-block copy into the whole free
+    # HBM (``eviction_survival`` with no bytes in flight)
     p_hit = p[np.arange(r), np.minimum(held.min(axis=1), p.shape[1] - 1)]
     if factor != 1.0:
         p_hit = np.minimum(p_hit * factor, 1.0)
-    free = np.maximum(view.free_bytes / np.float64(view.block_bytes), 0.0)
-    excess = rate * (time_left_ms[:, None] + queues) - np.maximum(free - 1.0, 0.0)
-    np.maximum(excess, 0.0, out=excess)
-    survival = np.exp(-excess)
+    free = np.maximum(view.free_bytes / np.float64(view.block_bytes), 0.0)[:, None]
+    survival = eviction_survival(time_left_ms[:, None] + queues, view, free, 1.0)[:, :, 0]
     survival *= EXP_SLACK * EXP_SLACK
     survival += 2.0 * EXP_FLOOR
     p_max = p_hit[:, None] * survival

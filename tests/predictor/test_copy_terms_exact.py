@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from test_decider_properties import Case, cases
 
 from kvcast.predictor.chains import build_plans
-from kvcast.predictor.copy_terms import CopyTerms, TickTerms, _cuts, copy_terms
+from kvcast.predictor.copy_terms import CopyTerms, TickTerms, _cuts
+from kvcast.predictor.decider import Decider
 
 
 def cuts_one_by_one(lo: np.ndarray, depth: np.ndarray, max_cuts: int) -> list[np.ndarray]:
@@ -61,21 +62,17 @@ def test_a_chains_terms_in_a_batch_are_its_terms_alone(case: Case, data: st.Data
     (the decider makes a chain's terms alone once a command of the tick moved something)."""
     n = case.cands.total_blocks
     probs = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
-    cfg, view, c = case.cfg, case.view, case.cands
-    plans = build_plans(c, probs, view, {}, window_ms=cfg.window_ms, min_p=0.0)
-    terms = TickTerms.of(view, cfg)
+    cfg, view = case.cfg, case.view
+    plans = build_plans(case.cands, probs, view, {}, window_ms=cfg.window_ms, min_p=0.0)
+    terms, decider = TickTerms.of(view, cfg), Decider(cfg)
 
-    def terms_of(rows: np.ndarray) -> CopyTerms:
-        index = plans.index[rows]
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            return copy_terms(
-                view, cfg, terms, held=plans.held[rows], real=plans.held[rows], p=plans.p[rows],
-                lens=plans.lens[rows], tail_tokens=plans.tail_tokens[rows],
-                tenants=[c.tenants[i] for i in index.tolist()],
-                public_blocks=c.public_blocks[index], time_left_ms=plans.time_left_ms[rows],
-                known=plans.known[rows],
-            )  # fmt: skip
+    def terms_of(rows: np.ndarray) -> CopyTerms:  # as the decider makes them
+        made = decider._copy_terms(plans, rows, plans.plans(rows), view, terms)
+        assert made is not None
+        return made
 
+    if not len(plans):
+        return
     every = terms_of(np.arange(len(plans)))
     for i in range(len(plans)):
         alone = terms_of(np.array([i]))

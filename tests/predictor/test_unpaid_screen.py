@@ -17,7 +17,7 @@ from test_decider_properties import Case, EveryChain, cases
 
 from kvcast.predictor.chains import build_plans
 from kvcast.predictor.cluster_view import ChainCandidates, ClusterView, Links, PrefillCost
-from kvcast.predictor.copy_terms import TickTerms, copy_terms
+from kvcast.predictor.copy_terms import TickTerms
 from kvcast.predictor.costs import cannot_pay
 from kvcast.predictor.decider import Decider
 from kvcast.predictor.decider_config import GIB
@@ -35,18 +35,11 @@ def both_verdicts(case: Case, probs: np.ndarray, factor: float) -> tuple[list[bo
     rows = np.arange(len(plans))
     forecast = LoadForecast(view, plans, cfg.targets, cfg.window_ms)
     queues = forecast.queues_without(rows)
-    held = plans.held
     screen = surely_unpaid(plans, rows, queues, view, cfg, factor)
-    if not len(rows):
-        return screen, []
     terms = TickTerms.of(view, cfg, factor)
-    c = case.cands
-    ct = copy_terms(
-        view, cfg, terms, held=held, real=held, p=plans.p, lens=plans.lens,
-        tail_tokens=plans.tail_tokens, tenants=[c.tenants[i] for i in plans.index.tolist()],
-        public_blocks=c.public_blocks[plans.index], time_left_ms=plans.time_left_ms,
-        known=plans.known,
-    )  # fmt: skip
+    ct = Decider(cfg)._copy_terms(plans, rows, plans.plans(rows), view, terms)  # as it makes them
+    if ct is None:  # no chain
+        return screen, []
     free, room, _ = terms.memory([0.0] * view.n, forecast.hot(), view.block_bytes,
                                  cfg.costs.safety_margin_gib * GIB)  # fmt: skip
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # as the decider
