@@ -68,9 +68,9 @@ def surely_unpaid(
 
 def screens(view: ClusterView) -> bool:
     """Whether :func:`surely_unpaid` may rule a chain out in this view: some node evicts, no
-    router probe, a block prefill that is finite and not negative (an infinite one makes the
-    memory term of a batch's chains depend on which chains share the batch: 0 x inf), a
-    positive block size below ``MAX_BLOCK_BYTES`` (a copy's time grows with its blocks)."""
+    router probe, a block prefill that is finite and not negative (with an infinite one the
+    memory term is 0 x inf, not a number: the bound makes no argument for it), a positive
+    block size below ``MAX_BLOCK_BYTES`` (a copy's time grows with its blocks)."""
     rate = view.evict_blocks_per_ms
     return (
         rate is not None

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from test_decider_properties import Case, EveryChain, cases
 
 from kvcast.predictor.chains import build_plans
-from kvcast.predictor.cluster_view import ChainCandidates, ClusterView, Links, PrefillCost
+from kvcast.predictor.cluster_view import ChainCandidates, ClusterView, PrefillCost
 from kvcast.predictor.copy_terms import TickTerms
 from kvcast.predictor.costs import cannot_pay
 from kvcast.predictor.decider import Decider
@@ -129,33 +129,28 @@ def test_the_screen_keeps_a_one_block_copy_just_worth_making(
 def two_nodes(
     block_bytes: int, prefill: PrefillCost, hbm: dict[int, int], **kw: Any
 ) -> ClusterView:
-    """Node 0 queued 2 s and evicting a block a ms, node 1 idle; 400 GiB each, 100 pinned."""
-    cap, pinned = np.full(2, 400.0 * GIB), np.full(2, 100.0 * GIB)
-    free = kw.pop("free", np.full(2, 10.0 * GIB))
-    return ClusterView(
-        now_ms=0.0, block_bytes=block_bytes, block_tokens=16, prefill=prefill,
-        queue_ms=np.array([2000.0, 0.0]), capacity_bytes=cap, pinned_bytes=pinned,
-        cached_bytes=cap - pinned - free, spec_bytes=np.zeros(2),
-        links=Links(np.full((2, 2), kw.pop("bytes_per_ms", 1e7)), np.full((2, 2), 0.05),
-                    np.zeros((2, 2)), np.full((2, 2), kw.pop("tier", 0))),
-        hbm=hbm, evict_blocks_per_ms=np.array([1.0, 0.0]), **kw,
-    )  # fmt: skip
+    """``decider_views.view`` on two nodes, node 0 queued 2 s and evicting a block a ms, node
+    1 idle; ``kw`` its other arguments; blocks of ``block_bytes`` and 16 tokens."""
+    base = view(queue=(2000.0, 0.0), holders=hbm, evict_per_ms=(1.0, 0.0), **kw)
+    return dataclasses.replace(base, block_bytes=block_bytes, block_tokens=16, prefill=prefill)
 
 
 def test_an_infinite_block_prefill_screens_nothing() -> None:
-    """With a block prefill of +inf, a batch's memory term (0 x inf) depends on which chains
-    share it: ruling one chain out before the batch would change another's commands (a review
-    found a 10-block chain left in the batch barring a 2-block one's copy)."""
+    """With a block prefill of +inf the memory term is 0 x inf: nothing is screened. And the
+    commands are those of weighing every chain: a review found a 10-block chain left in the
+    batch barring a 2-block one's copy, through a ``most`` taken over the batch's padding
+    (now over each chain's own cuts, ``test_copy_terms_exact``)."""
     a, b = tuple(range(100, 110)), (200, 201)
     block = 32 << 20
-    view = two_nodes(block, PrefillCost(20.0, 0.07, 1e306), {x: 0b01 for x in a + b},
-                     free=np.full(2, 5.0 * block), bytes_per_ms=block / 1000.0)  # fmt: skip
-    assert not screens(view)
+    cluster = two_nodes(block, PrefillCost(20.0, 0.07, 1e306), {x: 0b01 for x in a + b},
+                        free_gib=[5.0 * block / GIB] * 2, bytes_per_ms=block / 1000.0)  # fmt: skip
+    assert not screens(cluster)
     cfg = decider_cfg(costs={"safety_margin_gib": 0.0, "reclaim_ms_per_block": 0.0})
     cands = ChainCandidates.build([a, b])
     probs = np.concatenate([np.full(len(a), 0.06), np.full(len(b), 1.0)])
     with np.errstate(all="ignore"):
-        assert Decider(cfg).decide(cands, probs, view) == EveryChain(cfg).decide(cands, probs, view)
+        made = Decider(cfg).decide(cands, probs, cluster)
+        assert made == EveryChain(cfg).decide(cands, probs, cluster)
 
 
 def test_a_block_size_that_is_not_positive_screens_nothing() -> None:
