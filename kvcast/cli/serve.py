@@ -116,9 +116,14 @@ def agent_cmd(
 
     Stops cleanly on SIGINT or SIGTERM.
 
-    With the token variable set, data commands need "Authorization: Bearer TOKEN".
+    With the token variable set, data commands need "Authorization: Bearer TOKEN". The
+    config's tenant_tokens: name further variables, each holding a token for some tenants only
+    (a KV connector's: evict, hold, release, upload, list and pull those tenants' blocks; 403
+    on the other data routes).
     """
+    from kvcast.serving.agent.config import MAX_TOKEN_BYTES
     from kvcast.serving.agent.service import SeedSpec, run_agent
+    from kvcast.serving.http.tenant_tokens import read_tenant_tokens
 
     if log_level not in LOG_LEVELS:
         raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
@@ -129,6 +134,10 @@ def agent_cmd(
         "speculative_quota_bytes": ("--speculative-quota", speculative_quota),
     }
     cfg = agent_settings(config, flags, sizes, token_env)
+    # read here, as the shared token: the config itself never depends on the environment
+    tenant_tokens = read_tenant_tokens(
+        cfg.tenant_tokens, cfg.token_value, os.environ, MAX_TOKEN_BYTES
+    )
     seed = None
     if seed_blocks:
         if not seed_tenant:
@@ -139,7 +148,7 @@ def agent_cmd(
     )
     uvicorn_level = "debug" if log_level == "debug" else "warning"
     try:
-        asyncio.run(run_agent(cfg, seed, uvicorn_level))
+        asyncio.run(run_agent(cfg, seed, uvicorn_level, tenant_tokens))
     except KeyboardInterrupt:  # a signal before the handlers were installed
         raise typer.Exit(130) from None
 
@@ -176,9 +185,9 @@ def sidecar_cmd(
     """
     from kvcast.config import option, parse_config, read_yaml
     from kvcast.serving.http.auth import token_from_env
+    from kvcast.serving.http.tenant_tokens import read_tenant_tokens
     from kvcast.serving.sidecar.config import SidecarConfig
     from kvcast.serving.sidecar.service import run_sidecar
-    from kvcast.serving.sidecar.tenant_tokens import read_tenant_tokens
 
     if log_level not in LOG_LEVELS:
         raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")

@@ -19,6 +19,7 @@ from kvcast.serving.agent.tcp_transport import TcpTransport
 from kvcast.serving.agent.transfer import TransferClient
 from kvcast.serving.agent.transport import Transport, parse_peer
 from kvcast.serving.gc_pacing import GcPacer
+from kvcast.serving.http.tenant_tokens import TenantTokens, given_tenant_tokens
 from kvcast.serving.messages import BlockHash
 from kvcast.serving.tls import TlsFiles
 
@@ -34,8 +35,13 @@ class Agent:
         allocator: BufferAllocator | None = None,
         clock: Callable[[], float] = time.monotonic,
         tls: TlsFiles | None = None,
+        tenant_tokens: TenantTokens | None = None,
     ) -> None:
+        """``tenant_tokens``: the secrets of ``config.tenant_tokens`` (secret -> its tenants,
+        one per entry, in order: :func:`~kvcast.serving.http.tenant_tokens.read_tenant_tokens`
+        reads them), peers that may pull those tenants' blocks only."""
         self.config, self.tls = config, tls
+        self.tenant_tokens = given_tenant_tokens(tenant_tokens, config.tenant_tokens)
         self.incarnation = uuid.uuid4().hex  # this life of the agent (telemetry tells it)
         # started by the process (run_agent), not by an in-process agent: it owns the
         # interpreter's collector settings; its pauses are served on /metrics either way
@@ -52,6 +58,7 @@ class Agent:
             ssl_context=tls.server_context() if tls is not None else None,
             max_connections=config.max_transfer_connections,
             tls_handshake_timeout_s=config.transfer_tls_handshake_timeout_s,
+            tenant_tokens=self.tenant_tokens,
         )  # fmt: skip
         if allocator is None and config.device != "host":
             from kvcast.serving.agent.device_memory import DeviceAllocator  # imports torch

@@ -119,6 +119,9 @@ def agent_families(control: AgentControl) -> list[Family]:
         _counter("transfer_version_refusals_total",
                  "Peer connections refused: another transfer protocol version",
                  server.version_refused),
+        _counter("transfer_tenant_refusals_total",
+                 "Pulls refused: a tenant token asked for blocks of a tenant it does not "
+                 "speak for", server.tenant_refused),
         _gauge("transfer_connections", "Peers being served", agent.server.connections),
         by_bytes,
         by_count,

@@ -2,7 +2,8 @@
 
 Routes that move, store, delete, pin or hold data, or list what is held or was (replicate,
 PUT blocks, evict, pin, unpin, hold, release, inventory, removals, engine-stats), require the
-shared token when one is configured; health, readiness, telemetry and metrics stay open. No
+shared token when one is configured, or for some of them a tenant token, on its tenants'
+blocks only (:mod:`.tenant_scope`); health, readiness, telemetry and metrics stay open. No
 route returns block contents. Handlers are ``async``: they run on the event loop that owns the
 block store.
 Middleware, outer first: command counting by status, the token guard (401 before the body is
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Query, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
@@ -40,13 +41,21 @@ from kvcast.serving.agent.api_models import (
 )
 from kvcast.serving.agent.block_upload import OPENAPI, put_block, upload_limit
 from kvcast.serving.agent.control import AgentControl, CommandConflict
-from kvcast.serving.http.auth import BearerTokenGuard, bearer_scheme
+from kvcast.serving.agent.tenant_scope import (
+    TENANT_ROUTES,
+    check_tenant,
+    command_scope,
+    visible_tenants,
+)
+from kvcast.serving.http.auth import BearerTokenGuard, Identity, bearer_scheme, request_identity
 from kvcast.serving.http.errors import error_responses, install_error_handlers
 from kvcast.serving.http.limits import BodySizeLimit
 from kvcast.serving.http.metrics import StatusCounter, live_registry, metrics_response
+from kvcast.serving.http.tenant_tokens import TenantTokens
 
 MAX_BODY_BYTES = 4 << 20  # a replicate of 8192 hex hashes of 64 bytes is about 1.1 MB
 BODY_REFUSALS = (411, 413)  # no Content-Length; body over MAX_BODY_BYTES
+Who = Annotated[Identity, Depends(request_identity)]
 
 
 def _guarded_routes(control: AgentControl) -> APIRouter:
@@ -62,11 +71,12 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
         deadline_exceeded) and the per-block lists."""
         return await control.replicate(body)
 
-    @router.post("/evict", responses=error_responses(409, *BODY_REFUSALS))
-    async def evict(body: BlockRefs) -> EvictResult:
+    @router.post("/evict", responses=error_responses(403, 409, *BODY_REFUSALS))
+    async def evict(body: BlockRefs, who: Who) -> EvictResult:
         """Remove blocks of one tenant; active (pinned) blocks are refused and listed.
         A ``command_id`` (optional) makes a retry a no-op, as for pin and unpin."""
-        return await control.evict(body)
+        check_tenant(body.tenant, who)
+        return await control.evict(body, command_scope(who))
 
     @router.post("/pin", responses=error_responses(409, *BODY_REFUSALS))
     async def pin(body: BlockRefs) -> PinResult:
@@ -78,23 +88,25 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
         """Release one pin per block; at zero pins a block becomes cached."""
         return await control.pin(body, pin=False)
 
-    @router.post("/hold", responses=error_responses(*BODY_REFUSALS))
-    async def hold(body: HoldRequest) -> HoldResult:
+    @router.post("/hold", responses=error_responses(403, *BODY_REFUSALS))
+    async def hold(body: HoldRequest, who: Who) -> HoldResult:
         """Hold speculative replicas of one tenant for a request routed to this node: no
         expiry, no evict command, evicted for room only after every cached block, until
         released or ``hold_s`` passes (then their TTL applies again)."""
+        check_tenant(body.tenant, who)
         return control.hold(body)
 
-    @router.post("/release", responses=error_responses(*BODY_REFUSALS))
-    async def release(body: ReleaseRequest) -> ReleaseResult:
+    @router.post("/release", responses=error_responses(403, *BODY_REFUSALS))
+    async def release(body: ReleaseRequest, who: Who) -> ReleaseResult:
         """End a routed request's holds (its engine stored the blocks)."""
+        check_tenant(body.tenant, who)
         return control.release(body)
 
-    @router.get("/inventory")
-    async def inventory(tenant: Annotated[Tenant | None, Query()] = None) -> Inventory:
+    @router.get("/inventory", responses=error_responses(403))
+    async def inventory(who: Who, tenant: Annotated[Tenant | None, Query()] = None) -> Inventory:
         """Every block held (tenant, hash, state, size, checksum; never contents), for the
-        sidecar's recovery; ``tenant`` filters."""
-        return control.inventory(tenant)
+        sidecar's recovery; ``tenant`` filters (a tenant token sees its tenants' only)."""
+        return control.inventory(visible_tenants(tenant, who))
 
     @router.get("/removals")
     async def removals(since: Annotated[int, Query(ge=0)] = 0) -> Removals:
@@ -103,11 +115,13 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
         gone. Telemetry's ``removals_next`` says whether there is anything new."""
         return control.removals(since)
 
-    @router.put("/blocks", responses=error_responses(409, *BODY_REFUSALS), openapi_extra=OPENAPI)
-    async def put_block_route(request: Request) -> BlockEntry:
+    @router.put(
+        "/blocks", responses=error_responses(403, 409, *BODY_REFUSALS), openapi_extra=OPENAPI
+    )
+    async def put_block_route(request: Request, who: Who) -> BlockEntry:
         """The local engine stores one block's bytes (JSON with base64, or octet-stream with
         X-Kvcast-* headers); the checksum is verified first. Writes only, never reads."""
-        return await put_block(control, request)
+        return await put_block(control, request, who)
 
     @router.post("/engine-stats", status_code=204, responses=error_responses(*BODY_REFUSALS))
     async def engine_stats(body: EngineStats) -> Response:
@@ -152,8 +166,12 @@ async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=409)
 
 
-def build_app(control: AgentControl, token: str | None = None) -> FastAPI:
-    """The ASGI app for ``control``'s agent; ``token`` (None: open) guards the data routes."""
+def build_app(
+    control: AgentControl, token: str | None = None, tenant_tokens: TenantTokens | None = None
+) -> FastAPI:
+    """The ASGI app for ``control``'s agent; ``token`` (None: open) guards the data routes,
+    ``tenant_tokens`` (secret -> its tenants; they need ``token``) reach some of them for
+    their tenants only (:mod:`.tenant_scope`)."""
     app = FastAPI(
         title="kvcast transfer agent",
         version=__version__,
@@ -168,8 +186,9 @@ def build_app(control: AgentControl, token: str | None = None) -> FastAPI:
     uploads = {"/v1/blocks": upload_limit(control.agent.config.max_block_bytes)}
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, per_path=uploads)
     app.add_middleware(
-        BearerTokenGuard, token=token, protected=protected, on_refused=control.note_auth_failure
-    )
+        BearerTokenGuard, token=token, protected=protected, on_refused=control.note_auth_failure,
+        tenant_tokens=tenant_tokens, tenant_paths=TENANT_ROUTES,
+    )  # fmt: skip
     app.add_middleware(StatusCounter, paths=set(COMMAND_PATHS), counts=control.requests)
     app.state.control = control
     return app

@@ -15,8 +15,8 @@ from kvcast.serving.agent.pull_result import PullStatus
 from kvcast.serving.agent.transfer import MAX_HASHES_PER_PULL
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.http.block_hash import JsonBlockHash
+from kvcast.serving.http.tenant_tokens import Tenant
 
-Tenant = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
 CommandId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 Hashes = Annotated[list[JsonBlockHash], Field(min_length=1, max_length=MAX_HASHES_PER_PULL)]
 

@@ -19,16 +19,19 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field, TypeAdapter, ValidationError
 
-from kvcast.serving.agent.api_models import BlockEntry, Tenant
+from kvcast.serving.agent.api_models import BlockEntry
 from kvcast.serving.agent.api_models import Request as Body
 from kvcast.serving.agent.blocks import BlockState, ChecksumMismatch, StoreError, StoreFull
 from kvcast.serving.agent.control import AgentControl, CommandConflict
+from kvcast.serving.agent.tenant_scope import check_tenant, check_upload_state
+from kvcast.serving.http.auth import ADMIN, Identity
 from kvcast.serving.http.block_hash import (
     JsonBlockHash,
     decimal_u64,
     hash_from_header,
     hash_from_json,
 )
+from kvcast.serving.http.tenant_tokens import Tenant
 
 HEADER = "x-kvcast-"
 Checksum = Annotated[int, Field(ge=0, lt=1 << 64, description="xxh3-64 of the bytes")]
@@ -88,8 +91,10 @@ def _header_checksum(text: str) -> int:
     return checksum
 
 
-async def parse_upload(request: Request) -> tuple[BlockUpload, bytes]:
-    """The upload and its bytes, from either body form; 422 naming the bad field."""
+async def parse_upload(request: Request, who: Identity = ADMIN) -> tuple[BlockUpload, bytes]:
+    """The upload and its bytes, from either body form; 422 naming the bad field, 403 for an
+    upload ``who`` may not make (:mod:`.tenant_scope`: read from the headers, before the
+    bytes, where they carry it)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/octet-stream":
         h = request.headers
@@ -106,6 +111,8 @@ async def parse_upload(request: Request) -> tuple[BlockUpload, bytes]:
             checksum=_header_checksum(h[HEADER + "checksum"]),
             state=_field(_STATE, h.get(HEADER + "state", "cached"), HEADER + "state", "header"),
         )  # fmt: skip
+        check_tenant(meta.tenant, who, f"header.{HEADER}tenant")
+        check_upload_state(meta.state, who)
         return meta, await request.body()
     try:
         upload = BlockUpload.model_validate_json(await request.body())
@@ -117,11 +124,15 @@ async def parse_upload(request: Request) -> tuple[BlockUpload, bytes]:
         data = base64.b64decode(upload.data, validate=True)
     except (binascii.Error, ValueError):
         raise _invalid("data", "not valid base64") from None
+    check_tenant(upload.tenant, who)
+    check_upload_state(upload.state, who)
     return upload, data
 
 
-async def put_block(control: AgentControl, request: Request) -> BlockEntry:
-    upload, data = await parse_upload(request)
+async def put_block(control: AgentControl, request: Request, who: Identity = ADMIN) -> BlockEntry:
+    """Store the uploaded block; ``who``: the caller (a tenant token uploads cached blocks of
+    its tenants only: :mod:`.tenant_scope`)."""
+    upload, data = await parse_upload(request, who)
     if not data:
         raise _invalid("data", "a block has at least one byte")
     max_bytes = control.agent.config.max_block_bytes

@@ -11,6 +11,7 @@ from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.gc_pacing import GcConfig
 from kvcast.serving.http.auth import Token
 from kvcast.serving.http.server_config import HttpServerConfig
+from kvcast.serving.http.tenant_tokens import TenantToken
 from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
 
 MAX_TOKEN_BYTES = 2048  # a token and a node id fit in a transfer Hello (MAX_HELLO_BODY)
@@ -46,6 +47,10 @@ class AgentConfig(FiniteConfig):
     http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many HTTP clients
     gc: GcConfig = GcConfig()  # Python's full GC collections, paced (serving/gc_pacing.py)
     token: Token | None = None
+    # tokens that speak for some tenants only (a KV connector's): each entry names its tenants
+    # and the variable holding its secret, read at start-up (read_tenant_tokens, by the CLI),
+    # never by validating this config; they need the shared token
+    tenant_tokens: tuple[TenantToken, ...] = ()
     # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate
     # each received block on demand; slower, as fresh memory is faulted in on first touch).
     pool_slot_bytes: ByteSize | None = Field(None, gt=0)

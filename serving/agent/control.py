@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, TypeVar
 
 from kvcast.serving.agent.agent import Agent
@@ -110,8 +110,9 @@ class AgentControl:
             error=r.error,
         )  # fmt: skip
 
-    async def evict(self, req: BlockRefs) -> EvictResult:
-        """Remove the tenant's blocks; active (pinned) ones are refused and listed."""
+    async def evict(self, req: BlockRefs, scope: str = "") -> EvictResult:
+        """Remove the tenant's blocks; active (pinned) ones are refused and listed. ``scope``:
+        the namespace of the caller's command ids (:func:`~.tenant_scope.command_scope`)."""
 
         async def run() -> EvictResult:
             out = EvictResult(evicted=[], absent=[], pinned=[])
@@ -124,7 +125,7 @@ class AgentControl:
                     out.held.append(h)
             return out
 
-        return await self._once("evict", req, run)
+        return await self._once("evict", req, run, scope)
 
     def hold(self, req: HoldRequest) -> HoldResult:
         """Hold the tenant's speculative replicas for a routed request (idempotent by claim
@@ -160,11 +161,12 @@ class AgentControl:
 
         return await self._once("pin" if pin else "unpin", req, run)
 
-    def inventory(self, tenant: str | None = None) -> Inventory:
+    def inventory(self, tenants: Collection[str] | None = None) -> Inventory:
+        """Every block held, or those of ``tenants``."""
         blocks = [
             self.entry(i)
             for i in self.agent.store.inventory()
-            if tenant is None or i.tenant == tenant
+            if tenants is None or i.tenant in tenants
         ]
         return Inventory(
             node_id=self.node_id, transfer_address=self.transfer_address or "",
@@ -233,9 +235,12 @@ class AgentControl:
         while len(prints) > 2 * log.capacity:
             prints.popitem(last=False)
 
-    async def _once(self, kind: str, req: BlockRefs, run: Callable[[], Awaitable[R]]) -> R:
+    async def _once(
+        self, kind: str, req: BlockRefs, run: Callable[[], Awaitable[R]], scope: str = ""
+    ) -> R:
         if req.command_id is None:
             return await run()
+        kind = f"{kind}@{scope}" if scope else kind  # each scope's ids are its own
         self._claim(kind, req.command_id, req.model_dump_json())
         return await self._commands.run_once(f"{kind}:{req.command_id}", run)
 

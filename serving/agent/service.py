@@ -19,6 +19,7 @@ from kvcast.serving.agent.seed import seed_blocks
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.gc_pacing import GcPacer
 from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_signals
+from kvcast.serving.http.tenant_tokens import TenantTokens
 from kvcast.serving.tls import TlsFiles, tls_from_env
 
 log = logging.getLogger("kvcast.serving.agent")
@@ -38,12 +39,13 @@ class AgentService:
 
     def __init__(
         self, config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning",
-        tls: TlsFiles | None = None,
+        tls: TlsFiles | None = None, tenant_tokens: TenantTokens | None = None,
     ) -> None:  # fmt: skip
+        """``tenant_tokens``: the secrets of ``config.tenant_tokens`` (see :class:`Agent`)."""
         self.config, self.seed, self.tls = config, seed, tls
-        self.agent = Agent(config, tls=tls)
+        self.agent = Agent(config, tls=tls, tenant_tokens=tenant_tokens)
         self.control = AgentControl(self.agent)
-        self.app = build_app(self.control, config.token_value)
+        self.app = build_app(self.control, config.token_value, self.agent.tenant_tokens)
         host, port = parse_peer(config.listen, allow_port_zero=True)
         self.http = HttpServer(
             self.app, host, port, config.shutdown_grace_s, log_level,
@@ -77,12 +79,15 @@ class AgentService:
 
 
 async def run_agent(
-    config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning"
-) -> None:
+    config: AgentConfig, seed: SeedSpec | None = None, log_level: str = "warning",
+    tenant_tokens: TenantTokens | None = None,
+) -> None:  # fmt: skip
     """Serve until SIGINT or SIGTERM (or until the HTTP server fails, which is raised). Mutual
-    TLS when the ``KVCAST_TLS_*`` variables are set (:mod:`kvcast.serving.tls`)."""
+    TLS when the ``KVCAST_TLS_*`` variables are set (:mod:`kvcast.serving.tls`).
+    ``tenant_tokens``: the secrets of ``config.tenant_tokens``, read by the caller (the CLI:
+    :func:`~kvcast.serving.http.tenant_tokens.read_tenant_tokens`)."""
     tls = tls_from_env()
-    service = AgentService(config, seed, log_level, tls)
+    service = AgentService(config, seed, log_level, tls, tenant_tokens)
     pacer = service.agent.gc
     pacing: asyncio.Task[None] | None = None
     with stop_on_signals() as stop:
@@ -97,6 +102,9 @@ async def run_agent(
                 config.node_id, "https" if tls else "http", http, transfer, held,
                 "token" if config.token else "off", "mutual" if tls else "off", config.device,
             )  # fmt: skip
+            if config.tenant_tokens:  # the shared token keeps every right beside them
+                tenants = sorted({t for e in config.tenant_tokens for t in e.tenants})
+                log.info("tenant tokens: %d, for tenants %s", len(config.tenant_tokens), tenants)
             await serve_until_stopped(service.http, stop)
             log.info("agent %s stopping", config.node_id)
         finally:

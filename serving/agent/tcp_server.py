@@ -4,7 +4,10 @@ One pull per connection: ``Hello`` (the puller's token) then ``PullRequest`` in;
 ``BlockHeader`` and raw bytes per block held, then ``Done`` listing the blocks it lacks (or one
 ``Error``) out. Only blocks of the request's own tenant are ever read. With a token configured,
 a peer whose ``Hello`` lacks it is refused (``UNAUTHORIZED``) and counted before any pull
-request is parsed.
+request is parsed. A peer that presents a *tenant token* (``tenant_tokens``: a KV connector
+reading its own tenants' replicas) may pull only blocks of those tenants: a request for
+another tenant's is refused (``UNAUTHORIZED``, naming the tenant) and counted before any block
+is looked up.
 
 Authentication comes first (protocol version 2): of a peer not yet authenticated the server
 parses a frame header and, if it announces a ``Hello`` of at most ``MAX_HELLO_BODY`` (4 KiB),
@@ -35,19 +38,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import math
 import ssl
 import struct
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
 from kvcast.serving.agent.block_store import BlockStore
 from kvcast.serving.agent.blocks import StoredBlock
 from kvcast.serving.agent.bounded_reader import FrameSource, PeerProtocol
+from kvcast.serving.http.auth import Identity, KnownTokens
 from kvcast.serving.messages import (
     ERROR_VERSIONS,
     HEADER_SIZE,
@@ -136,6 +139,7 @@ class ServerStats:
     busy_refused: int = 0  # connections refused: max_connections peers being served
     stalled: int = 0  # pulls cut off: the peer took no bytes for request_timeout_s
     version_refused: int = 0  # peers refused: they speak another protocol version
+    tenant_refused: int = 0  # pulls refused: a tenant token asked for another tenant's blocks
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -143,12 +147,16 @@ class ServerStats:
 
 class TransferServer:
     """Serves pulls of ``store``'s blocks to peers; over TLS when given ``ssl_context``, each
-    peer's handshake bounded by ``tls_handshake_timeout_s`` (seconds, from its accept)."""
+    peer's handshake bounded by ``tls_handshake_timeout_s`` (seconds, from its accept).
+    ``token``: the shared token (None: no authentication); ``tenant_tokens`` (secret -> the
+    tenants it speaks for; they need a shared token): peers that may pull those tenants'
+    blocks only."""
 
     def __init__(
         self, store: BlockStore, token: str | None = None, request_timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None, max_connections: int = MAX_CONNECTIONS,
         tls_handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        tenant_tokens: Mapping[str, Collection[str]] | None = None,
     ) -> None:  # fmt: skip
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
@@ -160,7 +168,7 @@ class TransferServer:
         self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
         self.max_connections = max_connections
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
-        self._token = token.encode() if token else None
+        self.tokens = KnownTokens(token, tenant_tokens)
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self.connections = 0  # peers being served now (refused ones not counted)
@@ -199,9 +207,10 @@ class TransferServer:
         await self._server.wait_closed()
         self._server, self._stopping = None, False
 
-    def authorized(self, hello: Hello) -> bool:
-        """Constant-time token check; always true when no token is configured."""
-        return self._token is None or hmac.compare_digest(hello.token.encode(), self._token)
+    def identify(self, hello: Hello) -> Identity | None:
+        """Whom the Hello's token speaks for (None: no known token; constant-time checks;
+        every tenant when no token is configured)."""
+        return self.tokens.identify(hello.token.encode())
 
     async def _handle(self, reader: FrameSource, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -236,7 +245,8 @@ class TransferServer:
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         try:
             hello = await self._before(deadline, read_hello(reader))
-            if not self.authorized(hello):  # nothing of a pull request has been parsed
+            who_is = self.identify(hello)
+            if who_is is None:  # nothing of a pull request has been parsed
                 self.stats.auth_refused += 1
                 who = f"node {hello.node_id!r} (its claim)"
                 self._log_refusal("token", writer, who, "bad token", self.stats.auth_refused)
@@ -246,6 +256,14 @@ class TransferServer:
             if not isinstance(request, PullRequest):
                 raise ProtocolError(f"expected a PullRequest, got {type(request).__name__}")
             command_id = request.command_id
+            if not who_is.speaks_for(request.tenant):  # before any block is looked up
+                self.stats.tenant_refused += 1
+                tenants = sorted(who_is.tenants or ())
+                who = f"node {hello.node_id!r} (its claim), a token of {tenants}"
+                refusal = f"this token may not pull blocks of tenant {request.tenant!r}"
+                self._log_refusal("tenant", writer, who, refusal, self.stats.tenant_refused)
+                await self._send_error(writer, ErrorCode.UNAUTHORIZED, command_id, refusal)
+                return
             await self._serve(request, writer)
         except VersionMismatch as err:
             self.stats.version_refused += 1

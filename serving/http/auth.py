@@ -106,6 +106,35 @@ class PathSet:
         return path in self.exact or any(t.fullmatch(path) for t in self.templates)
 
 
+class KnownTokens:
+    """The shared token (every right) and the tenant tokens (``tenant_tokens``: secret -> the
+    tenants it speaks for) a service knows. A tenant token's ``Identity.token`` is its
+    position in ``tenant_tokens``' order. With no shared token, every presented token (none
+    included) is the shared token's: nothing is guarded."""
+
+    def __init__(
+        self, token: str | None, tenant_tokens: Mapping[str, Collection[str]] | None = None
+    ) -> None:
+        if tenant_tokens and not token:  # nothing would guard what they may not do
+            raise ValueError("tenant tokens need a shared token: it guards the other routes")
+        self._token = token.encode() if token else None
+        self._tenants = tuple(
+            (secret.encode(), Identity(frozenset(tenants), i))
+            for i, (secret, tenants) in enumerate((tenant_tokens or {}).items())
+        )
+
+    def identify(self, presented: bytes) -> Identity | None:
+        """Whom ``presented`` speaks for (None: no known token). Every known token is
+        compared, in constant time each, whichever matches."""
+        if self._token is None:
+            return ADMIN
+        found = ADMIN if hmac.compare_digest(presented, self._token) else None
+        for secret, identity in self._tenants:
+            if hmac.compare_digest(presented, secret):  # tokens differ: one matches at most
+                found = identity
+        return found
+
+
 class BearerTokenGuard:
     """Refuses requests to ``protected`` paths (or route templates, ``/v1/blocks/{h}``) that
     lack a known token (401); ``on_refused(path)`` is called once per refusal (to count it).
@@ -128,31 +157,17 @@ class BearerTokenGuard:
         tenant_paths: Collection[str] = (),
         on_forbidden: Callable[[str], None] = lambda path: None,
     ) -> None:
-        if tenant_tokens and not token:  # nothing would guard the routes they may not use
-            raise ValueError("tenant tokens need a shared token: it guards the other routes")
         self.app, self.on_refused, self.on_forbidden = app, on_refused, on_forbidden
         self.protected, self.tenant_paths = PathSet(protected), PathSet(tenant_paths)
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
-        self._token = token.encode() if token else None
-        self._tenants = tuple(
-            (secret.encode(), Identity(frozenset(tenants), i))
-            for i, (secret, tenants) in enumerate((tenant_tokens or {}).items())
-        )
+        self.tokens = KnownTokens(token, tenant_tokens)
 
     def guards(self, path: str) -> bool:
         return path in self.protected
 
     def identify(self, header: bytes | None) -> Identity | None:
-        """Whom the header's token speaks for (None: no known token). Every known token is
-        compared, in constant time each, whichever matches."""
-        if self._token is None:
-            return ADMIN
-        presented = presented_token(header)
-        found = ADMIN if hmac.compare_digest(presented, self._token) else None
-        for secret, identity in self._tenants:
-            if hmac.compare_digest(presented, secret):  # tokens differ: one matches at most
-                found = identity
-        return found
+        """Whom the header's token speaks for (None: no known token)."""
+        return self.tokens.identify(presented_token(header))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (

@@ -15,8 +15,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from kvcast.features.events import Medium
-from kvcast.serving.agent.api_models import Tenant
 from kvcast.serving.http.block_hash import JsonBlockHash
+from kvcast.serving.http.tenant_tokens import Tenant
 from kvcast.serving.sidecar.config import Mode
 
 NodeRef = Annotated[int | str, Field(description="node id (0..n-1) or node name")]

@@ -24,6 +24,7 @@ from kvcast.features.online.state import FeatureState
 from kvcast.predictor.decider import Decider
 from kvcast.serving.gc_pacing import GcPacer
 from kvcast.serving.http.connection_cuts import ConnectionCuts
+from kvcast.serving.http.tenant_tokens import given_tenant_tokens
 from kvcast.serving.sidecar.agent_client import AgentClient
 from kvcast.serving.sidecar.arrival_rates import ArrivalRates
 from kvcast.serving.sidecar.block_tenants import BlockTenants
@@ -75,16 +76,11 @@ class Sidecar:
         tenant_tokens: Mapping[str, frozenset[str]] | None = None,
     ) -> None:  # fmt: skip
         """``tenant_tokens``: each tenant token (its secret, read at the edge:
-        :func:`~.tenant_tokens.read_tenant_tokens`) -> its tenants, one per entry of the
-        config's ``tenant_tokens``, in its order; a ValueError when they do not match."""
+        :func:`~kvcast.serving.http.tenant_tokens.read_tenant_tokens`) -> its tenants, one per
+        entry of the config's ``tenant_tokens``, in its order; a ValueError when they do not
+        match."""
         self.cfg, self.clock_ms = cfg, clock_ms
-        self.tenant_tokens = dict(tenant_tokens or {})
-        if list(self.tenant_tokens.values()) != [frozenset(e.tenants) for e in cfg.tenant_tokens]:
-            raise ValueError(
-                f"the tenant tokens given ({len(self.tenant_tokens)}) do not match the config's "
-                f"{len(cfg.tenant_tokens)} tenant_tokens entries: one per entry, in its order, "
-                "with its tenants (read_tenant_tokens reads them)"
-            )
+        self.tenant_tokens = given_tenant_tokens(tenant_tokens, cfg.tenant_tokens)
         fcfg, dcfg = cfg.feature_config, cfg.decider_config
         n, names = len(cfg.nodes), cfg.node_names
         self.mode: Mode = cfg.mode

@@ -27,7 +27,7 @@ class SidecarService:
     """A :class:`Sidecar` and its HTTP server; ``start()`` / ``stop()``. ``tls``: the
     sidecar's certificate for its calls to the agents; ``api_tls``: TLS on its own API;
     ``tenant_tokens``: the secrets of the config's ``tenant_tokens`` (token -> tenants, as
-    :func:`~.tenant_tokens.read_tenant_tokens` reads them)."""
+    :func:`~kvcast.serving.http.tenant_tokens.read_tenant_tokens` reads them)."""
 
     def __init__(
         self, config: SidecarConfig, log_level: str = "warning", tls: TlsFiles | None = None,
@@ -65,7 +65,7 @@ async def run_sidecar(
     to the agents use mutual TLS when the ``KVCAST_TLS_*`` variables are set; the API is served
     over TLS when the config has a ``tls:`` section (a ValueError naming its keys when its
     files do not load). ``tenant_tokens``: the secrets of the config's ``tenant_tokens``, read
-    by the caller (the CLI: :func:`~.tenant_tokens.read_tenant_tokens`)."""
+    by the caller (the CLI: :func:`~kvcast.serving.http.tenant_tokens.read_tenant_tokens`)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per agent call at INFO
     tls = tls_from_env()
     api_tls = None if config.tls is None else config.tls.server_tls()

@@ -74,9 +74,10 @@ def fill_agent() -> Callable[[Agent, str, dict[int, int]], dict[int, bytes]]:
 
 @pytest.fixture
 def control_api() -> Callable[..., Any]:
-    """``async with control_api(token=None, **config) as (client, control)``: an agent whose
-    transfer server listens on loopback, and an httpx client on its ASGI control app; ``token``
-    guards both the HTTP routes and the agent's pulls, as in ``kvcast serve agent``."""
+    """``async with control_api(token=None, tenant_tokens=None, **config) as (client,
+    control)``: an agent whose transfer server listens on loopback, and an httpx client on its
+    ASGI control app; ``token`` guards both the HTTP routes and the agent's pulls, as in
+    ``kvcast serve agent``, and ``tenant_tokens`` (secret -> tenants) speak for some tenants."""
     import contextlib
 
     import httpx
@@ -85,10 +86,17 @@ def control_api() -> Callable[..., Any]:
     from kvcast.serving.agent.control import AgentControl
 
     @contextlib.asynccontextmanager
-    async def open_api(token: str | None = None, **overrides: Any) -> Any:
-        async with Agent(agent_config(token=token, **overrides)) as agent:
+    async def open_api(
+        token: str | None = None, tenant_tokens: dict[str, frozenset[str]] | None = None,
+        **overrides: Any,
+    ) -> Any:  # fmt: skip
+        entries = [{"tenants": sorted(t), "token_env": f"KT_{i}"}
+                   for i, t in enumerate((tenant_tokens or {}).values())]  # fmt: skip
+        cfg = agent_config(token=token, tenant_tokens=entries, **overrides)
+        async with Agent(cfg, tenant_tokens=tenant_tokens) as agent:
             control = AgentControl(agent)
-            transport = httpx.ASGITransport(app=build_app(control, agent.config.token_value))
+            app = build_app(control, agent.config.token_value, agent.tenant_tokens)
+            transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
                 yield client, control
 

@@ -43,7 +43,7 @@ def sidecar_config(tmp_path: Path, **overrides: Any) -> Any:
 def tenant_secrets(cfg: Any) -> dict[str, frozenset[str]]:
     """The config's tenant tokens read from the environment, as ``kvcast serve sidecar``
     reads them (token -> its tenants)."""
-    from kvcast.serving.sidecar.tenant_tokens import read_tenant_tokens
+    from kvcast.serving.http.tenant_tokens import read_tenant_tokens
 
     return read_tenant_tokens(cfg.tenant_tokens, cfg.token_value, os.environ)
 

@@ -18,8 +18,9 @@ import yaml
 from typer.testing import CliRunner
 
 from kvcast.config import ConfigError, load_config, parse_config
+from kvcast.serving.http.tenant_tokens import read_tenant_tokens
 from kvcast.serving.sidecar.config import SidecarConfig
-from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig, read_tenant_tokens
+from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig
 
 NODES = [{"name": "a"}]
 SHARED = "shared-s3cret"

@@ -1,0 +1,72 @@
+"""What a tenant token may do on an agent's HTTP API.
+
+A tenant token (the agent config's ``tenant_tokens:``) is the credential of a client that
+works for some tenants only, such as a KV connector reading and writing its tenants' blocks
+on this node. The guard (:class:`~kvcast.serving.http.auth.BearerTokenGuard`) lets it reach
+:data:`TENANT_ROUTES` only; every other guarded route (replicate, pin, unpin, removals,
+engine-stats) needs the shared token, which the sidecar holds (403 otherwise): a replication
+or a pin takes room from every tenant (an active block is never displaced), the removals log
+names every tenant's blocks, and a node's queue depth steers replication for all of them. The
+handlers narrow the routes it may reach to its tenants with the functions here (the shared
+token keeps every right):
+
+- evict, hold, release: a command naming another tenant is refused whole (403 naming it),
+  nothing done;
+- ``PUT /v1/blocks``: a block of one of its tenants, cached (``active`` is the shared
+  token's: 403);
+- inventory: its tenants' blocks only (a ``tenant`` filter naming another tenant is a 403).
+
+Its command ids are its own: a ``command_id`` it sends is remembered apart from the shared
+token's and other tokens' (:func:`command_scope`), so it can neither replay nor block a
+command of the sidecar's by reusing the id.
+
+Its pulls over the transfer protocol are narrowed by the transfer server
+(:mod:`~kvcast.serving.agent.tcp_server`): blocks of its tenants only.
+"""
+
+from __future__ import annotations
+
+from fastapi import HTTPException
+
+from kvcast.serving.http.auth import Identity
+
+TENANT_ROUTES = ("/v1/evict", "/v1/hold", "/v1/release", "/v1/inventory", "/v1/blocks")
+
+
+def foreign_tenant(tenant: str, who: Identity, where: str = "body.tenant") -> HTTPException:
+    """The 403 for a command on blocks of a tenant ``who`` does not speak for."""
+    mine = sorted(who.tenants or ())
+    return HTTPException(
+        403, f"{where}: this token may not act on blocks of tenant {tenant!r} (its tenants: "
+        f"{mine}); nothing was done",
+    )  # fmt: skip
+
+
+def check_tenant(tenant: str, who: Identity, where: str = "body.tenant") -> None:
+    """Raise the 403 of :func:`foreign_tenant` unless ``who`` speaks for ``tenant``."""
+    if not who.speaks_for(tenant):
+        raise foreign_tenant(tenant, who, where)
+
+
+def check_upload_state(state: str, who: Identity) -> None:
+    """Raise a 403 for a tenant token's upload of an ``active`` block."""
+    if state != "cached" and not who.admin:
+        raise HTTPException(
+            403, f"state: a tenant token may upload cached blocks only, not {state!r} (an "
+            "active block is never evicted to make room, for any tenant: the shared token's); "
+            "nothing was stored",
+        )  # fmt: skip
+
+
+def visible_tenants(tenant: str | None, who: Identity) -> frozenset[str] | None:
+    """The tenants an inventory shows to ``who`` (None: every tenant): ``tenant`` if given
+    (a 403 if ``who`` does not speak for it), else ``who``'s tenants."""
+    if tenant is not None:
+        check_tenant(tenant, who, "query.tenant")
+        return frozenset({tenant})
+    return who.tenants
+
+
+def command_scope(who: Identity) -> str:
+    """The namespace of ``who``'s command ids: the shared token's, or one per tenant token."""
+    return "" if who.admin else f"tenant-token-{who.token}"
