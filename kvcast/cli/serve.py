@@ -118,8 +118,8 @@ def agent_cmd(
 
     With the token variable set, data commands need "Authorization: Bearer TOKEN". The
     config's tenant_tokens: name further variables, each holding a token for some tenants only
-    (a KV connector's: evict, hold, release, upload, list and pull those tenants' blocks; 403
-    on the other data routes).
+    (a KV connector's: evict, release, upload, list and pull those tenants' blocks; 403 on
+    the other data routes).
     """
     from kvcast.serving.agent.config import MAX_TOKEN_BYTES
     from kvcast.serving.agent.service import SeedSpec, run_agent

@@ -88,12 +88,11 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
         """Release one pin per block; at zero pins a block becomes cached."""
         return await control.pin(body, pin=False)
 
-    @router.post("/hold", responses=error_responses(403, *BODY_REFUSALS))
-    async def hold(body: HoldRequest, who: Who) -> HoldResult:
+    @router.post("/hold", responses=error_responses(*BODY_REFUSALS))
+    async def hold(body: HoldRequest) -> HoldResult:
         """Hold speculative replicas of one tenant for a request routed to this node: no
         expiry, no evict command, evicted for room only after every cached block, until
         released or ``hold_s`` passes (then their TTL applies again)."""
-        check_tenant(body.tenant, who)
         return control.hold(body)
 
     @router.post("/release", responses=error_responses(403, *BODY_REFUSALS))
@@ -110,9 +109,10 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
 
     @router.get("/removals")
     async def removals(since: Annotated[int, Query(ge=0)] = 0) -> Removals:
-        """Blocks the agent removed on its own (evicted to make room, or expired), numbered
-        from ``since`` on, oldest first: how the sidecar learns that a replica it placed is
-        gone. Telemetry's ``removals_next`` says whether there is anything new."""
+        """Blocks the agent removed on its own (evicted to make room, or expired) or on a
+        tenant token's command, numbered from ``since`` on, oldest first: how the sidecar
+        learns that a replica it placed is gone. Telemetry's ``removals_next`` says whether
+        there is anything new."""
         return control.removals(since)
 
     @router.put(

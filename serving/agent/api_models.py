@@ -160,11 +160,12 @@ class RemovedBlock(BaseModel):
     seq: int
     tenant: str
     block_hash: JsonBlockHash
-    reason: Literal["expired", "evicted_speculative", "evicted_cached"]
+    reason: Literal["expired", "evicted_speculative", "evicted_cached", "evicted_by_tenant"]
 
 
 class Removals(BaseModel):
-    """Blocks the agent removed on its own (never on command), oldest first."""
+    """Blocks the agent removed without the shared token's command (on its own, or on a tenant
+    token's), oldest first."""
 
     node_id: str
     blocks: list[RemovedBlock]

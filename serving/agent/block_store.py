@@ -195,9 +195,11 @@ class BlockStore:
             self._table.move(key, CACHED)
         return self._info(key, entry)
 
-    def evict(self, tenant: str, block_hash: BlockHash) -> bool:
+    def evict(self, tenant: str, block_hash: BlockHash, logged: bool = False) -> bool:
         """Remove a block on request: False if absent, :class:`BlockPinned` if active,
-        :class:`BlockHeld` if a replica held for a routed request."""
+        :class:`BlockHeld` if a replica held for a routed request. ``logged``: the removal
+        also goes to the removals log (a tenant token's command, which the sidecar did not
+        order: it learns of it there)."""
         key = BlockKey(tenant, block_hash)
         if (entry := self._live(key)) is None:
             return False
@@ -206,6 +208,8 @@ class BlockStore:
         if entry.held(self._clock()):
             raise BlockHeld(f"block {block_hash!r} of tenant {tenant!r} is held for a request")
         self._remove(key, "removed")
+        if logged:
+            self.removals.record(tenant, block_hash, "evicted_by_tenant")
         return True
 
     def hold(self, tenant: str, block_hash: BlockHash, claim: str, hold_s: float) -> bool:

@@ -1,7 +1,10 @@
 """The agent's control operations, as the HTTP API invokes them (no HTTP in here).
 
 Every operation names its tenant and touches only that tenant's blocks: the store is keyed by
-(tenant, hash), so a hash of tenant A is simply absent for tenant B.
+(tenant, hash), so a hash of tenant A is simply absent for tenant B. Command ids are remembered
+per *scope* (:func:`~.tenant_scope.command_scope`): the shared token's in one log, each tenant
+token's in a small log of its own (:data:`SCOPED_COMMANDS` outcomes), so that a tenant token
+can neither replay, block nor push out a command of the sidecar's.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from kvcast.serving.messages import BlockHash
 R = TypeVar("R")
 MAX_ENGINES = 64  # engine reports kept (most recent); more engines on one node is a mistake
 MAX_REMOVALS_PER_ANSWER = 4096  # one ``GET /v1/removals`` answer; ``next`` says where to go on
+SCOPED_COMMANDS = 64  # outcomes kept per tenant token (each up to a body's 8192 hashes)
 
 
 class CommandConflict(ValueError):
@@ -74,6 +78,8 @@ class AgentControl:
             True: OrderedDict(),
             False: OrderedDict(),
         }
+        # per tenant token's scope: its own outcomes and fingerprints (evict)
+        self._scoped: dict[str, tuple[CommandLog[Any], OrderedDict[str, bytes]]] = {}
 
     def note_auth_failure(self, path: str) -> None:
         self.http_auth_failures += 1
@@ -118,7 +124,8 @@ class AgentControl:
             out = EvictResult(evicted=[], absent=[], pinned=[])
             for h in _unique(req.block_hashes):
                 try:
-                    (out.evicted if self.agent.store.evict(req.tenant, h) else out.absent).append(h)
+                    gone = self.agent.store.evict(req.tenant, h, logged=bool(scope))
+                    (out.evicted if gone else out.absent).append(h)
                 except BlockPinned:
                     out.pinned.append(h)
                 except BlockHeld:
@@ -223,15 +230,22 @@ class AgentControl:
             claims=claims,
         )  # fmt: skip
 
-    def _claim(self, kind: str, command_id: str, fingerprint: str) -> None:
-        """Remember what ``command_id`` means; :class:`CommandConflict` if it meant another."""
+    def _claim(
+        self, kind: str, command_id: str, fingerprint: str,
+        logs: tuple[CommandLog[Any], OrderedDict[str, bytes]] | None = None,
+    ) -> None:  # fmt: skip
+        """Remember what ``command_id`` means; :class:`CommandConflict` if it meant another.
+        ``logs``: a tenant token's own log and fingerprints (None: the shared token's)."""
         key, digest = f"{kind}:{command_id}", hashlib.blake2b(fingerprint.encode()).digest()
         pulls = kind == "replicate"
-        prints = self._fingerprints[pulls]
+        if logs is None:
+            prints = self._fingerprints[pulls]
+            log = self.agent.client.commands if pulls else self._commands
+        else:
+            log, prints = logs
         if prints.setdefault(key, digest) != digest:
             raise CommandConflict(f"command_id {command_id!r} was used for another command")
         prints.move_to_end(key)
-        log = self.agent.client.commands if pulls else self._commands
         while len(prints) > 2 * log.capacity:
             prints.popitem(last=False)
 
@@ -240,9 +254,14 @@ class AgentControl:
     ) -> R:
         if req.command_id is None:
             return await run()
-        kind = f"{kind}@{scope}" if scope else kind  # each scope's ids are its own
-        self._claim(kind, req.command_id, req.model_dump_json())
-        return await self._commands.run_once(f"{kind}:{req.command_id}", run)
+        logs = None
+        if scope:  # a tenant token: its own log, never the shared token's
+            logs = self._scoped.get(scope)
+            if logs is None:
+                logs = self._scoped[scope] = (CommandLog(SCOPED_COMMANDS), OrderedDict())
+        self._claim(kind, req.command_id, req.model_dump_json(), logs)
+        log = self._commands if logs is None else logs[0]
+        return await log.run_once(f"{kind}:{req.command_id}", run)
 
 
 def _unique(hashes: Iterable[BlockHash]) -> list[BlockHash]:

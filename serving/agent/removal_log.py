@@ -7,11 +7,12 @@ the sidecar would keep such a replica in its view (and the decider in its ledger
 own TTL sweep: a chain "already copied" would not be copied again, and the feature state would
 place the block on a node that lost it.
 
-Every removal the agent makes on its own gets the next sequence number (removals on command
-are not logged: the sidecar ordered them). The log keeps the last ``capacity`` entries; a
-reader asks for what came after the last number it saw (``GET /v1/removals?since=N``) and is
-told how many it missed when it fell behind by more than the log holds. Memory is bounded by
-``capacity``.
+Every removal the agent makes on its own gets the next sequence number, and so does an
+eviction a tenant token orders (``evicted_by_tenant``: the sidecar did not order it); the
+shared token's evictions are not logged (the sidecar ordered them). The log keeps the last
+``capacity`` entries; a reader asks for what came after the last number it saw
+(``GET /v1/removals?since=N``) and is told how many it missed when it fell behind by more than
+the log holds. Memory is bounded by ``capacity``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Removal(NamedTuple):
     seq: int
     tenant: str
     block_hash: BlockHash
-    reason: str  # expired | evicted_speculative | evicted_cached
+    reason: str  # expired | evicted_speculative | evicted_cached | evicted_by_tenant
 
 
 class RemovalLog:

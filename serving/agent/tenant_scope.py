@@ -4,21 +4,23 @@ A tenant token (the agent config's ``tenant_tokens:``) is the credential of a cl
 works for some tenants only, such as a KV connector reading and writing its tenants' blocks
 on this node. The guard (:class:`~kvcast.serving.http.auth.BearerTokenGuard`) lets it reach
 :data:`TENANT_ROUTES` only; every other guarded route (replicate, pin, unpin, removals,
-engine-stats) needs the shared token, which the sidecar holds (403 otherwise): a replication
-or a pin takes room from every tenant (an active block is never displaced), the removals log
-names every tenant's blocks, and a node's queue depth steers replication for all of them. The
-handlers narrow the routes it may reach to its tenants with the functions here (the shared
-token keeps every right):
+engine-stats, hold) needs the shared token, which the sidecar holds (403 otherwise): a
+replication or a pin takes room from every tenant (an active block is never displaced), and so
+does a hold (a held replica outlives its TTL and keeps its share of the speculative quota,
+which every tenant's replicas share), the removals log names every tenant's blocks, and a
+node's queue depth steers replication for all of them. The handlers narrow the routes it may
+reach to its tenants with the functions here (the shared token keeps every right):
 
-- evict, hold, release: a command naming another tenant is refused whole (403 naming it),
-  nothing done;
+- evict, release: a command naming another tenant is refused whole (403 naming it), nothing
+  done; its evictions are logged for the sidecar (``GET /v1/removals``,
+  ``evicted_by_tenant``), which did not order them;
 - ``PUT /v1/blocks``: a block of one of its tenants, cached (``active`` is the shared
   token's: 403);
 - inventory: its tenants' blocks only (a ``tenant`` filter naming another tenant is a 403).
 
 Its command ids are its own: a ``command_id`` it sends is remembered apart from the shared
-token's and other tokens' (:func:`command_scope`), so it can neither replay nor block a
-command of the sidecar's by reusing the id.
+token's and other tokens' (:func:`command_scope`), in a small log of its own, so it can
+neither replay, block nor push out a command of the sidecar's.
 
 Its pulls over the transfer protocol are narrowed by the transfer server
 (:mod:`~kvcast.serving.agent.tcp_server`): blocks of its tenants only.
@@ -30,7 +32,7 @@ from fastapi import HTTPException
 
 from kvcast.serving.http.auth import Identity
 
-TENANT_ROUTES = ("/v1/evict", "/v1/hold", "/v1/release", "/v1/inventory", "/v1/blocks")
+TENANT_ROUTES = ("/v1/evict", "/v1/release", "/v1/inventory", "/v1/blocks")
 
 
 def foreign_tenant(tenant: str, who: Identity, where: str = "body.tenant") -> HTTPException:

@@ -6,7 +6,9 @@ the environment variable holding that entry's secret: secrets are never written 
 :func:`read_tenant_tokens` reads them at start-up (``kvcast serve sidecar`` / ``agent``, where
 the shared token is read from ``KVCAST_TOKEN``: validating a config never reads the
 environment, so a config with tenant tokens validates the same anywhere) and refuses what
-would weaken the service: a variable unset or blank, two entries with the same token (neither
+would weaken the service: a variable unset or blank, a token with leading or trailing
+whitespace (a bearer header's token is read stripped, so it could pass for another), two
+entries with the same token (neither
 could be told from the other), a tenant token equal to the shared token (it would have every
 right), a token longer than the service can carry (``max_bytes``: an agent's must fit a
 transfer ``Hello``), and tenant tokens without a shared token (nothing would then guard what
@@ -68,6 +70,9 @@ def read_tenant_tokens(
             raise ValueError(f"tenant_tokens[{i}]: its token_env {entry.token_env} is not set")
         if not value.strip():
             raise ValueError(f"tenant_tokens[{i}]: its token_env {entry.token_env} is empty")
+        if value != value.strip():  # an Authorization header's token is read stripped
+            raise ValueError(f"{where}: its token has leading or trailing whitespace, which a "
+                             "bearer header drops; remove it")  # fmt: skip
         if value == shared:
             raise ValueError(f"{where}: its token is the shared token; a tenant token must be "
                              "a secret of its own")  # fmt: skip

@@ -1,8 +1,10 @@
 """Tenant tokens on an agent: a token that speaks for some tenants acts on those tenants'
-blocks only. Over HTTP it may evict, hold, release, upload (cached) and list them; a command
-naming another tenant is refused whole with 403 (naming it) and nothing is done; the shared
-token's routes (replicate, pin, unpin, removals, engine-stats) and active uploads are 403; its
-inventory shows its tenants' blocks only; its command ids are its own. Over the transfer
+blocks only. Over HTTP it may evict, release, upload (cached) and list them; a command naming
+another tenant is refused whole with 403 (naming it) and nothing is done; the shared token's
+routes (replicate, pin, unpin, hold, removals, engine-stats) and active uploads are 403; its
+inventory shows its tenants' blocks only; its evictions are in the removals log the sidecar
+reads (the shared token's are not); its command ids are its own, in a log of its own that
+never pushes out the shared token's. Over the transfer
 protocol (real loopback sockets) it pulls its tenants' blocks, byte-identical, and a pull of
 another tenant's is refused (``UNAUTHORIZED``, naming the tenant) before any block is read,
 and counted. An agent is handed exactly its config's tenant tokens; the CLI reads them from
@@ -66,11 +68,12 @@ def test_a_tenant_token_acts_on_its_tenants_blocks(run, control_api) -> None:
                                headers=TENANT)  # fmt: skip
             assert r.status_code == 200 and r.json()["evicted"] == [1]
             assert store.info("acme", 1) is None
-            # a hold applies to speculative replicas; release names the same claim
+            # the sidecar holds a speculative replica for a routed request; the tenant's
+            # connector releases it once its engine has the block
             spec = HostBuffer.from_bytes(b"s" * 64)
             store.put("acme", 5, spec, checksum(spec.view()), state=BlockState.SPECULATIVE)
             hold = {"tenant": "acme", "block_hashes": [5], "claim_id": "r-1", "hold_s": 5.0}
-            r = await api.post("/v1/hold", json=hold, headers=TENANT)
+            r = await api.post("/v1/hold", json=hold, headers=ADMIN)
             assert r.status_code == 200 and r.json()["held"] == [5]
             release = {"tenant": "acme", "block_hashes": [5], "claim_id": "r-1"}
             r = await api.post("/v1/release", json=release, headers=TENANT)
@@ -82,8 +85,6 @@ def test_a_tenant_token_acts_on_its_tenants_blocks(run, control_api) -> None:
 
 FOREIGN = [
     ("POST", "/v1/evict", {"json": {"tenant": "globex", "block_hashes": [1]}}, "body.tenant"),
-    ("POST", "/v1/hold", {"json": {"tenant": "globex", "block_hashes": [1], "claim_id": "r",
-                                   "hold_s": 5.0}}, "body.tenant"),
     ("POST", "/v1/release", {"json": {"tenant": "globex", "block_hashes": [1],
                                       "claim_id": "r"}}, "body.tenant"),
     ("GET", "/v1/inventory", {"params": {"tenant": "globex"}}, "query.tenant"),
@@ -139,6 +140,8 @@ SHARED_ONLY = [
                                "block_hashes": [1], "deadline_s": 1.0}),
     ("POST", "/v1/pin", {"tenant": "acme", "block_hashes": [1]}),
     ("POST", "/v1/unpin", {"tenant": "acme", "block_hashes": [1]}),
+    ("POST", "/v1/hold", {"tenant": "acme", "block_hashes": [1], "claim_id": "r",
+                          "hold_s": 3600.0}),
     ("POST", "/v1/engine-stats", {"queue_depth": 1000}),
     ("GET", "/v1/removals", None),
 ]  # fmt: skip
@@ -155,6 +158,7 @@ def test_a_tenant_token_may_not_use_the_shared_tokens_routes(
             assert r.status_code == 403, r.text
             assert "a tenant token may not use" in r.json()["detail"]
             assert control.agent.store.info("acme", 1).pins == 0
+            assert control.agent.store.info("acme", 1).holds == 0
             assert control.agent.client.stats.pulls == 0 and control.engines() == []
             assert control.http_auth_failures == 0  # known token: forbidden, not unauthorized
 
@@ -221,6 +225,60 @@ def test_a_tenant_tokens_command_ids_are_its_own(run, control_api) -> None:
             assert (await evict(TENANT, 1, "c1"))["evicted"] == [1]  # its own retry: a replay
 
     run(scenario())
+
+
+def test_a_tenant_tokens_evictions_are_logged_for_the_sidecar(run, control_api) -> None:
+    """The sidecar did not order them, so it reads them in ``GET /v1/removals`` (and drops the
+    replica from its view); its own evictions are not logged."""
+
+    async def scenario() -> None:
+        async with control_api(token=SHARED, tenant_tokens=TOKENS) as (api, control):
+            store = control.agent.store
+            for h in (1, 2):
+                spec = HostBuffer.from_bytes(bytes([h]) * 64)
+                store.put("acme", h, spec, checksum(spec.view()), state=BlockState.SPECULATIVE)
+            for headers, h in ((ADMIN, 1), (TENANT, 2)):
+                body = {"tenant": "acme", "block_hashes": [h]}
+                r = await api.post("/v1/evict", json=body, headers=headers)
+                assert r.json()["evicted"] == [h]
+            removed = (await api.get("/v1/removals", headers=ADMIN)).json()["blocks"]
+            assert [(b["tenant"], b["block_hash"], b["reason"]) for b in removed] == [
+                ("acme", 2, "evicted_by_tenant")
+            ]  # fmt: skip
+            assert (await api.get("/v1/telemetry")).json()["removals_next"] == 1
+
+    run(scenario())
+
+
+def test_a_tenant_token_cannot_push_the_shared_tokens_commands_out_of_memory(
+    run, control_api
+) -> None:
+    """More new command ids from a tenant token than its log keeps: the shared token's retry of
+    its pin is still a no-op (one pin), and the tenant token's oldest ids are forgotten."""
+    from kvcast.serving.agent.control import SCOPED_COMMANDS
+
+    async def scenario() -> None:
+        async with control_api(token=SHARED, tenant_tokens=TOKENS) as (api, control):
+            put(control.agent, "globex", 1)
+            pin = {"tenant": "globex", "block_hashes": [1], "command_id": "pin-7"}
+            assert (await api.post("/v1/pin", json=pin, headers=ADMIN)).status_code == 200
+            for i in range(SCOPED_COMMANDS + 8):
+                body = {"tenant": "acme", "block_hashes": [99], "command_id": f"e-{i}"}
+                r = await api.post("/v1/evict", json=body, headers=TENANT)
+                assert r.json()["absent"] == [99]
+            r = await api.post("/v1/pin", json=pin, headers=ADMIN)
+            assert r.status_code == 200 and control.agent.store.info("globex", 1).pins == 1
+            put(control.agent, "acme", 99)
+            body = {"tenant": "acme", "block_hashes": [99], "command_id": "e-0"}
+            r = await api.post("/v1/evict", json=body, headers=TENANT)
+            assert r.json()["evicted"] == [99]  # forgotten: runs again
+            body["command_id"] = f"e-{SCOPED_COMMANDS + 7}"
+            put(control.agent, "acme", 99)
+            r = await api.post("/v1/evict", json=body, headers=TENANT)
+            assert r.json()["absent"] == [99]  # remembered: its outcome, nothing moved
+            assert control.agent.store.info("acme", 99) is not None
+
+    run(scenario(), timeout=20.0)
 
 
 def test_a_tenant_token_pulls_its_tenants_blocks_and_is_refused_anothers(

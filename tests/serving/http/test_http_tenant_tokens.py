@@ -1,8 +1,8 @@
 """Tenant tokens as both services read them: each presented token is identified exactly (the
 shared token has every right, a tenant token its tenants and its entry's position, anything
 else none; with no shared token nothing is guarded, and tenant tokens without one are
-refused); a secret over the service's limit is refused naming its entry and variable, never
-the secret; a service is handed exactly its config's tokens."""
+refused); a secret over the service's limit, or with surrounding whitespace, is refused naming
+its entry and variable, never the secret; a service is handed exactly its config's tokens."""
 
 from __future__ import annotations
 
@@ -43,6 +43,17 @@ def test_a_token_over_the_services_limit_is_refused_naming_the_entry_never_the_s
     assert "é" not in str(err.value)
     assert read_tenant_tokens(entries, SHARED, env) == {"é" * 1025: frozenset({"acme"})}
     assert read_tenant_tokens(entries, SHARED, {"KT_A": "x" * 2048}, max_bytes=2048)
+
+
+@pytest.mark.parametrize("value", [SHARED + " ", " a-s3cret", "a-s3cret\t"])
+def test_a_token_with_surrounding_whitespace_is_refused(value: str) -> None:
+    """A bearer header's token is read stripped: ``SHARED + " "`` would pass for the shared
+    token over HTTP."""
+    entries = [TenantToken(tenants=("acme",), token_env="KT_A")]
+    with pytest.raises(ValueError) as err:
+        read_tenant_tokens(entries, SHARED, {"KT_A": value})
+    assert "tenant_tokens[0] (KT_A): its token has leading or trailing whitespace" in str(err.value)
+    assert "s3cret" not in str(err.value)
 
 
 def test_a_service_is_handed_exactly_its_configs_tokens() -> None:
