@@ -16,7 +16,7 @@ again (at once if it passed). Pinning it (the engine reads it) makes it active a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from kvcast.serving.agent.block_table import BlockTable, Entry
 from kvcast.serving.agent.blocks import (
@@ -75,6 +75,12 @@ class BlockStore:
     @property
     def active_bytes(self) -> int:
         return self._table.bytes[ACTIVE]
+
+    def tenant_bytes(self, tenants: Iterable[str]) -> int:
+        """Bytes of the blocks of ``tenants``, expired replicas reclaimed first."""
+        self.sweep()
+        held = self._table.tenant_bytes
+        return sum(held.get(t, 0) for t in tenants)
 
     def totals(self) -> dict[BlockState, tuple[int, int]]:
         """(blocks, bytes) in each state, expired replicas reclaimed first; O(1) otherwise."""

@@ -1,6 +1,7 @@
-"""The store's indexes: entries by key, LRU order per evictable state, bytes per state.
+"""The store's indexes: entries by key, LRU order per evictable state, bytes per state and
+per tenant.
 
-Every state change goes through :meth:`BlockTable.move`, so the three never disagree.
+Every state change goes through :meth:`BlockTable.move`, so they never disagree.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class Entry:
 
 
 class BlockTable:
-    """``bytes`` and ``counts``: the bytes and the number of blocks in each state."""
+    """``bytes`` and ``counts``: the bytes and the number of blocks in each state;
+    ``tenant_bytes``: the bytes of each tenant's blocks (tenants holding none left out)."""
 
     def __init__(self) -> None:
         self.entries: dict[BlockKey, Entry] = {}
@@ -48,6 +50,7 @@ class BlockTable:
         }
         self.bytes = dict.fromkeys(BlockState, 0)
         self.counts = dict.fromkeys(BlockState, 0)
+        self.tenant_bytes: dict[str, int] = {}
         self._next_expiry = math.inf  # a lower bound on every speculative block's expiry
 
     def __len__(self) -> int:
@@ -61,6 +64,7 @@ class BlockTable:
         if key in self.entries:
             raise KeyError(f"{key} already present")
         self.entries[key] = entry
+        self.tenant_bytes[key.tenant] = self.tenant_bytes.get(key.tenant, 0) + entry.buffer.nbytes
         self._link(key, entry)
         if entry.expires_at is not None:
             self._next_expiry = min(self._next_expiry, entry.expires_at)
@@ -96,6 +100,11 @@ class BlockTable:
             del self._lru[entry.state][key]
         if state is None:
             del self.entries[key]
+            left = self.tenant_bytes[key.tenant] - entry.buffer.nbytes
+            if left:
+                self.tenant_bytes[key.tenant] = left
+            else:
+                del self.tenant_bytes[key.tenant]
             return
         entry.state = state
         if state is not BlockState.SPECULATIVE:  # no longer a replica: no TTL, nothing held

@@ -23,7 +23,7 @@ from kvcast.serving.agent.api_models import BlockEntry
 from kvcast.serving.agent.api_models import Request as Body
 from kvcast.serving.agent.blocks import BlockState, ChecksumMismatch, StoreError, StoreFull
 from kvcast.serving.agent.control import AgentControl, CommandConflict
-from kvcast.serving.agent.tenant_scope import check_tenant, check_upload_state
+from kvcast.serving.agent.tenant_scope import check_room, check_tenant, check_upload_state
 from kvcast.serving.http.auth import ADMIN, Identity
 from kvcast.serving.http.block_hash import (
     JsonBlockHash,
@@ -139,6 +139,8 @@ async def put_block(control: AgentControl, request: Request, who: Identity = ADM
     if len(data) > max_bytes:
         raise _invalid("data", f"a block has at most {max_bytes} bytes")
     block_hash = hash_from_json(upload.block_hash)
+    agent = control.agent
+    check_room(agent.store, who, agent.config.tenant_tokens, upload.tenant, block_hash, len(data))
     try:
         info = control.agent.store.put(
             upload.tenant, block_hash, control.agent.buffer_for(data), upload.checksum,

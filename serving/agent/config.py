@@ -17,6 +17,14 @@ from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
 MAX_TOKEN_BYTES = 2048  # a token and a node id fit in a transfer Hello (MAX_HELLO_BODY)
 
 
+class AgentTenantToken(TenantToken):
+    """A tenant token of an agent; ``max_bytes``: the most bytes its tenants' blocks may take
+    on this agent for an upload of this token to be stored (None: no cap beyond the
+    capacity)."""
+
+    max_bytes: ByteSize | None = Field(None, gt=0)
+
+
 class AgentConfig(FiniteConfig):
     """Sizes in bytes, times in seconds. ``token``: the shared secret that peers' pulls must
     carry (None: no authentication; the CLI reads it from ``KVCAST_TOKEN``); at most
@@ -50,7 +58,7 @@ class AgentConfig(FiniteConfig):
     # tokens that speak for some tenants only (a KV connector's): each entry names its tenants
     # and the variable holding its secret, read at start-up (read_tenant_tokens, by the CLI),
     # never by validating this config; they need the shared token
-    tenant_tokens: tuple[TenantToken, ...] = ()
+    tenant_tokens: tuple[AgentTenantToken, ...] = ()
     # Reserve capacity_bytes of host memory up front in slots of this size (None: allocate
     # each received block on demand; slower, as fresh memory is faulted in on first touch).
     pool_slot_bytes: ByteSize | None = Field(None, gt=0)

@@ -15,7 +15,9 @@ reach to its tenants with the functions here (the shared token keeps every right
   done; its evictions are logged for the sidecar (``GET /v1/removals``,
   ``evicted_by_tenant``), which did not order them;
 - ``PUT /v1/blocks``: a block of one of its tenants, cached (``active`` is the shared
-  token's: 403);
+  token's: 403), and within its entry's ``max_bytes`` when set (:func:`check_room`: the bytes
+  its tenants' blocks take on the agent, replicas included; past it, 409, nothing stored), so
+  that its uploads cannot push every other tenant's cached blocks and replicas out;
 - inventory: its tenants' blocks only (a ``tenant`` filter naming another tenant is a 403).
 
 Its command ids are its own: a ``command_id`` it sends is remembered apart from the shared
@@ -28,9 +30,14 @@ Its pulls over the transfer protocol are narrowed by the transfer server
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import HTTPException
 
+from kvcast.serving.agent.block_store import BlockStore
+from kvcast.serving.agent.config import AgentTenantToken
 from kvcast.serving.http.auth import Identity
+from kvcast.serving.messages import BlockHash
 
 TENANT_ROUTES = ("/v1/evict", "/v1/release", "/v1/inventory", "/v1/blocks")
 
@@ -57,6 +64,27 @@ def check_upload_state(state: str, who: Identity) -> None:
             403, f"state: a tenant token may upload cached blocks only, not {state!r} (an "
             "active block is never evicted to make room, for any tenant: the shared token's); "
             "nothing was stored",
+        )  # fmt: skip
+
+
+def check_room(
+    store: BlockStore, who: Identity, entries: Sequence[AgentTenantToken], tenant: str,
+    block_hash: BlockHash, nbytes: int,
+) -> None:  # fmt: skip
+    """Raise a 409 when ``who``'s upload of a new block of ``nbytes`` would take its tenants'
+    blocks on the agent past its entry's ``max_bytes`` (``entries``: the config's
+    ``tenant_tokens``); a block already held adds nothing."""
+    if who.token is None or who.tenants is None:
+        return
+    cap = entries[who.token].max_bytes
+    if cap is None or store.info(tenant, block_hash) is not None:
+        return
+    held = store.tenant_bytes(who.tenants)
+    if held + nbytes > cap:
+        raise HTTPException(
+            409, f"this token's tenants' blocks take {held} bytes on this agent; a new block "
+            f"of {nbytes} would pass its max_bytes of {cap}; evict some first; nothing was "
+            "stored",
         )  # fmt: skip
 
 

@@ -77,7 +77,8 @@ def control_api() -> Callable[..., Any]:
     """``async with control_api(token=None, tenant_tokens=None, **config) as (client,
     control)``: an agent whose transfer server listens on loopback, and an httpx client on its
     ASGI control app; ``token`` guards both the HTTP routes and the agent's pulls, as in
-    ``kvcast serve agent``, and ``tenant_tokens`` (secret -> tenants) speak for some tenants."""
+    ``kvcast serve agent``, and ``tenant_tokens`` (secret -> tenants) speak for some tenants
+    (``max_bytes``: secret -> its entry's cap)."""
     import contextlib
 
     import httpx
@@ -88,10 +89,11 @@ def control_api() -> Callable[..., Any]:
     @contextlib.asynccontextmanager
     async def open_api(
         token: str | None = None, tenant_tokens: dict[str, frozenset[str]] | None = None,
-        **overrides: Any,
+        max_bytes: dict[str, int] | None = None, **overrides: Any,
     ) -> Any:  # fmt: skip
-        entries = [{"tenants": sorted(t), "token_env": f"KT_{i}"}
-                   for i, t in enumerate((tenant_tokens or {}).values())]  # fmt: skip
+        caps = max_bytes or {}
+        entries = [{"tenants": sorted(t), "token_env": f"KT_{i}", "max_bytes": caps.get(k)}
+                   for i, (k, t) in enumerate((tenant_tokens or {}).items())]  # fmt: skip
         cfg = agent_config(token=token, tenant_tokens=entries, **overrides)
         async with Agent(cfg, tenant_tokens=tenant_tokens) as agent:
             control = AgentControl(agent)

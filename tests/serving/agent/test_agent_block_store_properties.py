@@ -1,9 +1,10 @@
 """Block store invariants under generated schedules of puts, reads, pins, evictions and time.
 
-After every step: total bytes <= capacity; speculative bytes <= quota; byte counters match
-the inventory; every pinned block is still there, active, with its bytes; no expired replica
-is listed; a listed block holds exactly the bytes put under its own (tenant, hash), so a
-corrupted put and a same-hash block of another tenant are never what a read returns.
+After every step: total bytes <= capacity; speculative bytes <= quota; byte counters (per
+state and per tenant) match the inventory; every pinned block is still there, active, with its
+bytes; no expired replica is listed; a listed block holds exactly the bytes put under its own
+(tenant, hash), so a corrupted put and a same-hash block of another tenant are never what a
+read returns.
 """
 
 from __future__ import annotations
@@ -102,6 +103,11 @@ class StoreMachine(RuleBasedStateMachine):
         assert s.used_bytes == sum(i.nbytes for i in listed)
         spec = sum(i.nbytes for i in listed if i.state is BlockState.SPECULATIVE)
         assert s.speculative_bytes == spec
+        tenants = {i.tenant for i in listed} | {"nobody"}
+        for tenant in tenants:  # each tenant's bytes, as the tenant-token caps read them
+            held = sum(i.nbytes for i in listed if i.tenant == tenant)
+            assert s.tenant_bytes([tenant]) == held
+        assert s.tenant_bytes(tenants) == s.used_bytes
         for info in listed:
             if info.state is BlockState.SPECULATIVE:
                 assert info.expires_at is not None and info.expires_at > self.clock.now

@@ -8,6 +8,7 @@ import pytest
 
 from kvcast.config import ConfigError, load_config, parse_config
 from kvcast.serving.agent import AgentConfig
+from kvcast.serving.agent.config import AgentTenantToken
 from kvcast.serving.agent.sizes import parse_size
 
 AGENT_YAML = Path(__file__).resolve().parents[3] / "configs" / "serving" / "agent.yaml"
@@ -60,6 +61,9 @@ def test_agent_yaml_documents_every_config_key_and_loads() -> None:
     text = AGENT_YAML.read_text()
     for key in AgentConfig.model_fields:
         assert f"\n{key}:" in text, f"configs/serving/agent.yaml lacks {key}"
+    assert cfg.tenant_tokens == ()
+    for key in AgentTenantToken.model_fields:
+        assert f"#   {key}: " in text, f"configs/serving/agent.yaml lacks tenant_tokens.{key}"
 
 
 def test_http_and_transfer_addresses_are_both_checked() -> None:

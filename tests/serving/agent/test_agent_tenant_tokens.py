@@ -1,14 +1,14 @@
-"""Tenant tokens on an agent: a token that speaks for some tenants acts on those tenants'
-blocks only. Over HTTP it may evict, release, upload (cached) and list them; a command naming
-another tenant is refused whole with 403 (naming it) and nothing is done; the shared token's
-routes (replicate, pin, unpin, hold, removals, engine-stats) and active uploads are 403; its
-inventory shows its tenants' blocks only; its evictions are in the removals log the sidecar
-reads (the shared token's are not); its command ids are its own, in a log of its own that
-never pushes out the shared token's. Over the transfer
-protocol (real loopback sockets) it pulls its tenants' blocks, byte-identical, and a pull of
-another tenant's is refused (``UNAUTHORIZED``, naming the tenant) before any block is read,
-and counted. An agent is handed exactly its config's tenant tokens; the CLI reads them from
-their variables and refuses a bad one naming the variable, never the secret; a real
+"""Tenant tokens on an agent: a token that speaks for some tenants acts on those tenants' blocks
+only. Over HTTP it may evict, release, upload (cached) and list them; a command naming another
+tenant is refused whole with 403 (naming it) and nothing is done; the shared token's routes
+(replicate, pin, unpin, hold, removals, engine-stats) and active uploads are 403, and its
+uploads stop at its entry's max_bytes (409); its inventory shows its tenants' blocks only; its
+evictions are in the removals log the sidecar reads (the shared token's are not); its command
+ids are its own, in a log of its own that never pushes out the shared token's. Over the
+transfer protocol (real loopback sockets) it pulls its tenants' blocks, byte-identical, and a
+pull of another tenant's is refused (``UNAUTHORIZED``, naming the tenant) before any block is
+read, and counted. An agent is handed exactly its config's tenant tokens; the CLI reads them
+from their variables and refuses a bad one naming the variable, never the secret; a real
 ``kvcast serve agent`` process enforces them."""
 
 from __future__ import annotations
@@ -179,6 +179,42 @@ def test_a_tenant_token_may_not_upload_an_active_block(run, control_api, form) -
             assert len(control.agent.store) == 0
             r = await api.put("/v1/blocks", json=upload_json("acme", 1, "active"), headers=ADMIN)
             assert r.status_code == 200 and control.agent.store.info("acme", 1).pins == 1
+
+    run(scenario())
+
+
+def test_a_tenant_tokens_uploads_stop_at_its_max_bytes(run, control_api) -> None:
+    """Its tenants' blocks, replicas included, count against its entry's cap; a new block past
+    it is 409 and nothing is stored (nothing of another tenant's evicted for it); a block
+    already held adds nothing; evicting makes room again; the shared token is not capped."""
+
+    async def scenario() -> None:
+        cap = {ACME: 200}
+        async with control_api(token=SHARED, tenant_tokens=TOKENS, max_bytes=cap) as (
+            api, control,
+        ):  # fmt: skip
+            store = control.agent.store
+            put(control.agent, "initech", 1, nbytes=100)  # a replica of one of its tenants
+            put(control.agent, "globex", 2, nbytes=500)  # another tenant's: not counted
+            r = await api.put("/v1/blocks", json=upload_json("acme", 3), headers=TENANT)
+            assert r.status_code == 200  # 100 + 64 <= 200
+            before = sorted((i.tenant, i.block_hash) for i in store.inventory())
+            r = await api.put("/v1/blocks", json=upload_json("acme", 4), headers=TENANT)
+            assert r.status_code == 409, r.text
+            detail = r.json()["detail"]
+            assert "take 164 bytes on this agent; a new block of 64 would pass" in detail
+            assert "its max_bytes of 200" in detail
+            assert sorted((i.tenant, i.block_hash) for i in store.inventory()) == before
+            r = await api.put("/v1/blocks", json=upload_json("acme", 3), headers=TENANT)
+            assert r.status_code == 200  # already held: a repeat adds nothing
+            r = await api.post("/v1/evict", json={"tenant": "initech", "block_hashes": [1]},
+                               headers=TENANT)  # fmt: skip
+            assert r.json()["evicted"] == [1]
+            r = await api.put("/v1/blocks", json=upload_json("acme", 4), headers=TENANT)
+            assert r.status_code == 200 and store.tenant_bytes(["acme", "initech"]) == 128
+            for h in (5, 6, 7):  # the shared token: no cap
+                r = await api.put("/v1/blocks", json=upload_json("acme", h), headers=ADMIN)
+                assert r.status_code == 200
 
     run(scenario())
 
