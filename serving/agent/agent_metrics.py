@@ -82,6 +82,7 @@ def agent_families(control: AgentControl) -> list[Family]:
     )
     rejections.add(store.stats.rejected_checksum, "checksum")
     rejections.add(store.stats.rejected_quota, "quota").add(store.stats.rejected_capacity, "full")
+    rejections.add(store.stats.rejected_tenant_cap, "tenant_cap")
     info = Family("gauge", P + "info", "This agent", ("node_id",)).add(1, control.node_id)
     engines = control.engines()
     return [

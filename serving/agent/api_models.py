@@ -160,7 +160,9 @@ class RemovedBlock(BaseModel):
     seq: int
     tenant: str
     block_hash: JsonBlockHash
-    reason: Literal["expired", "evicted_speculative", "evicted_cached", "evicted_by_tenant"]
+    # expired, evicted_speculative, evicted_cached or evicted_by_tenant: a plain string, so
+    # that a reader (the sidecar) takes a reason an agent newer than itself adds
+    reason: str
 
 
 class Removals(BaseModel):

@@ -16,7 +16,8 @@ again (at once if it passed). Pinning it (the engine reads it) makes it active a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
+from itertools import repeat
 
 from kvcast.serving.agent.block_table import BlockTable, Entry
 from kvcast.serving.agent.blocks import (
@@ -27,6 +28,7 @@ from kvcast.serving.agent.blocks import (
     BlockPinned,
     BlockState,
     ChecksumMismatch,
+    OverTenantCap,
     StoredBlock,
     StoreError,
     StoreFull,
@@ -96,12 +98,16 @@ class BlockStore:
         state: BlockState = CACHED,
         ttl_s: float | None = None,
         digest: int | None = None,
+        cap: tuple[Collection[str], int] | None = None,
     ) -> BlockInfo:
         """Verify ``buffer`` against ``checksum``, make room, store it. A block already stored
         keeps its bytes; its state may only rise (speculative -> cached -> active).
         ``digest``: the xxh3-64 of ``buffer``'s current bytes when the caller computed it while
         writing them (a transport, as they arrived); None: computed here from the buffer.
-        Raises :class:`ChecksumMismatch`, :class:`QuotaExceeded` or :class:`StoreFull`."""
+        ``cap``: (tenants, bytes): a new block is stored only if those tenants' blocks, with
+        it, take at most that many bytes (read after expired replicas are reclaimed).
+        Raises :class:`ChecksumMismatch`, :class:`QuotaExceeded`, :class:`StoreFull` or
+        :class:`OverTenantCap`."""
         if digest is None:
             digest = compute_checksum(buffer.view())
         if digest != checksum:
@@ -113,6 +119,11 @@ class BlockStore:
         if (entry := self._table.entries.get(key)) is not None:
             self.stats.duplicate_puts += 1
             return self._restate(key, entry, state, expires_at)
+        if cap is not None:
+            held = sum(map(self._table.tenant_bytes.get, cap[0], repeat(0)))
+            if held + buffer.nbytes > cap[1]:
+                self.stats.rejected_tenant_cap += 1
+                raise OverTenantCap(held, buffer.nbytes, cap[1])
         try:
             victims = plan_evictions(
                 self._table, buffer.nbytes, state, self.capacity_bytes,

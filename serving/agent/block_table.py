@@ -41,7 +41,8 @@ class Entry:
 
 class BlockTable:
     """``bytes`` and ``counts``: the bytes and the number of blocks in each state;
-    ``tenant_bytes``: the bytes of each tenant's blocks (tenants holding none left out)."""
+    ``tenant_bytes``: the bytes of each tenant's blocks (tenants holding no block left out;
+    one holding only empty blocks is kept, at 0)."""
 
     def __init__(self) -> None:
         self.entries: dict[BlockKey, Entry] = {}
@@ -51,6 +52,7 @@ class BlockTable:
         self.bytes = dict.fromkeys(BlockState, 0)
         self.counts = dict.fromkeys(BlockState, 0)
         self.tenant_bytes: dict[str, int] = {}
+        self._tenant_blocks: dict[str, int] = {}  # blocks per tenant: when to drop its entry
         self._next_expiry = math.inf  # a lower bound on every speculative block's expiry
 
     def __len__(self) -> int:
@@ -64,7 +66,9 @@ class BlockTable:
         if key in self.entries:
             raise KeyError(f"{key} already present")
         self.entries[key] = entry
-        self.tenant_bytes[key.tenant] = self.tenant_bytes.get(key.tenant, 0) + entry.buffer.nbytes
+        tenant = key.tenant
+        self.tenant_bytes[tenant] = self.tenant_bytes.get(tenant, 0) + entry.buffer.nbytes
+        self._tenant_blocks[tenant] = self._tenant_blocks.get(tenant, 0) + 1
         self._link(key, entry)
         if entry.expires_at is not None:
             self._next_expiry = min(self._next_expiry, entry.expires_at)
@@ -100,11 +104,12 @@ class BlockTable:
             del self._lru[entry.state][key]
         if state is None:
             del self.entries[key]
-            left = self.tenant_bytes[key.tenant] - entry.buffer.nbytes
-            if left:
-                self.tenant_bytes[key.tenant] = left
+            tenant = key.tenant
+            if left := self._tenant_blocks[tenant] - 1:
+                self._tenant_blocks[tenant] = left
+                self.tenant_bytes[tenant] -= entry.buffer.nbytes
             else:
-                del self.tenant_bytes[key.tenant]
+                del self._tenant_blocks[tenant], self.tenant_bytes[tenant]
             return
         entry.state = state
         if state is not BlockState.SPECULATIVE:  # no longer a replica: no TTL, nothing held

@@ -21,9 +21,20 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from kvcast.serving.agent.api_models import BlockEntry
 from kvcast.serving.agent.api_models import Request as Body
-from kvcast.serving.agent.blocks import BlockState, ChecksumMismatch, StoreError, StoreFull
+from kvcast.serving.agent.blocks import (
+    BlockState,
+    ChecksumMismatch,
+    OverTenantCap,
+    StoreError,
+    StoreFull,
+)
 from kvcast.serving.agent.control import AgentControl, CommandConflict
-from kvcast.serving.agent.tenant_scope import check_room, check_tenant, check_upload_state
+from kvcast.serving.agent.tenant_scope import (
+    check_tenant,
+    check_upload_state,
+    over_cap,
+    upload_cap,
+)
 from kvcast.serving.http.auth import ADMIN, Identity
 from kvcast.serving.http.block_hash import (
     JsonBlockHash,
@@ -140,12 +151,13 @@ async def put_block(control: AgentControl, request: Request, who: Identity = ADM
         raise _invalid("data", f"a block has at most {max_bytes} bytes")
     block_hash = hash_from_json(upload.block_hash)
     agent = control.agent
-    check_room(agent.store, who, agent.config.tenant_tokens, upload.tenant, block_hash, len(data))
     try:
-        info = control.agent.store.put(
-            upload.tenant, block_hash, control.agent.buffer_for(data), upload.checksum,
-            BlockState(upload.state),
+        info = agent.store.put(
+            upload.tenant, block_hash, agent.buffer_for(data), upload.checksum,
+            BlockState(upload.state), cap=upload_cap(who, agent.config.tenant_tokens),
         )  # fmt: skip
+    except OverTenantCap as err:
+        raise over_cap(err) from None
     except ChecksumMismatch:
         raise _invalid("checksum", "does not match the bytes (xxh3-64)") from None
     except StoreFull as err:

@@ -70,6 +70,7 @@ class StoreStats:
     rejected_checksum: int = 0
     rejected_capacity: int = 0
     rejected_quota: int = 0
+    rejected_tenant_cap: int = 0  # new blocks over their tenants' cap (a tenant token's)
     peak_used_bytes: int = 0
     peak_speculative_bytes: int = 0
 
@@ -101,6 +102,15 @@ class StoreFull(StoreError):
 
 class QuotaExceeded(StoreFull):
     """A speculative replica would push speculative bytes over the quota."""
+
+
+class OverTenantCap(StoreError):
+    """A new block would take its tenants' blocks past the cap it was put under."""
+
+    def __init__(self, held: int, nbytes: int, cap: int) -> None:
+        super().__init__(f"the tenants' blocks take {held} bytes; a new block of {nbytes} "
+                         f"would pass their cap of {cap}")  # fmt: skip
+        self.held, self.nbytes, self.cap = held, nbytes, cap
 
 
 class BlockPinned(StoreError):

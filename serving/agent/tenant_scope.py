@@ -15,9 +15,10 @@ reach to its tenants with the functions here (the shared token keeps every right
   done; its evictions are logged for the sidecar (``GET /v1/removals``,
   ``evicted_by_tenant``), which did not order them;
 - ``PUT /v1/blocks``: a block of one of its tenants, cached (``active`` is the shared
-  token's: 403), and within its entry's ``max_bytes`` when set (:func:`check_room`: the bytes
-  its tenants' blocks take on the agent, replicas included; past it, 409, nothing stored), so
-  that its uploads cannot push every other tenant's cached blocks and replicas out;
+  token's: 403), and within its entry's ``max_bytes`` when set (:func:`upload_cap`: the bytes
+  its tenants' blocks take on the agent, replicas included, checked by the store as it puts
+  the block; past it, 409, nothing stored), so that its uploads cannot push every other
+  tenant's cached blocks and replicas out;
 - inventory: its tenants' blocks only (a ``tenant`` filter naming another tenant is a 403).
 
 Its command ids are its own: a ``command_id`` it sends is remembered apart from the shared
@@ -34,10 +35,9 @@ from collections.abc import Sequence
 
 from fastapi import HTTPException
 
-from kvcast.serving.agent.block_store import BlockStore
+from kvcast.serving.agent.blocks import OverTenantCap
 from kvcast.serving.agent.config import AgentTenantToken
 from kvcast.serving.http.auth import Identity
-from kvcast.serving.messages import BlockHash
 
 TENANT_ROUTES = ("/v1/evict", "/v1/release", "/v1/inventory", "/v1/blocks")
 
@@ -67,25 +67,25 @@ def check_upload_state(state: str, who: Identity) -> None:
         )  # fmt: skip
 
 
-def check_room(
-    store: BlockStore, who: Identity, entries: Sequence[AgentTenantToken], tenant: str,
-    block_hash: BlockHash, nbytes: int,
-) -> None:  # fmt: skip
-    """Raise a 409 when ``who``'s upload of a new block of ``nbytes`` would take its tenants'
-    blocks on the agent past its entry's ``max_bytes`` (``entries``: the config's
-    ``tenant_tokens``); a block already held adds nothing."""
+def upload_cap(
+    who: Identity, entries: Sequence[AgentTenantToken]
+) -> tuple[frozenset[str], int] | None:
+    """The cap on ``who``'s uploads, as :meth:`~.block_store.BlockStore.put` takes it: its
+    tenants and its entry's ``max_bytes`` (``entries``: the config's ``tenant_tokens``); None
+    when it has none (the shared token never has)."""
     if who.token is None or who.tenants is None:
-        return
+        return None
     cap = entries[who.token].max_bytes
-    if cap is None or store.info(tenant, block_hash) is not None:
-        return
-    held = store.tenant_bytes(who.tenants)
-    if held + nbytes > cap:
-        raise HTTPException(
-            409, f"this token's tenants' blocks take {held} bytes on this agent; a new block "
-            f"of {nbytes} would pass its max_bytes of {cap}; evict some first; nothing was "
-            "stored",
-        )  # fmt: skip
+    return None if cap is None else (who.tenants, cap)
+
+
+def over_cap(err: OverTenantCap) -> HTTPException:
+    """The 409 for an upload over its token's ``max_bytes``."""
+    return HTTPException(
+        409, f"this token's tenants' blocks take {err.held} bytes on this agent; a new block "
+        f"of {err.nbytes} would pass its max_bytes of {err.cap}; evict some first; nothing "
+        "was stored",
+    )  # fmt: skip
 
 
 def visible_tenants(tenant: str | None, who: Identity) -> frozenset[str] | None:

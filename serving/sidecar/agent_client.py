@@ -62,7 +62,8 @@ class AgentClient:
         return answer.model_validate_json(resp.content)
 
     async def removals(self, base: str, since: int) -> Removals | AgentCallError:
-        """The blocks the agent at ``base`` removed on its own, from number ``since`` on."""
+        """The blocks the agent at ``base`` removed without the sidecar's command (on its own,
+        or on a tenant token's), from number ``since`` on."""
         url = f"{base}/v1/removals"
         return await self._call("GET", url, Removals, self.timeout_s, params={"since": since})
 

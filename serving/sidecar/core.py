@@ -92,7 +92,7 @@ class Sidecar:
         )
         self.arrival_rates = ArrivalRates(cfg.tenant_tokens, monotonic)  # per tenant token
         self.http_cuts = ConnectionCuts()  # connections its API server cut (counted there)
-        self.replicas_lost_on_agents = 0  # replicas the agents removed on their own
+        self.replicas_lost_on_agents = 0  # replicas the agents removed without our command
         self.block_bytes = cfg.kv_block_bytes
         self.queue = EventQueue(cfg.queue_events)
         self.queue_shares = QueueShares(cfg.tenant_tokens, self.queue)  # per tenant token
@@ -215,9 +215,10 @@ class Sidecar:
         return n
 
     def replicas_left_agent(self, node: int, refs: list[tuple[str, int]]) -> list[int]:
-        """The agent of ``node`` removed these (tenant, hash) blocks on its own: the replicas
-        among them leave the feature state's residency and the decider's ledger now, not at
-        their TTL. Returns the hashes that left."""
+        """The agent of ``node`` removed these (tenant, hash) blocks without the sidecar's
+        command (on its own, or on a tenant token's): the replicas among them leave the feature
+        state's residency and the decider's ledger now, not at their TTL. Returns the hashes
+        that left."""
         gone = self.replicas.left_agent(node, refs)
         if gone:
             self.replicas_lost_on_agents += len(gone)

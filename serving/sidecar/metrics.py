@@ -141,11 +141,13 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
         _one("counter", "replicas_wasted_total", "Replicas gone unused", rep.wasted),
         _one("gauge", "replica_hit_rate", "used / (used + wasted)", rep.hit_rate),
         _one("gauge", "replicas_live", "Replicas placed and not yet gone", len(rep)),
-        _one("counter", "replicas_lost_on_agents_total", "Replicas an agent removed on its "
-             "own (evicted for room or expired) before the sidecar's TTL",
+        _one("counter", "replicas_lost_on_agents_total", "Replicas an agent removed without "
+             "the sidecar's command (evicted for room, expired, or evicted by a tenant token) "
+             "before the sidecar's TTL",
              sc.replicas_lost_on_agents),
-        _one("counter", "agent_removals_read_total", "Blocks the agents reported removing on "
-             "their own", sc.poller.removals_read),
+        _one("counter", "agent_removals_read_total", "Blocks the agents reported removing "
+             "without the sidecar's command (on their own, or on a tenant token's)",
+             sc.poller.removals_read),
         _one("counter", "agent_removals_missed_total", "Removals an agent no longer held when "
              "asked (its log overflowed between polls)", sc.poller.removals_missed),
         _labelled("gauge", "agent_up", "1 when the node's agent answers", "node",

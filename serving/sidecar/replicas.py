@@ -225,9 +225,10 @@ class ReplicaTracker:
                 self._drop((node, h))
 
     def left_agent(self, node: int, refs: Iterable[tuple[str, int]]) -> list[int]:
-        """The agent of ``node`` removed these (tenant, hash) blocks on its own (evicted to
-        make room, or expired): forget the live replicas among them, and return the hashes of
-        those the engine had not adopted (its own events say when an adopted one leaves)."""
+        """The agent of ``node`` removed these (tenant, hash) blocks without the sidecar's
+        command (evicted to make room, expired, or evicted on a tenant token's command): forget
+        the live replicas among them, and return the hashes of those the engine had not adopted
+        (its own events say when an adopted one leaves)."""
         gone = []
         with self._lock:
             for tenant, h in refs:

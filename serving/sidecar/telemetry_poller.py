@@ -7,10 +7,11 @@ the engines' and the router's reports, memory by block state from the agent, evi
 the KV events. An agent that does not answer is marked down (never a source or a target)
 until it answers again.
 
-Each answer also says how many blocks the agent has removed on its own (``removals_next``:
-evicted to make room, or expired); when that number grew, the new removals are read
-(``GET /v1/removals``) and handed to ``on_removed``, so that a replica the agent dropped leaves
-the sidecar's view now rather than at its TTL. The first answer from an agent sets where to
+Each answer also says how many blocks the agent has removed without the sidecar's command
+(``removals_next``: evicted to make room, expired, or evicted on a tenant token's command);
+when that number grew, the new removals are read (``GET /v1/removals``) and handed to
+``on_removed``, so that a replica the agent dropped leaves the sidecar's view now rather than
+at its TTL. The first answer from an agent sets where to
 start (what it removed before is covered by the recovery's inventory).
 
 An agent that restarted says so by another ``incarnation`` (a random id drawn at each start):
@@ -127,8 +128,9 @@ class TelemetryPoller:
         return True
 
     async def follow_removals(self, node: int, url: str, upto: int) -> None:
-        """Read what the agent of ``node`` removed on its own since the last poll (up to its
-        removal number ``upto``) and hand it on."""
+        """Read what the agent of ``node`` removed without the sidecar's command (on its own, or
+        on a tenant token's) since the last poll (up to its removal number ``upto``) and hand it
+        on."""
         cur = self.cursor.get(node)
         if cur is None or self.agent_client is None or self.on_removed is None:
             self.cursor[node] = upto  # first answer: start here

@@ -45,7 +45,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.pins: dict[tuple[str, int], int] = {}
         self.version = 0
 
-    @rule(tenant=TENANTS, h=HASHES, units=st.integers(1, 4), state=STATES, corrupt=st.booleans())
+    @rule(tenant=TENANTS, h=HASHES, units=st.integers(0, 4), state=STATES, corrupt=st.booleans())
     def put(self, tenant: str, h: int, units: int, state: BlockState, corrupt: bool) -> None:
         self.version += 1
         data = contents(tenant, h, self.version, units)

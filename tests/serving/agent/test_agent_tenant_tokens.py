@@ -219,6 +219,39 @@ def test_a_tenant_tokens_uploads_stop_at_its_max_bytes(run, control_api) -> None
     run(scenario())
 
 
+def test_the_cap_is_read_as_the_store_puts_the_block() -> None:
+    """A replica of the token's tenant that expires while its upload is on the way (under that
+    replica's hash) no longer lets the upload skip the cap: the store reads it after
+    reclaiming expired replicas, as it stores the block. Empty blocks count as blocks."""
+    from kvcast.serving.agent.block_store import BlockStore
+    from kvcast.serving.agent.blocks import OverTenantCap
+
+    now = [0.0]
+    store = BlockStore(1 << 20, 1 << 20, speculative_ttl_s=5.0, clock=lambda: now[0])
+
+    def block(nbytes: int) -> tuple[HostBuffer, int]:
+        buf = HostBuffer.from_bytes(b"x" * nbytes)
+        return buf, checksum(buf.view())
+
+    store.put("acme", 1, *block(800))
+    store.put("acme", 2, *block(100), state=BlockState.SPECULATIVE)
+    store.put("acme", 3, *block(0), state=BlockState.SPECULATIVE)
+    cap = (frozenset({"acme"}), 1000)
+    assert store.info("acme", 2) is not None  # what a check before the put would see
+    now[0] = 6.0  # both replicas expire before the put
+    with pytest.raises(OverTenantCap, match="take 800 bytes; a new block of 600 would pass"):
+        store.put("acme", 2, *block(600), cap=cap)
+    assert store.info("acme", 2) is None and store.tenant_bytes(["acme"]) == 800
+    assert store.stats.rejected_tenant_cap == 1
+    store.put("acme", 2, *block(200), cap=cap)  # up to the cap exactly
+    store.put("acme", 2, *block(200), cap=cap)  # held already: adds nothing
+    assert store.tenant_bytes(["acme"]) == 1000
+    store.put("acme", 4, *block(0))
+    store.evict("acme", 4)
+    assert store.tenant_bytes(["acme"]) == 1000 and store.evict("acme", 1)
+    assert store.tenant_bytes(["acme"]) == 200
+
+
 def test_a_tenant_tokens_inventory_shows_its_tenants_blocks_only(run, control_api) -> None:
     async def scenario() -> None:
         async with control_api(token=SHARED, tenant_tokens=TOKENS) as (api, control):
