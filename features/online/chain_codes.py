@@ -20,7 +20,10 @@ looks its next block up; a run that is not live then is read one block at a time
 comparisons cost about the blocks it agrees on, not the run's length (windows that double).
 Blocks are deduped by code (a code names one position of one run, which holds one hash), those
 without state (code 0) by hash, in first-seen order: exactly the blocks, the indices and the
-codes of the plain reading (:func:`distinct_blocks` then a ``code_of`` lookup per block).
+codes of the plain reading (:func:`distinct_blocks` then a ``code_of`` lookup per block). Each
+chain range's place among the distinct blocks is known as it is read (where the run's first
+named range was placed, plus the offset), unless a later chain named more of a run than its
+first range (its blocks are then two ranges there: found by sorting the codes).
 """
 
 from __future__ import annotations
@@ -91,13 +94,19 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
     sequences (each read as a tuple: the comparisons with the runs' own are of tuples)."""
     get, slot_runs, hashes_at = table.code_of.get, table.slot_runs, table.k + HASHES
     last_at, horizon, latest = table.k + LAST, table.horizon, table.latest
-    covered: dict[int, tuple[int, int]] = {}  # slot -> the run's indices named so far [lo, hi)
-    dead: dict[int, int] = {}  # a block without state -> its stand-in code (negative)
+    # slot -> the run's indices named so far [lo, hi) and where index lo is among the distinct
+    # blocks (while they are one range there: else -1)
+    covered: dict[int, tuple[int, int, int]] = {}
+    dead: dict[int, tuple[int, int]] = {}  # a block without state -> its stand-in code
+    # (negative) and where it is among the distinct blocks
+    total = 0  # distinct blocks so far
+    split = False  # some run's named indices are two ranges among the distinct blocks
     firsts: list[int] = []  # the distinct blocks as ranges of consecutive codes, in order:
     sizes: list[int] = []  # their first codes, sizes
     named: list[tuple[int, ...]] = []  # and hashes
     chain_firsts: list[int] = []  # the chains' blocks as such ranges
     chain_sizes: list[int] = []
+    chain_at: list[int] = []  # and where each range starts among the distinct blocks
     for ch in map(tuple, chains):  # (a tuple is itself)
         i, n = 0, len(ch)
         while i < n:
@@ -106,14 +115,16 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
             if code is None:  # no state: one block, deduped by hash
                 if h < 0:
                     return None
-                stand_in = dead.get(h)
-                if stand_in is None:
-                    stand_in = dead[h] = -1 - len(dead)
-                    firsts.append(stand_in)
+                got = dead.get(h)
+                if got is None:
+                    got = dead[h] = (-1 - len(dead), total)
+                    firsts.append(got[0])
                     sizes.append(1)
                     named.append((h,))
-                chain_firsts.append(stand_in)
+                    total += 1
+                chain_firsts.append(got[0])
                 chain_sizes.append(1)
+                chain_at.append(got[1])
                 i += 1
                 continue
             slot, lo = code >> SHIFT, code & MASK
@@ -137,30 +148,39 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
             chain_sizes.append(m)
             seen = covered.get(slot)
             if seen is None:
-                covered[slot] = (lo, hi)
+                covered[slot] = (lo, hi, total)
                 firsts.append(code)
                 sizes.append(m)
                 named.append(hs if m == len(hs) else hs[lo:hi])
+                chain_at.append(total)
+                total += m
             elif lo < seen[0] or hi > seen[1]:
-                a, b = seen
+                a, b, _ = seen
                 if hi < a or lo > b:  # a gap between what the chains name of the run
                     return None
                 if lo < a:
                     firsts.append(code)
                     sizes.append(a - lo)
                     named.append(hs[lo:a])
+                    total += a - lo
                 if hi > b:
                     firsts.append(slot << SHIFT | b)
                     sizes.append(hi - b)
                     named.append(hs[b:hi])
-                covered[slot] = (min(a, lo), max(b, hi))
+                    total += hi - b
+                covered[slot] = (min(a, lo), max(b, hi), -1)
+                split = True  # (where its blocks are: found from the codes below)
+            else:
+                chain_at.append(seen[2] + lo - seen[0])
             i += m
     if not chain_firsts:
         none = np.zeros(0, np.int64)
         return ChainBlocks([], none, none, none)
     keys = _expand(firsts, sizes)
-    if len(keys) == sum(chain_sizes):  # no block named twice: first seen is chain order
-        where = np.arange(len(keys), dtype=np.int64)
+    if total == sum(chain_sizes):  # no block named twice: first seen is chain order
+        where = np.arange(total, dtype=np.int64)
+    elif not split:  # each chain range is one range among the distinct blocks
+        where = _expand(chain_at, chain_sizes)
     else:
         order = np.argsort(keys)
         where = order[np.searchsorted(keys, _expand(chain_firsts, chain_sizes), sorter=order)]

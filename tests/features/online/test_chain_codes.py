@@ -111,6 +111,9 @@ def test_chains_naming_part_of_a_run_are_deduped_within_it() -> None:
     for chains, where in (
         ([(1, 2), (1, 2, 3, 4)], [0, 1, 0, 1, 2, 3]),
         ([(1, 2), (1, 2, 3, 4), (1, 2, 3), (5, 6), (5,)], [0, 1, 0, 1, 2, 3, 0, 1, 2, 4, 5, 4]),
+        # the whole run first, then parts of it: one range among the distinct blocks each
+        ([(1, 2, 3, 4), (1, 2), (5, 1, 2, 3), (5,)], [0, 1, 2, 3, 0, 1, 4, 0, 1, 2, 4]),
+        ([(2, 3, 4), (3, 4), (3,)], [0, 1, 2, 1, 2, 1]),  # a run first named from within
     ):
         found = chain_blocks(state.blocks, chains)
         assert found is not None and found.where.tolist() == where
