@@ -149,6 +149,10 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
              f"{{reason=\"forbidden\"}}{RATE}))", "agent tenant token: {{command}}"),
             (f"sum by (instance) (rate(kvcast_agent_transfer_tenant_refusals_total{RATE}))",
              "agent tenant token pull {{instance}}"),
+            (f"sum by (instance) (rate(kvcast_agent_transfer_tenant_busy_refusals_total{RATE}))",
+             "agent tenant token over max_pulls {{instance}}"),
+            (f"sum by (instance) (rate(kvcast_agent_http_tenant_rate_limited_total{RATE}))",
+             "agent tenant token over its rate {{instance}}"),
         ), "ops", "Requests without a known token (KVCAST_TOKEN or a tenant token): refused "
            "with 401; a tenant token on another route or tenant: 403 (route, tenant; an "
            "agent's by command), or a pull of another tenant's blocks (agent tenant token "

@@ -123,6 +123,12 @@ def agent_families(control: AgentControl) -> list[Family]:
         _counter("transfer_tenant_refusals_total",
                  "Pulls refused: a tenant token asked for blocks of a tenant it does not "
                  "speak for", server.tenant_refused),
+        _counter("transfer_tenant_busy_refusals_total",
+                 "Pulls refused: a tenant token had its max_pulls being served",
+                 server.tenant_busy_refused),
+        _counter("http_tenant_rate_limited_total",
+                 "HTTP requests refused (429): a tenant token over its max_requests_per_s",
+                 control.http_rate_limited),
         _gauge("transfer_connections", "Peers being served", agent.server.connections),
         by_bytes,
         by_count,

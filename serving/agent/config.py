@@ -6,12 +6,12 @@ from pydantic import Field, model_validator
 
 from kvcast.config import FiniteConfig
 from kvcast.serving.agent.sizes import ByteSize
-from kvcast.serving.agent.tcp_server import MAX_CONNECTIONS
+from kvcast.serving.agent.tcp_server import DEFAULT_TENANT_PULLS, MAX_CONNECTIONS
 from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.gc_pacing import GcConfig
 from kvcast.serving.http.auth import Token
 from kvcast.serving.http.server_config import HttpServerConfig
-from kvcast.serving.http.tenant_tokens import TenantToken
+from kvcast.serving.http.tenant_tokens import TenantToken, burst_of
 from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
 
 MAX_TOKEN_BYTES = 2048  # a token and a node id fit in a transfer Hello (MAX_HELLO_BODY)
@@ -20,9 +20,27 @@ MAX_TOKEN_BYTES = 2048  # a token and a node id fit in a transfer Hello (MAX_HEL
 class AgentTenantToken(TenantToken):
     """A tenant token of an agent; ``max_bytes``: the most bytes its tenants' blocks may take
     on this agent for an upload of this token to be stored (None: no cap beyond the
-    capacity)."""
+    capacity); ``max_pulls``: the pulls it is served at once over the transfer protocol;
+    ``max_requests_per_s``: the HTTP requests per second it may make on average (None:
+    unlimited), in bursts of up to ``burst_requests`` (None: 2 s worth)."""
 
     max_bytes: ByteSize | None = Field(None, gt=0)
+    max_pulls: int = Field(DEFAULT_TENANT_PULLS, ge=1, le=MAX_CONNECTIONS)
+    max_requests_per_s: float | None = Field(None, gt=0, le=1e9)
+    burst_requests: int | None = Field(None, ge=1, le=10**12)
+
+    @model_validator(mode="after")
+    def _burst_has_rate(self) -> AgentTenantToken:
+        if self.burst_requests is not None and self.max_requests_per_s is None:
+            raise ValueError("burst_requests needs max_requests_per_s (without it the token "
+                             "is unlimited)")  # fmt: skip
+        return self
+
+    @property
+    def burst(self) -> int | None:
+        """The most requests at once (None: unlimited): ``burst_requests``, else
+        ``BURST_SECONDS`` of requests at ``max_requests_per_s``, at least one."""
+        return burst_of(self.max_requests_per_s, self.burst_requests)
 
 
 class AgentConfig(FiniteConfig):

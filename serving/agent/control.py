@@ -67,6 +67,7 @@ class AgentControl:
         self.requests: Counter[tuple[str, int]] = Counter()  # (path, HTTP status)
         self.failed: Counter[tuple[str, str]] = Counter()  # (command, outcome)
         self.http_auth_failures = 0
+        self.http_rate_limited = 0  # tenant tokens' requests over their rate (429)
         self.http_cuts = ConnectionCuts()  # connections the API server cut (counted there)
         self.replications_in_flight = 0
         self.accepting = True  # False once shutting down: /readyz answers 503
@@ -83,6 +84,9 @@ class AgentControl:
 
     def note_auth_failure(self, path: str) -> None:
         self.http_auth_failures += 1
+
+    def note_rate_limited(self, path: str) -> None:
+        self.http_rate_limited += 1
 
     @property
     def transfer_address(self) -> str | None:

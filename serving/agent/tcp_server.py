@@ -7,7 +7,9 @@ a peer whose ``Hello`` lacks it is refused (``UNAUTHORIZED``) and counted before
 request is parsed. A peer that presents a *tenant token* (``tenant_tokens``: a KV connector
 reading its own tenants' replicas) may pull only blocks of those tenants: a request for
 another tenant's is refused (``UNAUTHORIZED``, naming the tenant) and counted before any block
-is looked up.
+is looked up; and each tenant token is served at most its cap of pulls at once (more are
+refused ``BUSY`` before their request is read), so that tenant tokens cannot hold the
+connections the agents' own pulls need.
 
 Authentication comes first (protocol version 2): of a peer not yet authenticated the server
 parses a frame header and, if it announces a ``Hello`` of at most ``MAX_HELLO_BODY`` (4 KiB),
@@ -43,7 +45,7 @@ import math
 import ssl
 import struct
 import time
-from collections.abc import Awaitable, Collection, Mapping
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
@@ -81,6 +83,7 @@ LOOKAHEAD = HEADER_SIZE + MAX_HELLO_BODY
 _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once the last is sent
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256  # peers served at once
+DEFAULT_TENANT_PULLS = 4  # pulls a tenant token is served at once, unless set
 _REFUSAL_LOG_PERIOD_S = 10.0  # at most one log line per period per kind of refusal
 _T = TypeVar("_T")
 
@@ -140,6 +143,7 @@ class ServerStats:
     stalled: int = 0  # pulls cut off: the peer took no bytes for request_timeout_s
     version_refused: int = 0  # peers refused: they speak another protocol version
     tenant_refused: int = 0  # pulls refused: a tenant token asked for another tenant's blocks
+    tenant_busy_refused: int = 0  # pulls refused: a tenant token had its pulls at once
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -150,13 +154,16 @@ class TransferServer:
     peer's handshake bounded by ``tls_handshake_timeout_s`` (seconds, from its accept).
     ``token``: the shared token (None: no authentication); ``tenant_tokens`` (secret -> the
     tenants it speaks for; they need a shared token): peers that may pull those tenants'
-    blocks only."""
+    blocks only, each at most ``tenant_pull_caps[i]`` pulls at once (in their order; default
+    :data:`DEFAULT_TENANT_PULLS`), so that tenant tokens cannot take every connection from the
+    peers that replicate for all tenants."""
 
     def __init__(
         self, store: BlockStore, token: str | None = None, request_timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None, max_connections: int = MAX_CONNECTIONS,
         tls_handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         tenant_tokens: Mapping[str, Collection[str]] | None = None,
+        tenant_pull_caps: Sequence[int] = (),
     ) -> None:  # fmt: skip
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
@@ -169,6 +176,12 @@ class TransferServer:
         self.max_connections = max_connections
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self.tokens = KnownTokens(token, tenant_tokens)
+        caps = tuple(tenant_pull_caps) or (DEFAULT_TENANT_PULLS,) * len(tenant_tokens or ())
+        if len(caps) != len(tenant_tokens or ()) or min(caps, default=1) < 1:
+            raise ValueError(f"tenant_pull_caps must give each tenant token a cap >= 1, "
+                             f"got {list(caps)}")  # fmt: skip
+        self.tenant_pull_caps = caps  # per tenant token (by position): its pulls at once
+        self._tenant_pulls = [0] * len(caps)  # and how many it has now
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self.connections = 0  # peers being served now (refused ones not counted)
@@ -252,19 +265,32 @@ class TransferServer:
                 self._log_refusal("token", writer, who, "bad token", self.stats.auth_refused)
                 await self._send_error(writer, ErrorCode.UNAUTHORIZED, "", "bad token")
                 return
-            request = await self._before(deadline, read_frame(reader))
-            if not isinstance(request, PullRequest):
-                raise ProtocolError(f"expected a PullRequest, got {type(request).__name__}")
-            command_id = request.command_id
-            if not who_is.speaks_for(request.tenant):  # before any block is looked up
-                self.stats.tenant_refused += 1
-                tenants = sorted(who_is.tenants or ())
-                who = f"node {hello.node_id!r} (its claim), a token of {tenants}"
-                refusal = f"this token may not pull blocks of tenant {request.tenant!r}"
-                self._log_refusal("tenant", writer, who, refusal, self.stats.tenant_refused)
-                await self._send_error(writer, ErrorCode.UNAUTHORIZED, command_id, refusal)
+            token = who_is.token
+            if token is not None and self._tenant_pulls[token] >= self.tenant_pull_caps[token]:
+                self.stats.tenant_busy_refused += 1  # before its request is read
+                cap = self.tenant_pull_caps[token]
+                busy = f"busy: this token has its {cap} pulls at once; retry later"
+                await self._send_error(writer, ErrorCode.BUSY, "", busy)
                 return
-            await self._serve(request, writer)
+            if token is not None:
+                self._tenant_pulls[token] += 1
+            try:
+                request = await self._before(deadline, read_frame(reader))
+                if not isinstance(request, PullRequest):
+                    raise ProtocolError(f"expected a PullRequest, got {type(request).__name__}")
+                command_id = request.command_id
+                if not who_is.speaks_for(request.tenant):  # before any block is looked up
+                    self.stats.tenant_refused += 1
+                    tenants = sorted(who_is.tenants or ())
+                    who = f"node {hello.node_id!r} (its claim), a token of {tenants}"
+                    refusal = f"this token may not pull blocks of tenant {request.tenant!r}"
+                    self._log_refusal("tenant", writer, who, refusal, self.stats.tenant_refused)
+                    await self._send_error(writer, ErrorCode.UNAUTHORIZED, command_id, refusal)
+                    return
+                await self._serve(request, writer)
+            finally:
+                if token is not None:
+                    self._tenant_pulls[token] -= 1
         except VersionMismatch as err:
             self.stats.version_refused += 1
             refusal = version_refusal(VERSION, err.version)

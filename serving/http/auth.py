@@ -180,22 +180,20 @@ class BearerTokenGuard:
         identity = self.identify(_header(scope, b"authorization"))
         if identity is None:
             self.on_refused(scope["path"])
-            await _refuse(
+            await refuse(
                 send, 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")]
             )
             return
         if not identity.admin and scope["path"] not in self.tenant_paths:
             self.on_forbidden(scope["path"])
             what = f"{scope['method']} {scope['path']}"
-            await _refuse(
-                send, 403, f"a tenant token may not use {what}: it needs the shared token"
-            )
+            await refuse(send, 403, f"a tenant token may not use {what}: it needs the shared token")
             return
         scope.setdefault("state", {})[IDENTITY] = identity
         await self.app(scope, receive, send)
 
 
-async def _refuse(
+async def refuse(
     send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     body = json.dumps({"detail": detail}).encode()

@@ -28,6 +28,7 @@ REFUSAL_REASONS = {
     411: "length_required",
     413: "too_large",
     422: "invalid",
+    429: "rate_limited",
 }
 
 

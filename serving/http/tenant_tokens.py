@@ -18,6 +18,7 @@ they may not do). Errors name the entry and its variable, never a secret.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Annotated
 
@@ -27,6 +28,7 @@ from kvcast.config import FiniteConfig
 
 # a tenant's name, as every API takes it: printable, 1-256 characters
 Tenant = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+BURST_SECONDS = 2.0  # a burst left unset: this many seconds at the rate
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
 TenantTokens = Mapping[str, frozenset[str]]  # secret -> the tenants it speaks for
 
@@ -43,6 +45,14 @@ class TenantToken(FiniteConfig):
         if twice:
             raise ValueError(f"tenants named twice: {twice}")
         return self
+
+
+def burst_of(rate: float | None, burst: int | None) -> int | None:
+    """The most a rate-limited token may take at once: ``burst``, else ``BURST_SECONDS`` at
+    ``rate``, at least one (None: no rate, unlimited)."""
+    if rate is None:
+        return None
+    return burst if burst is not None else max(1, math.ceil(BURST_SECONDS * rate))
 
 
 def read_tenant_tokens(

@@ -9,13 +9,9 @@ ingestion queue is capped too (``max_queue_share``, :mod:`.queue_shares`).
 
 from __future__ import annotations
 
-import math
-
 from pydantic import Field, model_validator
 
-from kvcast.serving.http.tenant_tokens import TenantToken
-
-BURST_SECONDS = 2.0  # burst_arrivals left unset: this many seconds of arrivals at the rate
+from kvcast.serving.http.tenant_tokens import TenantToken, burst_of
 
 
 class TenantTokenConfig(TenantToken):
@@ -39,8 +35,4 @@ class TenantTokenConfig(TenantToken):
     def burst(self) -> int | None:
         """The most arrivals posted at once (None: unlimited): ``burst_arrivals``, else
         ``BURST_SECONDS`` of arrivals at ``max_arrivals_per_s``, at least one."""
-        if self.max_arrivals_per_s is None:
-            return None
-        if self.burst_arrivals is not None:
-            return self.burst_arrivals
-        return max(1, math.ceil(BURST_SECONDS * self.max_arrivals_per_s))
+        return burst_of(self.max_arrivals_per_s, self.burst_arrivals)

@@ -78,7 +78,7 @@ def control_api() -> Callable[..., Any]:
     control)``: an agent whose transfer server listens on loopback, and an httpx client on its
     ASGI control app; ``token`` guards both the HTTP routes and the agent's pulls, as in
     ``kvcast serve agent``, and ``tenant_tokens`` (secret -> tenants) speak for some tenants
-    (``max_bytes``: secret -> its entry's cap)."""
+    (``limits``: secret -> more keys of its entry, ``max_bytes`` say)."""
     import contextlib
 
     import httpx
@@ -89,10 +89,10 @@ def control_api() -> Callable[..., Any]:
     @contextlib.asynccontextmanager
     async def open_api(
         token: str | None = None, tenant_tokens: dict[str, frozenset[str]] | None = None,
-        max_bytes: dict[str, int] | None = None, **overrides: Any,
+        limits: dict[str, dict[str, Any]] | None = None, **overrides: Any,
     ) -> Any:  # fmt: skip
-        caps = max_bytes or {}
-        entries = [{"tenants": sorted(t), "token_env": f"KT_{i}", "max_bytes": caps.get(k)}
+        more = limits or {}
+        entries = [{"tenants": sorted(t), "token_env": f"KT_{i}", **more.get(k, {})}
                    for i, (k, t) in enumerate((tenant_tokens or {}).items())]  # fmt: skip
         cfg = agent_config(token=token, tenant_tokens=entries, **overrides)
         async with Agent(cfg, tenant_tokens=tenant_tokens) as agent:

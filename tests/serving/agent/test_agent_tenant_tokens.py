@@ -13,6 +13,7 @@ from their variables and refuses a bad one naming the variable, never the secret
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import secrets
@@ -189,8 +190,8 @@ def test_a_tenant_tokens_uploads_stop_at_its_max_bytes(run, control_api) -> None
     already held adds nothing; evicting makes room again; the shared token is not capped."""
 
     async def scenario() -> None:
-        cap = {ACME: 200}
-        async with control_api(token=SHARED, tenant_tokens=TOKENS, max_bytes=cap) as (
+        cap = {ACME: {"max_bytes": 200}}
+        async with control_api(token=SHARED, tenant_tokens=TOKENS, limits=cap) as (
             api, control,
         ):  # fmt: skip
             store = control.agent.store
@@ -250,6 +251,87 @@ def test_the_cap_is_read_as_the_store_puts_the_block() -> None:
     store.evict("acme", 4)
     assert store.tenant_bytes(["acme"]) == 1000 and store.evict("acme", 1)
     assert store.tenant_bytes(["acme"]) == 200
+
+
+def test_a_tenant_tokens_requests_stop_at_its_rate(run, control_api, metric) -> None:
+    """Past its burst, a request is 429 with Retry-After and nothing is done; counted; the
+    shared token is never limited."""
+
+    async def scenario() -> None:
+        limit = {ACME: {"max_requests_per_s": 0.01, "burst_requests": 2}}
+        async with control_api(token=SHARED, tenant_tokens=TOKENS, limits=limit) as (
+            api, control,
+        ):  # fmt: skip
+            for h in (1, 2, 3):
+                put(control.agent, "acme", h)
+            for h in (1, 2):
+                r = await api.post("/v1/evict", json={"tenant": "acme", "block_hashes": [h]},
+                                   headers=TENANT)  # fmt: skip
+                assert r.status_code == 200 and r.json()["evicted"] == [h]
+            r = await api.post("/v1/evict", json={"tenant": "acme", "block_hashes": [3]},
+                               headers=TENANT)  # fmt: skip
+            assert r.status_code == 429 and int(r.headers["retry-after"]) >= 99
+            assert "rate limit (0.01 requests/s, bursts of 2) is spent" in r.json()["detail"]
+            assert control.agent.store.info("acme", 3) is not None  # nothing done
+            assert (await api.get("/v1/inventory", headers=TENANT)).status_code == 429
+            for _ in range(5):
+                assert (await api.get("/v1/inventory", headers=ADMIN)).status_code == 200
+            text = (await api.get("/metrics")).text
+            assert metric(text, "kvcast_agent_http_tenant_rate_limited_total") == 2
+            labels = {"command": "evict", "reason": "rate_limited"}
+            assert metric(text, "kvcast_agent_commands_refused_total", **labels) == 1
+
+    run(scenario())
+
+
+def test_a_tenant_token_is_served_at_most_its_max_pulls_at_once(run) -> None:
+    """Over real loopback sockets: with one pull of the token open (its Hello read, its
+    request not yet), a second is refused BUSY at once, before its request is read; the shared
+    token's pulls are not counted; once the first ends, the token is served again."""
+    from kvcast.serving.agent import BlockStore, TransferServer
+    from kvcast.serving.agent.tcp_server import read_frame
+    from kvcast.serving.messages import Done, Error, ErrorCode, Hello, PullRequest, encode
+
+    async def hello(address: str, token: str):  # type: ignore[no-untyped-def]
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(encode(Hello("connector", token)))
+        await writer.drain()
+        return reader, writer
+
+    async def scenario() -> None:
+        server = TransferServer(BlockStore(1 << 20, 0), SHARED, 5.0, tenant_tokens=TOKENS,
+                                tenant_pull_caps=[1])  # fmt: skip
+        await server.start()
+        try:
+            _, first = await hello(server.address, ACME)
+            await until_true(lambda: server._tenant_pulls[0] == 1)
+            reader, writer = await hello(server.address, ACME)
+            busy = await read_frame(reader)
+            assert isinstance(busy, Error) and busy.code is ErrorCode.BUSY
+            assert "this token has its 1 pulls at once" in busy.message
+            writer.close()
+            _, admin = await hello(server.address, SHARED)  # not a tenant token's pull
+            first.close()
+            await until_true(lambda: server._tenant_pulls[0] == 0)
+            reader, writer = await hello(server.address, ACME)
+            writer.write(encode(PullRequest("c", "acme", (7,))))
+            assert isinstance(await read_frame(reader), Done)
+            writer.close()
+            admin.close()
+            assert server.stats.tenant_busy_refused == 1
+        finally:
+            await server.stop()
+
+    run(scenario(), timeout=10.0)
+
+
+async def until_true(check) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never became true")
 
 
 def test_a_tenant_tokens_inventory_shows_its_tenants_blocks_only(run, control_api) -> None:
@@ -393,6 +475,38 @@ def test_an_agent_is_given_exactly_its_configs_tenant_tokens(config) -> None:
             Agent(cfg, tenant_tokens=wrong)
     with pytest.raises(ValueError, match="tenant tokens need a shared token"):
         Agent(config(tenant_tokens=cfg.model_dump()["tenant_tokens"]), tenant_tokens=TOKENS)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"burst_requests": 10}, "burst_requests needs max_requests_per_s"),
+        ({"max_requests_per_s": 0}, "max_requests_per_s': Input should be greater than 0"),
+        ({"max_pulls": 0}, "max_pulls': Input should be greater than or equal to 1"),
+        ({"max_bytes": "0"}, "max_bytes': Input should be greater than 0"),
+        ({"max_bytes": "lots"}, "max_bytes'"),
+    ],
+)  # fmt: skip
+def test_a_malformed_agent_tenant_token_entry_is_refused_naming_the_key(entry, message) -> None:
+    from kvcast.config import ConfigError, parse_config
+    from kvcast.serving.agent.config import AgentConfig
+
+    data = {"capacity_bytes": "1GiB", "speculative_quota_bytes": "1MiB",
+            "tenant_tokens": [{"tenants": ["acme"], "token_env": "KT_ACME"} | entry]}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        parse_config(AgentConfig, data, "agent.yaml")
+    assert "key 'tenant_tokens.0" in str(err.value) and message in str(err.value)
+
+
+def test_an_agent_tenant_tokens_limits_default_to_none_but_four_pulls() -> None:
+    from kvcast.serving.agent.config import AgentTenantToken
+
+    token = AgentTenantToken(tenants=("acme",), token_env="KT_ACME")
+    assert (token.max_bytes, token.max_pulls, token.max_requests_per_s, token.burst) == (
+        None, 4, None, None
+    )  # fmt: skip
+    limited = AgentTenantToken(tenants=("acme",), token_env="KT_ACME", max_requests_per_s=2.5)
+    assert limited.burst == 5
 
 
 BASE = ["serve", "agent", "--listen", "127.0.0.1:0", "--transfer-listen", "127.0.0.1:0",
