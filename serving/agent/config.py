@@ -25,8 +25,9 @@ class AgentTenantToken(TenantToken):
     unlimited), in bursts of up to ``burst_requests`` (None: 2 s worth)."""
 
     max_bytes: ByteSize | None = Field(None, gt=0)
-    max_pulls: int = Field(DEFAULT_TENANT_PULLS, ge=1, le=MAX_CONNECTIONS)
-    max_requests_per_s: float | None = Field(None, gt=0, le=1e9)
+    max_pulls: int = Field(DEFAULT_TENANT_PULLS, ge=1)
+    # at least one request in 1,000 s: a Retry-After stays a number of seconds
+    max_requests_per_s: float | None = Field(None, ge=1e-3, le=1e9)
     burst_requests: int | None = Field(None, ge=1, le=10**12)
 
     @model_validator(mode="after")
@@ -103,6 +104,13 @@ class AgentConfig(FiniteConfig):
             )
         if self.token is not None and len(self.token.get_secret_value().encode()) > MAX_TOKEN_BYTES:
             raise ValueError(f"token must be at most {MAX_TOKEN_BYTES} bytes (UTF-8)")
+        pulls = sum(e.max_pulls for e in self.tenant_tokens)
+        if self.tenant_tokens and pulls >= self.max_transfer_connections:
+            raise ValueError(
+                f"the tenant tokens' max_pulls add up to {pulls}, not under "
+                f"max_transfer_connections ({self.max_transfer_connections}): the agents' own "
+                "pulls could find no connection left"
+            )
         if self.backoff_base_s > self.backoff_max_s:  # the cap silently won from the first retry
             raise ValueError(f"backoff_base_s ({self.backoff_base_s}) must not exceed "
                              f"backoff_max_s ({self.backoff_max_s})")  # fmt: skip

@@ -270,6 +270,8 @@ class TransferServer:
                 self.stats.tenant_busy_refused += 1  # before its request is read
                 cap = self.tenant_pull_caps[token]
                 busy = f"busy: this token has its {cap} pulls at once; retry later"
+                who = _tenant_peer(hello, who_is)
+                self._log_refusal("tenant_busy", writer, who, busy, self.stats.tenant_busy_refused)
                 await self._send_error(writer, ErrorCode.BUSY, "", busy)
                 return
             if token is not None:
@@ -281,8 +283,7 @@ class TransferServer:
                 command_id = request.command_id
                 if not who_is.speaks_for(request.tenant):  # before any block is looked up
                     self.stats.tenant_refused += 1
-                    tenants = sorted(who_is.tenants or ())
-                    who = f"node {hello.node_id!r} (its claim), a token of {tenants}"
+                    who = _tenant_peer(hello, who_is)
                     refusal = f"this token may not pull blocks of tenant {request.tenant!r}"
                     self._log_refusal("tenant", writer, who, refusal, self.stats.tenant_refused)
                     await self._send_error(writer, ErrorCode.UNAUTHORIZED, command_id, refusal)
@@ -424,6 +425,11 @@ class TransferServer:
     ) -> None:  # fmt: skip
         writer.write(encode(Error(code, command_id, message[:500]), version))
         await self._drain(writer)
+
+
+def _tenant_peer(hello: Hello, who: Identity) -> str:
+    """A tenant token's peer as a refusal's log line names it (never the token)."""
+    return f"node {hello.node_id!r} (its claim), a token of {sorted(who.tenants or ())}"
 
 
 async def _flushed(writer: asyncio.StreamWriter) -> None:

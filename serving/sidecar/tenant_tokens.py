@@ -19,7 +19,8 @@ class TenantTokenConfig(TenantToken):
     the arrivals per second it may post (None: unlimited) and its share of the ingestion
     queue."""
 
-    max_arrivals_per_s: float | None = Field(None, gt=0, le=1e9)
+    # at least one arrival in 1,000 s: a Retry-After stays a number of seconds
+    max_arrivals_per_s: float | None = Field(None, ge=1e-3, le=1e9)
     burst_arrivals: int | None = Field(None, ge=1, le=10**12)  # None: BURST_SECONDS at the rate
     # the most of the ingestion queue (queue_events) its arrivals may hold at once
     max_queue_share: float = Field(0.5, gt=0, le=1)

@@ -481,7 +481,8 @@ def test_an_agent_is_given_exactly_its_configs_tenant_tokens(config) -> None:
     ("entry", "message"),
     [
         ({"burst_requests": 10}, "burst_requests needs max_requests_per_s"),
-        ({"max_requests_per_s": 0}, "max_requests_per_s': Input should be greater than 0"),
+        ({"max_requests_per_s": 0}, "max_requests_per_s': Input should be greater than or "),
+        ({"max_requests_per_s": 1e-310}, "max_requests_per_s': Input should be greater than "),
         ({"max_pulls": 0}, "max_pulls': Input should be greater than or equal to 1"),
         ({"max_bytes": "0"}, "max_bytes': Input should be greater than 0"),
         ({"max_bytes": "lots"}, "max_bytes'"),
@@ -496,6 +497,27 @@ def test_a_malformed_agent_tenant_token_entry_is_refused_naming_the_key(entry, m
     with pytest.raises(ConfigError) as err:
         parse_config(AgentConfig, data, "agent.yaml")
     assert "key 'tenant_tokens.0" in str(err.value) and message in str(err.value)
+
+
+def test_tenant_tokens_pulls_must_leave_the_agents_own_a_connection() -> None:
+    from kvcast.config import ConfigError, parse_config
+    from kvcast.serving.agent.config import AgentConfig
+
+    def cfg(connections: int, *pulls: int) -> AgentConfig:
+        tokens = [{"tenants": [f"t{i}"], "token_env": f"KT_{i}", "max_pulls": p}
+                  for i, p in enumerate(pulls)]  # fmt: skip
+        return parse_config(AgentConfig, {"capacity_bytes": "1GiB",
+                                          "speculative_quota_bytes": "1MiB",
+                                          "max_transfer_connections": connections,
+                                          "tenant_tokens": tokens}, "agent.yaml")  # fmt: skip
+
+    assert cfg(9, 4, 4).max_transfer_connections == 9
+    assert cfg(1000, 300).tenant_tokens[0].max_pulls == 300  # past the default connections
+    for connections, pulls in ((8, (4, 4)), (2, (4,)), (4, (4,))):
+        with pytest.raises(ConfigError) as err:
+            cfg(connections, *pulls)
+        assert (f"the tenant tokens' max_pulls add up to {sum(pulls)}, not under "
+                f"max_transfer_connections ({connections})") in str(err.value)  # fmt: skip
 
 
 def test_an_agent_tenant_tokens_limits_default_to_none_but_four_pulls() -> None:

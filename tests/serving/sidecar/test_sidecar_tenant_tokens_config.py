@@ -96,9 +96,12 @@ def test_a_bad_tenant_token_is_refused_at_start_up_naming_the_entry_and_variable
         ([{"tenants": ["acme"], "token_env": "KT_ACME", "token": "inline"}],
          "key 'tenant_tokens.0.token': unknown key"),  # secrets are never written in YAML
         ([entry("KT_ACME"), entry("KT_GLOBEX") | {"max_arrivals_per_s": 0}],
-         "key 'tenant_tokens.1.max_arrivals_per_s': Input should be greater than 0 (got 0)"),
+         "key 'tenant_tokens.1.max_arrivals_per_s': Input should be greater than or equal to "
+         "0.001 (got 0)"),
         ([entry("KT_ACME") | {"max_arrivals_per_s": -5.0}],
-         "key 'tenant_tokens.0.max_arrivals_per_s': Input should be greater than 0"),
+         "key 'tenant_tokens.0.max_arrivals_per_s': Input should be greater than or equal to"),
+        ([entry("KT_ACME") | {"max_arrivals_per_s": 1e-310}],  # a Retry-After past any clock
+         "key 'tenant_tokens.0.max_arrivals_per_s': Input should be greater than or equal to"),
         ([entry("KT_ACME") | {"max_arrivals_per_s": float("inf")}],
          "key 'tenant_tokens.0.max_arrivals_per_s': Input should be a finite number"),
         ([entry("KT_ACME") | {"max_arrivals_per_s": "100"}],
