@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
+from fastapi import APIRouter, FastAPI, Query, Request, Security
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
@@ -47,7 +47,7 @@ from kvcast.serving.agent.tenant_scope import (
     command_scope,
     visible_tenants,
 )
-from kvcast.serving.http.auth import BearerTokenGuard, Identity, bearer_scheme, request_identity
+from kvcast.serving.http.auth import BearerTokenGuard, Who, bearer_scheme
 from kvcast.serving.http.errors import error_responses, install_error_handlers
 from kvcast.serving.http.limits import BodySizeLimit
 from kvcast.serving.http.metrics import StatusCounter, live_registry, metrics_response
@@ -57,7 +57,6 @@ from kvcast.serving.token_bucket import TokenBucket
 
 MAX_BODY_BYTES = 4 << 20  # a replicate of 8192 hex hashes of 64 bytes is about 1.1 MB
 BODY_REFUSALS = (411, 413)  # no Content-Length; body over MAX_BODY_BYTES
-Who = Annotated[Identity, Depends(request_identity)]
 
 
 def _guarded_routes(control: AgentControl) -> APIRouter:

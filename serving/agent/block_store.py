@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable
-from itertools import repeat
 
 from kvcast.serving.agent.block_table import BlockTable, Entry
 from kvcast.serving.agent.blocks import (
@@ -81,8 +80,7 @@ class BlockStore:
     def tenant_bytes(self, tenants: Iterable[str]) -> int:
         """Bytes of the blocks of ``tenants``, expired replicas reclaimed first."""
         self.sweep()
-        held = self._table.tenant_bytes
-        return sum(held.get(t, 0) for t in tenants)
+        return self._table.bytes_of(tenants)
 
     def totals(self) -> dict[BlockState, tuple[int, int]]:
         """(blocks, bytes) in each state, expired replicas reclaimed first; O(1) otherwise."""
@@ -120,7 +118,7 @@ class BlockStore:
             self.stats.duplicate_puts += 1
             return self._restate(key, entry, state, expires_at)
         if cap is not None:
-            held = sum(map(self._table.tenant_bytes.get, cap[0], repeat(0)))
+            held = self._table.bytes_of(cap[0])
             if held + buffer.nbytes > cap[1]:
                 self.stats.rejected_tenant_cap += 1
                 raise OverTenantCap(held, buffer.nbytes, cap[1])

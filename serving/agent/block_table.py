@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 
 from kvcast.serving.agent.blocks import BlockKey, BlockState
 from kvcast.serving.agent.buffers import BlockBuffer
@@ -61,6 +62,10 @@ class BlockTable:
     @property
     def used_bytes(self) -> int:
         return sum(self.bytes.values())
+
+    def bytes_of(self, tenants: Iterable[str]) -> int:
+        """The bytes of the blocks of ``tenants``."""
+        return sum(map(self.tenant_bytes.get, tenants, repeat(0)))
 
     def add(self, key: BlockKey, entry: Entry) -> None:
         if key in self.entries:

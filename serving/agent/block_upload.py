@@ -29,12 +29,7 @@ from kvcast.serving.agent.blocks import (
     StoreFull,
 )
 from kvcast.serving.agent.control import AgentControl, CommandConflict
-from kvcast.serving.agent.tenant_scope import (
-    check_tenant,
-    check_upload_state,
-    over_cap,
-    upload_cap,
-)
+from kvcast.serving.agent.tenant_scope import check_upload, over_cap, upload_cap
 from kvcast.serving.http.auth import ADMIN, Identity
 from kvcast.serving.http.block_hash import (
     JsonBlockHash,
@@ -122,8 +117,7 @@ async def parse_upload(request: Request, who: Identity = ADMIN) -> tuple[BlockUp
             checksum=_header_checksum(h[HEADER + "checksum"]),
             state=_field(_STATE, h.get(HEADER + "state", "cached"), HEADER + "state", "header"),
         )  # fmt: skip
-        check_tenant(meta.tenant, who, f"header.{HEADER}tenant")
-        check_upload_state(meta.state, who)
+        check_upload(meta.tenant, meta.state, who, f"header.{HEADER}tenant")
         return meta, await request.body()
     try:
         upload = BlockUpload.model_validate_json(await request.body())
@@ -135,8 +129,7 @@ async def parse_upload(request: Request, who: Identity = ADMIN) -> tuple[BlockUp
         data = base64.b64decode(upload.data, validate=True)
     except (binascii.Error, ValueError):
         raise _invalid("data", "not valid base64") from None
-    check_tenant(upload.tenant, who)
-    check_upload_state(upload.state, who)
+    check_upload(upload.tenant, upload.state, who)
     return upload, data
 
 

@@ -42,23 +42,21 @@ from kvcast.serving.http.auth import Identity
 TENANT_ROUTES = ("/v1/evict", "/v1/release", "/v1/inventory", "/v1/blocks")
 
 
-def foreign_tenant(tenant: str, who: Identity, where: str = "body.tenant") -> HTTPException:
-    """The 403 for a command on blocks of a tenant ``who`` does not speak for."""
-    mine = sorted(who.tenants or ())
-    return HTTPException(
-        403, f"{where}: this token may not act on blocks of tenant {tenant!r} (its tenants: "
-        f"{mine}); nothing was done",
-    )  # fmt: skip
-
-
 def check_tenant(tenant: str, who: Identity, where: str = "body.tenant") -> None:
-    """Raise the 403 of :func:`foreign_tenant` unless ``who`` speaks for ``tenant``."""
+    """Raise a 403 (naming ``where`` the tenant was read) unless ``who`` speaks for
+    ``tenant``."""
     if not who.speaks_for(tenant):
-        raise foreign_tenant(tenant, who, where)
+        mine = sorted(who.tenants or ())
+        raise HTTPException(
+            403, f"{where}: this token may not act on blocks of tenant {tenant!r} (its tenants: "
+            f"{mine}); nothing was done",
+        )  # fmt: skip
 
 
-def check_upload_state(state: str, who: Identity) -> None:
-    """Raise a 403 for a tenant token's upload of an ``active`` block."""
+def check_upload(tenant: str, state: str, who: Identity, where: str = "body.tenant") -> None:
+    """Raise a 403 for an upload ``who`` may not make: a block of another tenant
+    (:func:`check_tenant`), or an ``active`` one by a tenant token."""
+    check_tenant(tenant, who, where)
     if state != "cached" and not who.admin:
         raise HTTPException(
             403, f"state: a tenant token may upload cached blocks only, not {state!r} (an "

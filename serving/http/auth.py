@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -76,6 +76,10 @@ def request_identity(request: Request) -> Identity:
     """The identity the guard admitted ``request`` with (a FastAPI dependency); a route the
     guard does not protect has none, and is answered as for no tenant."""
     return request.scope.get("state", {}).get(IDENTITY, NOBODY)
+
+
+# a handler's parameter: the identity its request was admitted with
+Who = Annotated[Identity, Depends(request_identity)]
 
 
 def token_from_env(value: str | None, name: str) -> str | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Security
+from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Security
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from starlette.responses import Response
@@ -28,7 +28,7 @@ from starlette.responses import Response
 from kvcast import __version__
 from kvcast.features.spec import SpecMismatch
 from kvcast.predictor.model_meta import HorizonMismatch
-from kvcast.serving.http.auth import BearerTokenGuard, Identity, request_identity
+from kvcast.serving.http.auth import BearerTokenGuard, Who
 from kvcast.serving.http.errors import error_responses, install_error_handlers
 from kvcast.serving.http.limits import BodySizeLimit
 from kvcast.serving.http.metrics import metrics_response
@@ -73,7 +73,6 @@ bearer_scheme = HTTPBearer(
     "429 with Retry-After), and GET /v1/decisions "
     "and GET /v1/blocks/{block_hash} narrowed to its tenants; any other guarded route is 403.",
 )
-Who = Annotated[Identity, Depends(request_identity)]
 
 
 def _on(names: tuple[str, ...], mask: int) -> list[str]:
