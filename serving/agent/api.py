@@ -52,8 +52,7 @@ from kvcast.serving.http.errors import error_responses, install_error_handlers
 from kvcast.serving.http.limits import BodySizeLimit
 from kvcast.serving.http.metrics import StatusCounter, live_registry, metrics_response
 from kvcast.serving.http.request_rates import TenantRequestRates
-from kvcast.serving.http.tenant_tokens import TenantTokens
-from kvcast.serving.token_bucket import TokenBucket
+from kvcast.serving.http.tenant_tokens import TenantTokens, rate_buckets
 
 MAX_BODY_BYTES = 4 << 20  # a replicate of 8192 hex hashes of 64 bytes is about 1.1 MB
 BODY_REFUSALS = (411, 413)  # no Content-Length; body over MAX_BODY_BYTES
@@ -186,11 +185,9 @@ def build_app(
     protected = {route.path for route in guarded.routes}  # type: ignore[attr-defined]
     uploads = {"/v1/blocks": upload_limit(control.agent.config.max_block_bytes)}
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, per_path=uploads)
-    rates = {
-        i: TokenBucket(e.max_requests_per_s, e.burst)
-        for i, e in enumerate(control.agent.config.tenant_tokens)
-        if e.max_requests_per_s is not None and e.burst is not None
-    }
+    rates = rate_buckets(
+        (e.max_requests_per_s, e.burst) for e in control.agent.config.tenant_tokens
+    )
     app.add_middleware(TenantRequestRates, buckets=rates, on_limited=control.note_rate_limited)
     app.add_middleware(
         BearerTokenGuard, token=token, protected=protected, on_refused=control.note_auth_failure,

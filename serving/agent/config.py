@@ -11,7 +11,7 @@ from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.gc_pacing import GcConfig
 from kvcast.serving.http.auth import Token
 from kvcast.serving.http.server_config import HttpServerConfig
-from kvcast.serving.http.tenant_tokens import TenantToken, burst_of
+from kvcast.serving.http.tenant_tokens import TenantToken, burst_needs_rate, burst_of
 from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
 
 MAX_TOKEN_BYTES = 2048  # a token and a node id fit in a transfer Hello (MAX_HELLO_BODY)
@@ -32,9 +32,9 @@ class AgentTenantToken(TenantToken):
 
     @model_validator(mode="after")
     def _burst_has_rate(self) -> AgentTenantToken:
-        if self.burst_requests is not None and self.max_requests_per_s is None:
-            raise ValueError("burst_requests needs max_requests_per_s (without it the token "
-                             "is unlimited)")  # fmt: skip
+        burst_needs_rate(
+            self.max_requests_per_s, self.burst_requests, "max_requests_per_s", "burst_requests"
+        )
         return self
 
     @property

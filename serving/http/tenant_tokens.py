@@ -19,12 +19,14 @@ they may not do). Errors name the entry and its variable, never a secret.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated
 
 from pydantic import Field, model_validator
 
 from kvcast.config import FiniteConfig
+from kvcast.serving.token_bucket import TokenBucket
 
 # a tenant's name, as every API takes it: printable, 1-256 characters
 Tenant = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
@@ -45,6 +47,24 @@ class TenantToken(FiniteConfig):
         if twice:
             raise ValueError(f"tenants named twice: {twice}")
         return self
+
+
+def burst_needs_rate(rate: float | None, burst: int | None, rate_key: str, burst_key: str) -> None:
+    """A ValueError naming both keys for a burst set without its rate."""
+    if burst is not None and rate is None:
+        raise ValueError(f"{burst_key} needs {rate_key} (without it the token is unlimited)")
+
+
+def rate_buckets(
+    limits: Iterable[tuple[float | None, int | None]], clock: Callable[[], float] = time.monotonic
+) -> dict[int, TokenBucket]:
+    """Per tenant token (its position, as ``Identity.token``) with a rate, a bucket of its
+    (rate, burst) from ``limits``, in the tokens' order; tokens without a rate have none."""
+    return {
+        i: TokenBucket(rate, burst, clock)
+        for i, (rate, burst) in enumerate(limits)
+        if rate is not None and burst is not None
+    }
 
 
 def burst_of(rate: float | None, burst: int | None) -> int | None:

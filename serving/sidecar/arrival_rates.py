@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from fastapi import HTTPException
 
 from kvcast.serving.http.auth import Identity
+from kvcast.serving.http.tenant_tokens import rate_buckets
 from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig
-from kvcast.serving.token_bucket import TokenBucket
 
 
 class ArrivalRates:
@@ -28,11 +28,7 @@ class ArrivalRates:
     def __init__(
         self, entries: Sequence[TenantTokenConfig], clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.buckets = {
-            i: TokenBucket(e.max_arrivals_per_s, e.burst, clock)
-            for i, e in enumerate(entries)
-            if e.max_arrivals_per_s is not None and e.burst is not None
-        }
+        self.buckets = rate_buckets(((e.max_arrivals_per_s, e.burst) for e in entries), clock)
 
     def oversize(self, who: Identity, arrivals: int) -> HTTPException | None:
         """The 400 for a batch larger than ``who``'s burst (it never fits; checked before any

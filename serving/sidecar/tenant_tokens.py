@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from kvcast.serving.http.tenant_tokens import TenantToken, burst_of
+from kvcast.serving.http.tenant_tokens import TenantToken, burst_needs_rate, burst_of
 
 
 class TenantTokenConfig(TenantToken):
@@ -27,9 +27,9 @@ class TenantTokenConfig(TenantToken):
 
     @model_validator(mode="after")
     def _burst_has_rate(self) -> TenantTokenConfig:
-        if self.burst_arrivals is not None and self.max_arrivals_per_s is None:
-            raise ValueError("burst_arrivals needs max_arrivals_per_s (without it the token "
-                             "is unlimited)")  # fmt: skip
+        burst_needs_rate(
+            self.max_arrivals_per_s, self.burst_arrivals, "max_arrivals_per_s", "burst_arrivals"
+        )
         return self
 
     @property
