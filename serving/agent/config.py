@@ -6,7 +6,8 @@ from pydantic import Field, model_validator
 
 from kvcast.config import FiniteConfig
 from kvcast.serving.agent.sizes import ByteSize
-from kvcast.serving.agent.tcp_server import DEFAULT_TENANT_PULLS, MAX_CONNECTIONS
+from kvcast.serving.agent.tcp_server import MAX_CONNECTIONS
+from kvcast.serving.agent.tenant_pulls import DEFAULT_TENANT_PULLS
 from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.gc_pacing import GcConfig
 from kvcast.serving.http.auth import Token

@@ -17,7 +17,8 @@ that body; any other first frame, or a longer one, is refused from its header al
 another protocol version is refused from its header too, in an ``Error`` frame of its own
 version where that version can read it (version 1), and counted. At most ``max_connections``
 peers are served at once (others get a ``BUSY`` error at once). A peer that sends no complete
-``Hello`` and request, or takes no bytes of the pull, for ``request_timeout_s`` is cut off.
+``Hello`` and request, or takes no bytes of the pull, for ``request_timeout_s`` is cut off
+(:mod:`~kvcast.serving.agent.peer_writes`).
 Over TLS, a peer whose handshake is not done ``tls_handshake_timeout_s`` after its connection
 was accepted is cut off first (asyncio's ``ssl_handshake_timeout``; its default, 60 s,
 otherwise): until its handshake is done a connection is neither served nor counted among the
@@ -43,7 +44,6 @@ import contextlib
 import logging
 import math
 import ssl
-import struct
 import time
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -52,6 +52,8 @@ from typing import TypeVar
 from kvcast.serving.agent.block_store import BlockStore
 from kvcast.serving.agent.blocks import StoredBlock
 from kvcast.serving.agent.bounded_reader import FrameSource, PeerProtocol
+from kvcast.serving.agent.peer_writes import PeerStalled, close, drain
+from kvcast.serving.agent.tenant_pulls import TenantPulls
 from kvcast.serving.http.auth import Identity, KnownTokens
 from kvcast.serving.messages import (
     ERROR_VERSIONS,
@@ -83,32 +85,8 @@ LOOKAHEAD = HEADER_SIZE + MAX_HELLO_BODY
 _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once the last is sent
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256  # peers served at once
-DEFAULT_TENANT_PULLS = 4  # pulls a tenant token is served at once, unless set
 _REFUSAL_LOG_PERIOD_S = 10.0  # at most one log line per period per kind of refusal
 _T = TypeVar("_T")
-
-
-try:  # the bytes a TCP socket holds that its peer has not acknowledged (Linux)
-    from fcntl import ioctl
-    from termios import TIOCOUTQ
-except ImportError:  # pragma: no cover - not Linux: the transport's own buffer only
-    TIOCOUTQ = None
-
-
-class PeerStalled(ConnectionError):
-    """The peer took none of the bytes written to it for the request timeout."""
-
-
-def unsent_bytes(transport: asyncio.WriteTransport) -> int:
-    """Bytes written to ``transport`` that its peer has not taken yet: the transport's buffer
-    and, where the OS says, what the kernel holds unacknowledged (megabytes on a fast link:
-    without it a slow peer would look stalled until the kernel's buffer drained)."""
-    n = transport.get_write_buffer_size()
-    sock = transport.get_extra_info("socket")
-    if TIOCOUTQ is not None and sock is not None:
-        with contextlib.suppress(OSError):
-            n += struct.unpack("i", ioctl(sock.fileno(), TIOCOUTQ, b"\0\0\0\0"))[0]
-    return n
 
 
 async def read_frame(reader: FrameSource) -> Message:
@@ -154,9 +132,9 @@ class TransferServer:
     peer's handshake bounded by ``tls_handshake_timeout_s`` (seconds, from its accept).
     ``token``: the shared token (None: no authentication); ``tenant_tokens`` (secret -> the
     tenants it speaks for; they need a shared token): peers that may pull those tenants'
-    blocks only, each at most ``tenant_pull_caps[i]`` pulls at once (in their order; default
-    :data:`DEFAULT_TENANT_PULLS`), so that tenant tokens cannot take every connection from the
-    peers that replicate for all tenants."""
+    blocks only, each at most ``tenant_pull_caps[i]`` pulls at once (in their order;
+    :class:`~kvcast.serving.agent.tenant_pulls.TenantPulls`), so that tenant tokens cannot take
+    every connection from the peers that replicate for all tenants."""
 
     def __init__(
         self, store: BlockStore, token: str | None = None, request_timeout_s: float = 10.0,
@@ -176,12 +154,7 @@ class TransferServer:
         self.max_connections = max_connections
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self.tokens = KnownTokens(token, tenant_tokens)
-        caps = tuple(tenant_pull_caps) or (DEFAULT_TENANT_PULLS,) * len(tenant_tokens or ())
-        if len(caps) != len(tenant_tokens or ()) or min(caps, default=1) < 1:
-            raise ValueError(f"tenant_pull_caps must give each tenant token a cap >= 1, "
-                             f"got {list(caps)}")  # fmt: skip
-        self.tenant_pull_caps = caps  # per tenant token (by position): its pulls at once
-        self._tenant_pulls = [0] * len(caps)  # and how many it has now
+        self.tenant_pulls = TenantPulls(len(tenant_tokens or ()), tenant_pull_caps)
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self.connections = 0  # peers being served now (refused ones not counted)
@@ -266,16 +239,15 @@ class TransferServer:
                 await self._send_error(writer, ErrorCode.UNAUTHORIZED, "", "bad token")
                 return
             token = who_is.token
-            if token is not None and self._tenant_pulls[token] >= self.tenant_pull_caps[token]:
+            pulls = self.tenant_pulls
+            if token is not None and not pulls.take(token):
                 self.stats.tenant_busy_refused += 1  # before its request is read
-                cap = self.tenant_pull_caps[token]
+                cap = pulls.caps[token]
                 busy = f"busy: this token has its {cap} pulls at once; retry later"
                 who = _tenant_peer(hello, who_is)
                 self._log_refusal("tenant_busy", writer, who, busy, self.stats.tenant_busy_refused)
                 await self._send_error(writer, ErrorCode.BUSY, "", busy)
                 return
-            if token is not None:
-                self._tenant_pulls[token] += 1
             try:
                 request = await self._before(deadline, read_frame(reader))
                 if not isinstance(request, PullRequest):
@@ -291,7 +263,7 @@ class TransferServer:
                 await self._serve(request, writer)
             finally:
                 if token is not None:
-                    self._tenant_pulls[token] -= 1
+                    pulls.give_back(token)
         except VersionMismatch as err:
             self.stats.version_refused += 1
             refusal = version_refusal(VERSION, err.version)
@@ -338,47 +310,8 @@ class TransferServer:
                     peer, f", {who}" if who else "", why, count)  # fmt: skip
 
     async def _close(self, writer: asyncio.StreamWriter) -> None:
-        """Close after the last bytes are sent; a peer that does not take them within the
-        request timeout is cut off."""
-        writer.close()
-        try:
-            async with asyncio.timeout(self.request_timeout_s):
-                await writer.wait_closed()
-        except TimeoutError:
-            writer.transport.abort()
-        except ConnectionError:
-            pass
-
-    async def _drain(self, writer: asyncio.StreamWriter, flushed: bool = False) -> None:
-        """Wait until the peer has taken what was written (``flushed``: every byte, else down
-        to the transport's low-water mark); :class:`PeerStalled` when it takes none of it for
-        the request timeout (a slow peer that keeps taking bytes is waited for)."""
-        transport = writer.transport
-        left = transport.get_write_buffer_size()
-        if not left or (not flushed and left <= transport.get_write_buffer_limits()[0]):
-            await writer.drain()  # at or below the low-water mark: writing is not paused
-            return
-        loop, period = asyncio.get_running_loop(), self.request_timeout_s
-        stalled = False
-
-        def watch(before: int) -> None:  # each period: the peer took bytes, or it is cut off
-            nonlocal timer, stalled
-            if (now := unsent_bytes(transport)) >= before:
-                stalled = True
-                transport.abort()  # wakes the drain below (a timeout context costs ~5 us more)
-            else:
-                timer = loop.call_later(period, watch, now)
-
-        timer = loop.call_later(period, watch, unsent_bytes(transport))
-        try:
-            await (_flushed(writer) if flushed else writer.drain())
-        except ConnectionError:
-            if not stalled:
-                raise
-        finally:
-            timer.cancel()
-        if stalled:
-            raise PeerStalled(f"took no bytes for {period:g} s")
+        """Close after the last bytes are sent, within the request timeout (tests hook it)."""
+        await close(writer, self.request_timeout_s)
 
     async def _serve(self, request: PullRequest, writer: asyncio.StreamWriter) -> None:
         missing: list[BlockHash] = []
@@ -394,7 +327,7 @@ class TransferServer:
             self.stats.bytes_sent += block.buffer.nbytes
         self.stats.blocks_missing += len(missing)
         writer.write(encode(Done(request.command_id, sent, tuple(missing))))
-        await self._drain(writer)
+        await drain(writer, self.request_timeout_s)
         self.stats.pulls_served += 1
 
     async def send_block(
@@ -411,36 +344,22 @@ class TransferServer:
         header = encode(BlockHeader(block_hash, tenant, len(view), block.checksum))
         if len(view) <= _COALESCE_BYTES:
             writer.write(b"".join((header, view)))  # one send for a small block
-            await self._drain(writer)
+            await drain(writer, self.request_timeout_s)
             return
         writer.write(header)
         for at in range(0, len(view), _CHUNK_BYTES):
-            await self._drain(writer, flushed=True)
+            await drain(writer, self.request_timeout_s, flushed=True)
             writer.write(view[at : at + _CHUNK_BYTES])
-        await self._drain(writer)
+        await drain(writer, self.request_timeout_s)
 
     async def _send_error(
         self, writer: asyncio.StreamWriter, code: ErrorCode, command_id: str, message: str,
         version: int = VERSION,
     ) -> None:  # fmt: skip
         writer.write(encode(Error(code, command_id, message[:500]), version))
-        await self._drain(writer)
+        await drain(writer, self.request_timeout_s)
 
 
 def _tenant_peer(hello: Hello, who: Identity) -> str:
     """A tenant token's peer as a refusal's log line names it (never the token)."""
     return f"node {hello.node_id!r} (its claim), a token of {sorted(who.tenants or ())}"
-
-
-async def _flushed(writer: asyncio.StreamWriter) -> None:
-    """Wait until the transport has handed every queued byte to the kernel."""
-    transport = writer.transport
-    if not transport.get_write_buffer_size():
-        return
-    low, high = transport.get_write_buffer_limits()
-    transport.set_write_buffer_limits(high=0)
-    try:
-        await writer.drain()
-    finally:
-        if not transport.is_closing():
-            transport.set_write_buffer_limits(high, low)

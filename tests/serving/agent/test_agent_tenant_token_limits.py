@@ -137,7 +137,7 @@ def test_a_tenant_token_is_served_at_most_its_max_pulls_at_once(run) -> None:
         await server.start()
         try:
             _, first = await hello(server.address, ACME)
-            await until_true(lambda: server._tenant_pulls[0] == 1)
+            await until_true(lambda: server.tenant_pulls.held(0) == 1)
             reader, writer = await hello(server.address, ACME)
             busy = await read_frame(reader)
             assert isinstance(busy, Error) and busy.code is ErrorCode.BUSY
@@ -145,7 +145,7 @@ def test_a_tenant_token_is_served_at_most_its_max_pulls_at_once(run) -> None:
             writer.close()
             _, admin = await hello(server.address, SHARED)  # not a tenant token's pull
             first.close()
-            await until_true(lambda: server._tenant_pulls[0] == 0)
+            await until_true(lambda: server.tenant_pulls.held(0) == 0)
             reader, writer = await hello(server.address, ACME)
             writer.write(encode(PullRequest("c", "acme", (7,))))
             assert isinstance(await read_frame(reader), Done)
