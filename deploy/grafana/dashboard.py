@@ -145,8 +145,8 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             (f"rate(kvcast_sidecar_auth_failures_total{RATE})", "sidecar"),
             (f"sum by (reason) (rate(kvcast_sidecar_tenant_refusals_total{RATE}))",
              "sidecar tenant token: {{reason}}"),
-            (f"sum by (command) (rate(kvcast_agent_commands_refused_total"
-             f"{{reason=\"forbidden\"}}{RATE}))", "agent tenant token: {{command}}"),
+            (f"sum by (reason) (rate(kvcast_agent_http_tenant_refusals_total{RATE}))",
+             "agent tenant token: {{reason}}"),
             (f"sum by (instance) (rate(kvcast_agent_transfer_tenant_refusals_total{RATE}))",
              "agent tenant token pull {{instance}}"),
             (f"sum by (instance) (rate(kvcast_agent_transfer_tenant_busy_refusals_total{RATE}))",
@@ -154,9 +154,11 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             (f"sum by (instance) (rate(kvcast_agent_http_tenant_rate_limited_total{RATE}))",
              "agent tenant token over its rate {{instance}}"),
         ), "ops", "Requests without a known token (KVCAST_TOKEN or a tenant token): refused "
-           "with 401; a tenant token on another route or tenant: 403 (route, tenant; an "
-           "agent's by command), or a pull of another tenant's blocks (agent tenant token "
-           "pull); over its arrival rate: 429 (rate), or a batch over its burst: 400 (burst)."),
+           "with 401; a tenant token on another route or tenant: 403 (route, tenant; on an "
+           "agent also state: an active upload), or a pull of another tenant's blocks (agent "
+           "tenant token pull); over its arrival rate: 429 (rate), over its share of the "
+           "sidecar's ingestion queue: 429 (queue_share), or a batch over its burst: 400 "
+           "(burst)."),
         Panel("HTTP connections cut", (
             (f"sum by (reason) (rate(kvcast_sidecar_http_connections_cut_total{RATE}))",
              "sidecar {{reason}}"),

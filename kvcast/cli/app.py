@@ -9,6 +9,7 @@ import typer
 from kvcast import __version__
 from kvcast.cli.cluster import cluster_app
 from kvcast.cli.features import features_cmd
+from kvcast.cli.help_text import tidy_help
 from kvcast.cli.quickstart import quickstart_cmd
 from kvcast.cli.serve import serve_app
 from kvcast.cli.shadow import shadow_eval_cmd
@@ -59,6 +60,9 @@ def main_callback(
     ] = False,
 ) -> None:
     """kvcast: predictive KV-cache replication for LLM serving clusters."""
+
+
+tidy_help(app)  # after every command is registered
 
 
 def main() -> None:

@@ -197,8 +197,16 @@ def replay_cmd(
     node_blocks: Annotated[
         int | None, typer.Option("--node-blocks", min=1, help="Engine cache per node, blocks.")
     ] = None,
-    max_requests: Annotated[int | None, typer.Option("--max-requests", min=1)] = None,
-    max_wall_s: Annotated[float, typer.Option("--max-wall-s", min=1.0)] = 900.0,
+    max_requests: Annotated[
+        int | None,
+        typer.Option("--max-requests", min=1, help="Play at most this many requests."),
+    ] = None,
+    max_wall_s: Annotated[
+        float,
+        typer.Option(
+            "--max-wall-s", min=1.0, help="Start no new request after this many wall seconds."
+        ),
+    ] = 900.0,
     settle_s: Annotated[
         float, typer.Option("--settle-s", min=0.0, help="Wait before the final scrape.")
     ] = 2.0,
@@ -287,13 +295,20 @@ def replay_cmd(
     if played_file is not None:
         write_played(played, spec, stats["requests"], played_file)
         where = "--decisions DECISION_LOG"  # the sidecar's decision_log.path
+        logged = True
         if layout is not None:
             work = Path(layout.workdir)
             where = f"--decisions {work / DECISION_LOG} --decider-config {work / DECIDER_FILE}"
-        print(
-            f"wrote {played_file}: judge the sidecar's decisions with `kvcast shadow-eval "
-            f"{where} --trace {played_file} --spread off --clock-offset-ms {t0:.0f}`"
-        )
+            logged = (work / DECISION_LOG).exists()  # written from its first decision on
+        judge = (f"`kvcast shadow-eval {where} --trace {played_file} --spread off "
+                 f"--clock-offset-ms {t0:.0f}`")  # fmt: skip
+        if logged:
+            print(f"wrote {played_file}: judge the sidecar's decisions with {judge}")
+        else:
+            print(
+                f"wrote {played_file}; the sidecar has logged no decision yet (its decision "
+                f"log is written from the first one on); once it has, judge them with {judge}"
+            )
     else:
         print(
             f"trace time 0 was played at unix ms {t0:.0f} (--played FILE writes the requests "

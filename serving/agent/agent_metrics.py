@@ -84,6 +84,11 @@ def agent_families(control: AgentControl) -> list[Family]:
     rejections.add(store.stats.rejected_quota, "quota").add(store.stats.rejected_capacity, "full")
     rejections.add(store.stats.rejected_tenant_cap, "tenant_cap")
     info = Family("gauge", P + "info", "This agent", ("node_id",)).add(1, control.node_id)
+    tenant = Family("counter", P + "http_tenant_refusals_total",
+                    "HTTP requests of a tenant token refused (403): a route it may not use, "
+                    "another tenant's blocks, an active upload", ("reason",))  # fmt: skip
+    for reason in ("route", "tenant", "state"):
+        tenant.add(control.tenant_refusals[reason], reason)
     engines = control.engines()
     return [
         info,
@@ -126,6 +131,7 @@ def agent_families(control: AgentControl) -> list[Family]:
         _counter("transfer_tenant_busy_refusals_total",
                  "Pulls refused: a tenant token had its max_pulls being served",
                  server.tenant_busy_refused),
+        tenant,
         _counter("http_tenant_rate_limited_total",
                  "HTTP requests refused (429): a tenant token over its max_requests_per_s",
                  control.http_rate_limited),

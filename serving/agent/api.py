@@ -12,10 +12,11 @@ read), each tenant token's request rate (429), body size.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query, Request, Security
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
 from starlette.responses import Response
 
 from kvcast import __version__
@@ -43,12 +44,13 @@ from kvcast.serving.agent.block_upload import OPENAPI, put_block, upload_limit
 from kvcast.serving.agent.control import AgentControl, CommandConflict
 from kvcast.serving.agent.tenant_scope import (
     TENANT_ROUTES,
+    TenantRefused,
     check_tenant,
     command_scope,
     visible_tenants,
 )
-from kvcast.serving.http.auth import BearerTokenGuard, Who, bearer_scheme
-from kvcast.serving.http.errors import error_responses, install_error_handlers
+from kvcast.serving.http.auth import BearerTokenGuard, Who
+from kvcast.serving.http.errors import error_responses, http_error_handler, install_error_handlers
 from kvcast.serving.http.limits import BodySizeLimit
 from kvcast.serving.http.metrics import StatusCounter, live_registry, metrics_response
 from kvcast.serving.http.request_rates import TenantRequestRates
@@ -56,12 +58,29 @@ from kvcast.serving.http.tenant_tokens import TenantTokens, rate_buckets
 
 MAX_BODY_BYTES = 4 << 20  # a replicate of 8192 hex hashes of 64 bytes is about 1.1 MB
 BODY_REFUSALS = (411, 413)  # no Content-Length; body over MAX_BODY_BYTES
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    description="The shared token (KVCAST_TOKEN): every route. Or a tenant token (the config's "
+    "tenant_tokens): POST /v1/evict and /v1/release, PUT /v1/blocks (cached blocks, within its "
+    "max_bytes: else 409) for its tenants' blocks only, and GET /v1/inventory narrowed to its "
+    "tenants; any other guarded route, or another tenant's blocks, is 403; over its "
+    "max_requests_per_s, 429 with Retry-After.",
+)
+
+
+def _refusals() -> dict[int | str, dict[str, Any]]:
+    """What every guarded route may answer besides its own refusals: 401 (no known token),
+    403 and 429 (a tenant token: a route it may not use; over its rate), 422."""
+    out = error_responses(401, 403, 422, 429)
+    out[429]["headers"] = {"Retry-After": {
+        "description": "seconds until the token's rate admits a request (rounded up)",
+        "schema": {"type": "integer", "minimum": 1},
+    }}  # fmt: skip
+    return out
 
 
 def _guarded_routes(control: AgentControl) -> APIRouter:
-    router = APIRouter(
-        prefix="/v1", dependencies=[Security(bearer_scheme)], responses=error_responses(401, 422)
-    )
+    router = APIRouter(prefix="/v1", dependencies=[Security(bearer_scheme)], responses=_refusals())
 
     @router.post("/replicate", responses=error_responses(409, *BODY_REFUSALS))
     async def replicate(body: ReplicateRequest) -> ReplicateResult:
@@ -166,6 +185,13 @@ async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=409)
 
 
+async def _tenant_refused(request: Request, exc: Exception) -> Response:
+    """A handler's refusal of a tenant token: counted by reason, answered as any other."""
+    assert isinstance(exc, TenantRefused)
+    request.app.state.control.tenant_refusals[exc.reason] += 1
+    return await http_error_handler(request, exc)
+
+
 def build_app(
     control: AgentControl, token: str | None = None, tenant_tokens: TenantTokens | None = None
 ) -> FastAPI:
@@ -179,6 +205,7 @@ def build_app(
     )
     install_error_handlers(app)
     app.add_exception_handler(CommandConflict, _conflict)
+    app.add_exception_handler(TenantRefused, _tenant_refused)
     guarded = _guarded_routes(control)
     app.include_router(guarded)
     app.include_router(_open_routes(control))
@@ -192,6 +219,7 @@ def build_app(
     app.add_middleware(
         BearerTokenGuard, token=token, protected=protected, on_refused=control.note_auth_failure,
         tenant_tokens=tenant_tokens, tenant_paths=TENANT_ROUTES,
+        on_forbidden=control.note_forbidden,
     )  # fmt: skip
     app.add_middleware(StatusCounter, paths=set(COMMAND_PATHS), counts=control.requests)
     app.state.control = control

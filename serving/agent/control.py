@@ -68,6 +68,9 @@ class AgentControl:
         self.failed: Counter[tuple[str, str]] = Counter()  # (command, outcome)
         self.http_auth_failures = 0
         self.http_rate_limited = 0  # tenant tokens' requests over their rate (429)
+        # tenant tokens' requests refused with 403, by reason: route (one it may not use),
+        # tenant, state (see tenant_scope.TenantRefused)
+        self.tenant_refusals: Counter[str] = Counter()
         self.http_cuts = ConnectionCuts()  # connections the API server cut (counted there)
         self.replications_in_flight = 0
         self.accepting = True  # False once shutting down: /readyz answers 503
@@ -87,6 +90,10 @@ class AgentControl:
 
     def note_rate_limited(self, path: str) -> None:
         self.http_rate_limited += 1
+
+    def note_forbidden(self, path: str) -> None:
+        """A tenant token on a route only the shared token may use (403)."""
+        self.tenant_refusals["route"] += 1
 
     @property
     def transfer_address(self) -> str | None:

@@ -42,14 +42,24 @@ from kvcast.serving.http.auth import Identity
 TENANT_ROUTES = ("/v1/evict", "/v1/release", "/v1/inventory", "/v1/blocks")
 
 
+class TenantRefused(HTTPException):
+    """A tenant token's request refused by a handler, with the reason it is counted under
+    (``kvcast_agent_http_tenant_refusals_total``, beside ``route``, counted by the guard):
+    ``tenant`` (another tenant's blocks), ``state`` (an ``active`` upload)."""
+
+    def __init__(self, detail: str, reason: str) -> None:
+        super().__init__(403, detail)
+        self.reason = reason
+
+
 def check_tenant(tenant: str, who: Identity, where: str = "body.tenant") -> None:
     """Raise a 403 (naming ``where`` the tenant was read) unless ``who`` speaks for
     ``tenant``."""
     if not who.speaks_for(tenant):
         mine = sorted(who.tenants or ())
-        raise HTTPException(
-            403, f"{where}: this token may not act on blocks of tenant {tenant!r} (its tenants: "
-            f"{mine}); nothing was done",
+        raise TenantRefused(
+            f"{where}: this token may not act on blocks of tenant {tenant!r} (its tenants: "
+            f"{mine}); nothing was done", "tenant",
         )  # fmt: skip
 
 
@@ -58,10 +68,10 @@ def check_upload(tenant: str, state: str, who: Identity, where: str = "body.tena
     (:func:`check_tenant`), or an ``active`` one by a tenant token."""
     check_tenant(tenant, who, where)
     if state != "cached" and not who.admin:
-        raise HTTPException(
-            403, f"state: a tenant token may upload cached blocks only, not {state!r} (an "
+        raise TenantRefused(
+            f"state: a tenant token may upload cached blocks only, not {state!r} (an "
             "active block is never evicted to make room, for any tenant: the shared token's); "
-            "nothing was stored",
+            "nothing was stored", "state",
         )  # fmt: skip
 
 
@@ -78,7 +88,8 @@ def upload_cap(
 
 
 def over_cap(err: OverTenantCap) -> HTTPException:
-    """The 409 for an upload over its token's ``max_bytes``."""
+    """The 409 for an upload over its token's ``max_bytes`` (counted by the store:
+    ``kvcast_agent_store_rejections_total{reason="tenant_cap"}``)."""
     return HTTPException(
         409, f"this token's tenants' blocks take {err.held} bytes on this agent; a new block "
         f"of {err.nbytes} would pass its max_bytes of {err.cap}; evict some first; nothing "

@@ -6,8 +6,9 @@ handler). Besides the shared token (every right) it may know *tenant tokens*, ea
 for some tenants only: those reach only the routes named ``tenant_paths`` (others are 403),
 and the guard hands the handler the request's :class:`Identity` (:func:`request_identity`)
 to narrow what it does or shows to those tenants. Every comparison is constant-time, and
-every known token is compared. :data:`bearer_scheme` only documents the requirement in the
-OpenAPI schema; enforcement is the guard's. With no token configured every route is open.
+every known token is compared. Each API documents the requirement in its OpenAPI schema with
+a ``fastapi.security.HTTPBearer`` of its own; enforcement is the guard's. With no token
+configured every route is open.
 """
 
 from __future__ import annotations
@@ -20,11 +21,8 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
-
-bearer_scheme = HTTPBearer(auto_error=False, description="the shared token (KVCAST_TOKEN)")
 
 
 def _not_blank(token: SecretStr) -> SecretStr:

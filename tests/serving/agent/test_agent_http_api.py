@@ -127,6 +127,15 @@ def test_openapi_schema_documents_every_route_and_bearer_auth(run, control_api) 
             assert replicate["security"] == [{"HTTPBearer": []}]
             assert {"401", "409", "422"} <= set(replicate["responses"])
             assert "security" not in schema["paths"]["/healthz"]["get"]
+            # every guarded route: 403 and 429 are a tenant token's (a route it may not use;
+            # over its rate, with Retry-After), and the scheme says what each token may reach
+            for path, item in schema["paths"].items():
+                for op in item.values():
+                    if op.get("security"):
+                        assert {"401", "403", "429"} <= set(op["responses"]), path
+                        assert "Retry-After" in op["responses"]["429"]["headers"], path
+            scheme = schema["components"]["securitySchemes"]["HTTPBearer"]["description"]
+            assert "tenant token" in scheme and "403" in scheme and "429" in scheme
 
     run(scenario())
 

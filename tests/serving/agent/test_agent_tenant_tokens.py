@@ -75,9 +75,12 @@ def test_a_command_naming_another_tenant_is_refused_403_and_nothing_is_done(
             assert f"{where}: this token may not act on blocks of tenant 'globex'" in detail
             assert "nothing was done" in detail and "s3cret" not in detail
             assert sorted((i.tenant, i.block_hash, i.holds) for i in store.inventory()) == before
+            text = (await api.get("/metrics")).text
+            refusals = "kvcast_agent_http_tenant_refusals_total"
+            assert metric(text, refusals, reason="tenant") == 1  # inventory's query too
+            assert metric(text, refusals, reason="route") == 0
             if method != "GET":
                 command = {"/v1/blocks": "put_block"}.get(path, path.removeprefix("/v1/"))
-                text = (await api.get("/metrics")).text
                 labels = {"command": command, "reason": "forbidden"}
                 assert metric(text, "kvcast_agent_commands_refused_total", **labels) == 1
             # the shared token may (every tenant)
@@ -115,7 +118,7 @@ SHARED_ONLY = [
 
 @pytest.mark.parametrize(("method", "path", "body"), SHARED_ONLY)
 def test_a_tenant_token_may_not_use_the_shared_tokens_routes(
-    run, control_api, method, path, body
+    run, control_api, metric, method, path, body
 ) -> None:
     async def scenario() -> None:
         async with control_api(token=SHARED, tenant_tokens=TOKENS) as (api, control):
@@ -127,12 +130,15 @@ def test_a_tenant_token_may_not_use_the_shared_tokens_routes(
             assert control.agent.store.info("acme", 1).holds == 0
             assert control.agent.client.stats.pulls == 0 and control.engines() == []
             assert control.http_auth_failures == 0  # known token: forbidden, not unauthorized
+            text = (await api.get("/metrics")).text  # counted, removals' GET included
+            assert metric(text, "kvcast_agent_http_tenant_refusals_total", reason="route") == 1
+            assert metric(text, "kvcast_agent_http_tenant_refusals_total", reason="tenant") == 0
 
     run(scenario())
 
 
 @pytest.mark.parametrize("form", ["json", "raw"])
-def test_a_tenant_token_may_not_upload_an_active_block(run, control_api, form) -> None:
+def test_a_tenant_token_may_not_upload_an_active_block(run, control_api, metric, form) -> None:
     async def scenario() -> None:
         async with control_api(token=SHARED, tenant_tokens=TOKENS) as (api, control):
             if form == "json":
@@ -143,6 +149,8 @@ def test_a_tenant_token_may_not_upload_an_active_block(run, control_api, form) -
             assert r.status_code == 403
             assert "may upload cached blocks only, not 'active'" in r.json()["detail"]
             assert len(control.agent.store) == 0
+            text = (await api.get("/metrics")).text
+            assert metric(text, "kvcast_agent_http_tenant_refusals_total", reason="state") == 1
             r = await api.put("/v1/blocks", json=upload_json("acme", 1, "active"), headers=ADMIN)
             assert r.status_code == 200 and control.agent.store.info("acme", 1).pins == 1
 
