@@ -28,16 +28,55 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 as PyYAML reads it, and any number in exponent form as a float (``1e9``,
-    ``1.0e9``, ``-2E-3``: YAML 1.1 reads them as strings unless they have a dot and a signed
-    exponent; YAML 1.2 and JSON read them as numbers)."""
+    """YAML as a config author expects it, YAML 1.2's core schema for scalars rather than the
+    YAML 1.1 of PyYAML: ``true`` / ``false`` are the only booleans (``off``, ``no``, ``on``,
+    ``yes`` are strings: ``arrival_spread: off`` means "off"), integers are decimal (``010`` is
+    10, not 8; ``0x`` / ``0o`` prefixes as written; ``_`` between digits allowed), ``2:00`` is
+    a string (not 120), and any number in exponent form is a float (``1e9``). A mapping that
+    names a key twice is refused (YAML 1.1 silently kept the last one), with both lines."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:  # its own keys (a merged mapping's may be overridden)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                line = first.setdefault(key, key_node.start_mark.line)
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if line != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {line + 1})",
+                    key_node.start_mark,
+                )  # fmt: skip
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node)).replace("_", "")
+        sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
+        base = {"0x": 16, "0o": 8}.get(digits[:2].lower(), 10)
+        return sign * int(digits[2:] if base != 10 else digits, base)
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
+_BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float"))
+_Loader.yaml_implicit_resolvers = {  # YAML 1.1's bool, int and float rules dropped ...
+    first: [(tag, rx) for tag, rx in rules if tag not in (_BOOL, _INT, _FLOAT)]
+    for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _tag, _rule, _firsts in (  # ... for YAML 1.2 core's (plus _ between digits)
+    (_BOOL, r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    (_INT, r"[-+]?[0-9](?:_?[0-9])*|0x[0-9a-fA-F]+|0o[0-7]+", "-+0123456789"),
+    (
+        _FLOAT,
+        r"[-+]?(?:[0-9](?:_?[0-9])*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?",
+        "-+0123456789.",
+    ),
+    (_FLOAT, r"[-+]?[0-9](?:_?[0-9])*[eE][-+]?[0-9]+", "-+0123456789"),
+    (_FLOAT, r"[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)", "-+."),
+):
+    _Loader.add_implicit_resolver(_tag, re.compile(f"^(?:{_rule})$"), list(_firsts))
+_Loader.add_constructor(_INT, _Loader.construct_yaml_int)
 
 
 class ConfigError(ValueError):

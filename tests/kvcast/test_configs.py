@@ -132,6 +132,45 @@ def test_numbers_a_config_means_are_read_as_numbers(tmp_path: Path) -> None:
         load_config(SimConfig, d)
 
 
+def test_scalars_are_read_as_yaml_1_2_core_not_yaml_1_1(tmp_path: Path) -> None:
+    """``off`` / ``yes`` are strings (``arrival_spread: off`` as the default file documents
+    it), ``010`` is ten (not octal 8), ``2:00`` is a string (not sexagesimal 120); true/false,
+    hex, octal with 0o, digit groups and the special floats still read as written."""
+    from kvcast.config import read_yaml
+
+    p = tmp_path / "c.yaml"
+    p.write_text("arrival_spread: off\n")
+    assert load_config(SimConfig, p).arrival_spread == "off"
+    p.write_text("nodes: 010\n")
+    assert load_config(SimConfig, p).nodes == 10
+    p.write_text("nodes: 2:00\n")
+    with pytest.raises(ConfigError, match=r"key 'nodes'"):
+        load_config(SimConfig, p)
+    p.write_text("nodes: 0x4\nseed: 1_000\n")
+    assert (load_config(SimConfig, p).nodes, load_config(SimConfig, p).seed) == (4, 1000)
+    p.write_text("a: yes\nb: On\nc: true\nd: FALSE\ne: 0o17\nf: -.inf\ng: .\nh: -0.5e1\n")
+    assert read_yaml(p) == {
+        "a": "yes", "b": "On", "c": True, "d": False, "e": 15, "f": float("-inf"), "g": ".",
+        "h": -5.0,
+    }  # fmt: skip
+
+
+def test_a_key_named_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    from kvcast.config import read_yaml
+
+    p = tmp_path / "dup.yaml"
+    p.write_text("node:\n  gpus: 8\nnodes: 4\nnode:\n  gpus: 4\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml:4: invalid YAML: duplicate key 'node' "
+                                          r"\(first on line 1\)"):  # fmt: skip
+        load_config(SimConfig, p)
+    p.write_text("slo:\n  factor: 3\n  floor_ms: 100\n  factor: 5\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml:4: .*duplicate key 'factor'"):
+        load_config(SimConfig, p)
+    # a merged mapping's key given again is an override, not a duplicate
+    p.write_text("base: &b {factor: 3, floor_ms: 100}\nslo:\n  <<: *b\n  factor: 5\n")
+    assert read_yaml(p)["slo"] == {"factor": 5, "floor_ms": 100}
+
+
 def test_out_of_range_value_is_refused(tmp_path: Path) -> None:
     p = tmp_path / "bad.yaml"
     p.write_text("node:\n  memory_utilization: 1.5\n")
