@@ -165,6 +165,11 @@ def read_decisions(path: str | Path, warn: Callable[[str], None] | None = None) 
     if p.is_dir():
         files = sorted((f for f in p.glob("*.parquet") if f.is_file() and not _is_routes(f)),
                        key=_run_order)  # fmt: skip
+        lacking = {f: _lacks(f) for f in files}
+        for f, col in lacking.items():  # a simulate run's requests.parquet, outcomes, ...
+            if col is not None:
+                (warn or log.warning)(f"{f}: not a decision log (no column {col!r}): skipped")
+        files = [f for f in files if lacking[f] is None]
         if not files:
             raise DecisionLogError(f"{p}: a directory without any *.parquet decision log")
     elif p.is_file():
@@ -235,6 +240,17 @@ def _read_one(p: Path) -> pd.DataFrame:
     df = table.to_pandas()
     _check_values(df, p)
     return df
+
+
+def _lacks(p: Path) -> str | None:
+    """A required column a directory's Parquet file lacks (then it is not a decision log and
+    is skipped); None when it has them all, or has no readable footer (a part cut short,
+    which the reading reports)."""
+    try:
+        names = set(pq.read_schema(p).names)
+    except (pa.ArrowException, OSError):
+        return None
+    return next((col for col in REQUIRED if col not in names), None)
 
 
 def _truncated(p: Path) -> bool:

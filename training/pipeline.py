@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from kvcast import __version__
+from kvcast.output_paths import output_dir
 from kvcast.predictor.model_meta import ModelMeta
 from kvcast.predictor.recency_table import FEATURE
 from kvcast.training import report
@@ -69,13 +70,11 @@ def run_training(
     say = stage or (lambda _: None)
     t0 = time.perf_counter()
     out = cfg.output_dir
-    if out.exists() and not out.is_dir():  # before the data, not after a long replay
-        raise ValueError(f"out_dir: {out} exists and is not a directory")
+    output_dir(out, "out_dir")  # before the data, not after a long replay
     say("data")
     data = data if data is not None else load_data(cfg)
     model_kind(cfg.kind)  # an unknown kind fails before any work
     require_both_classes(data, cfg.data.label)
-    out.mkdir(parents=True, exist_ok=True)
     tracker = (
         Tracker(cfg.tracking, cfg.registered_model, f"{cfg.kind}-{int(time.time())}")
         if cfg.tracking.enabled and not (cfg.distributed.strategy == "ddp" and secondary_rank())

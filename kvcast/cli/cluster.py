@@ -15,8 +15,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kvcast.cli.common import console, fail, open_trace, parse_names, progress_bar, user_errors
+from kvcast.cli.common import (
+    console,
+    fail,
+    open_trace,
+    parse_names,
+    progress_bar,
+    user_errors,
+)
 from kvcast.cli.common import write_json as write_json_file
+from kvcast.output_paths import output_file
 
 cluster_app = typer.Typer(
     help="A local cluster on loopback: sidecar + agents, and trace replay against it.",
@@ -232,6 +240,9 @@ def replay_cmd(
     from kvcast.serving.http.auth import token_from_env
     from kvcast.serving.tls import tls_from_env
 
+    for flag, path in (("--out", out_file), ("--played", played_file)):
+        if path is not None:  # before anything is played: never after the replay
+            output_file(path, flag, [("--trace", Path(trace))])
     layout = read_layout(cluster) if cluster is not None else None
     if layout is not None and layout.token_env:
         token_env = layout.token_env

@@ -85,14 +85,6 @@ def png_path(path: Path | None) -> Path | None:
     return path if path is None or path.suffix else path.with_suffix(".png")
 
 
-def output_dir(out: Path, what: str = "--out") -> Path:
-    """``out`` as a directory ready to write into, checked before any long work."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{what}: {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 JUDGED_FROM_SUMMARY = ("verdict.json", "verdict.png")
 """What ``kvcast verdict`` writes beside a summary: stale once the summary is replaced."""
 

@@ -13,7 +13,6 @@ from kvcast.cli.common import (
     fresh_summary,
     open_trace,
     out_console,
-    output_dir,
     progress_bar,
     user_errors,
     write_json,
@@ -26,6 +25,7 @@ from kvcast.cli.simulate import (
     TraceOpt,
     sim_config,
 )
+from kvcast.output_paths import output_dir
 from kvcast.simulator.policies import policy_names
 from kvcast.simulator.recording import feature_config_for, record_events
 

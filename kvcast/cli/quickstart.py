@@ -21,6 +21,7 @@ import typer
 
 from kvcast.cli.common import console, parse_floats, parse_names, user_errors
 from kvcast.cli.simulate import default_jobs, run_evaluation
+from kvcast.output_paths import output_dir
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.goal_config import GoalConfig
 from kvcast.simulator.model_scorer import is_model_policy
@@ -118,6 +119,7 @@ def quickstart_cmd(
                       highlight=False)  # fmt: skip
     if not names:
         raise ValueError(f"--policies: nothing left to run ({policies!r})")
+    output_dir(out)  # before the training: never an errno after it
     models = train_models(out, track, trace)
     run_evaluation(
         trace, "auto", SimConfig(), names, loads, capacity, out, models=models,

@@ -22,6 +22,7 @@ from kvcast.cli.common import (
     write_json,
 )
 from kvcast.cli.simulate import FormatOpt, SkipBadOpt, TraceOpt
+from kvcast.output_paths import output_file
 
 out_console = Console(width=None if sys.stdout.isatty() else 120, emoji=False)
 
@@ -193,6 +194,13 @@ def shadow_eval_cmd(
         raise ValueError(f"--min-covered must be within [0, 1], got {min_covered}")
     quantum = _spread(spread)
     costs = load_decider_config(decider_config).costs
+    given = [("--decisions", decisions), ("--routes", routes), ("--trace", Path(trace)),
+             ("--decider-config", decider_config)]  # fmt: skip
+    if plot is not None:
+        plot = png_path(plot)
+    for flag, path in (("--out", out), ("--outcomes", outcomes), ("--plot", plot)):
+        if path is not None:  # before the replay: never after minutes of work
+            output_file(path, flag, given)
 
     def warn(msg: str) -> None:
         console.print(f"[yellow]warning:[/] {escape(msg)}")
@@ -225,14 +233,11 @@ def shadow_eval_cmd(
     if out is not None:
         written.append(write_json(out, summary))
     if outcomes is not None:
-        outcomes.parent.mkdir(parents=True, exist_ok=True)
         res.outcomes.to_parquet(outcomes, index=False)
         written.append(outcomes)
     if plot is not None:
         from kvcast.predictor.shadow_plots import plot_shadow
 
-        plot = png_path(plot)
-        plot.parent.mkdir(parents=True, exist_ok=True)
         title = f"shadow-eval: {decisions.name} vs {tr.name} (x{time_scale:g})"
         written.append(plot_shadow(res.outcomes, plot, min_covered, title))
     passed = summary["go_live"]["pass"]

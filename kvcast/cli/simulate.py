@@ -15,7 +15,6 @@ from kvcast.cli.common import (
     no_repeats,
     open_trace,
     out_console,
-    output_dir,
     parse_floats,
     parse_models,
     parse_names,
@@ -27,6 +26,7 @@ from kvcast.cli.summary_table import rejection_notes, summary_table
 from kvcast.cli.verdict import GoalOpt
 from kvcast.config import parse_config, with_options
 from kvcast.features.traces import TRACE_FORMATS, Trace
+from kvcast.output_paths import output_dir
 from kvcast.predictor.decider_config import DeciderConfig, load_decider_config
 from kvcast.simulator.config import SimConfig, SLOConfig, load_sim_config
 from kvcast.simulator.engine import simulate as run_simulation
@@ -88,7 +88,9 @@ def simulate_cmd(
     time_scale: Annotated[
         float, typer.Option("--time-scale", help="Compress arrivals by X (2 = twice the load).")
     ] = 1.0,
-    out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("kvcast-out"),
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
+        "kvcast-out/simulate"
+    ),
     skip_bad: SkipBadOpt = False,
     decider_config: DeciderOpt = None,
     model: ModelOpt = None,
@@ -311,7 +313,9 @@ def evaluate_cmd(
     capacity: Annotated[
         bool, typer.Option("--capacity", help="Also search each policy's capacity.")
     ] = False,
-    out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("kvcast-out"),
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
+        "kvcast-out/evaluate"
+    ),
     skip_bad: SkipBadOpt = False,
     decider_config: DeciderOpt = None,
     model: ModelOpt = None,

@@ -18,6 +18,7 @@ from kvcast.cli.common import (
     user_errors,
     write_json,
 )
+from kvcast.output_paths import output_file
 
 trace_app = typer.Typer(
     help="Trace tools: synthesise a longer trace from a real one or an agent workload; "
@@ -57,6 +58,7 @@ def synth_cmd(
 
     if scale < 1:
         raise ValueError(f"--scale must be a positive integer, got {scale}")
+    output_file(out, "--out", [("--trace", Path(trace))])
     src = open_trace(trace, format, skip_bad=skip_bad)
     with progress_bar(None, f"synthesise {scale}x"):
         df = synthesize(src.requests, scale, seed)
@@ -105,6 +107,7 @@ def agent_cmd(
     from kvcast.features.traces.agent_trace import agent_trace
     from kvcast.features.traces.synthesize import write_mooncake
 
+    output_file(out, "--out", [("--config", config)])
     cfg = load_agent_config(config)
     if tool_s is not None:
         tool = cfg.tool_s.model_dump() | {"median": tool_s}
@@ -168,6 +171,9 @@ def reuse_cmd(
     if min_blocks < 1:
         raise ValueError(f"--min-blocks must be at least 1, got {min_blocks}")
     plot = png_path(plot)
+    for flag, path in (("--json", json_out), ("--plot", plot)):
+        if path is not None:
+            output_file(path, flag, [("--trace", Path(trace))])
     src = open_trace(trace, format, skip_bad=skip_bad)
     with progress_bar(None, "next uses"):
         h = reuse_hazard(src.requests, window_ms=window_s * 1e3, idle_ms=ages,
@@ -191,5 +197,4 @@ def reuse_cmd(
     if json_out is not None:
         write_json(json_out, {"trace": src.name, **h.to_dict()})  # strict: NaN as null
     if plot is not None:
-        plot.parent.mkdir(parents=True, exist_ok=True)
         console.print(escape(f"plot: {plot_hazard({src.name: h}, str(plot))}"), highlight=False)

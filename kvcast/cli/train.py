@@ -9,7 +9,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kvcast.cli.common import console, progress_bar, user_errors, write_json
+from kvcast.cli.common import (
+    console,
+    progress_bar,
+    user_errors,
+    write_json,
+)
+from kvcast.output_paths import output_dir
 from kvcast.training.config import REPLAY_KEYS, TrainConfig
 from kvcast.training.evaluate import METRICS
 from kvcast.training.registry import MODEL_KINDS
@@ -171,6 +177,9 @@ def score_cmd(
         raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
     if budget_k < 1:
         raise ValueError(f"--budget-k must be >= 1, got {budget_k}")
+    if threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {threads}")
+    output_dir(out)  # before the replay
     scorer = OnnxScorer.load(model, threads=threads)
     with progress_bar(None, f"replay and score ({scorer.kind})") as update:
         result = score_trace(

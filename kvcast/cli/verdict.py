@@ -18,7 +18,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from kvcast.cli.common import out_console, user_errors, write_json
+from kvcast.cli.common import (
+    out_console,
+    user_errors,
+    write_json,
+)
+from kvcast.output_paths import output_file
 from kvcast.simulator.goal_config import GoalConfig, load_goal_config
 from kvcast.simulator.verdict import CHECKS, GroupVerdict, judge
 
@@ -144,8 +149,12 @@ def verdict_cmd(
     Reads what it needs from the summaries: capacities (evaluate --capacity), the bar's
     capacity load and the low load (evaluate --verdict runs both)."""
     cfg = load_goal_config(goal)
+    out = out or summary.with_name("verdict.json")
+    given = [("--summary", summary), ("--goal", goal)]
+    output_file(out, "--out", given)
+    output_file(out.with_suffix(".png"), "--out (its figure)", given)
     rows = _read_summaries(summary)
-    groups = print_verdict(out_console, rows, cfg, out or summary.with_name("verdict.json"))
+    groups = print_verdict(out_console, rows, cfg, out)
     judged = [p for g in groups for p in g.policies]
     if strict and not (judged and all(p.met for p in judged)):
         if not judged:

@@ -270,6 +270,25 @@ def test_a_directory_reads_every_run_log_in_it(tmp_path: Path) -> None:
         read_decisions(tmp_path / "none")
 
 
+def test_a_directory_skips_its_other_parquet_tables_and_says_so(tmp_path: Path) -> None:
+    """A shadow run's directory (simulate --shadow-log beside --out) holds its requests and
+    timeline tables, and perhaps an earlier --outcomes table: not decision logs."""
+    rows = list(LOG.values())
+    write_log(tmp_path / "decisions.parquet", rows)
+    pd.DataFrame({"request_id": ["r"], "node": [0]}).to_parquet(tmp_path / "requests.parquet")
+    pd.DataFrame({"decision_id": ["x"], "hit": [True]}).to_parquet(tmp_path / "outcomes.parquet")
+    said: list[str] = []
+    s = evaluate_shadow(read_decisions(tmp_path, warn=said.append), trace()).summary
+    assert s["decisions"] == 8
+    assert sorted(said) == [
+        f"{tmp_path / 'outcomes.parquet'}: not a decision log (no column 'ts_ms'): skipped",
+        f"{tmp_path / 'requests.parquet'}: not a decision log (no column 'ts_ms'): skipped",
+    ]
+    (tmp_path / "decisions.parquet").unlink()
+    with pytest.raises(DecisionLogError, match="a directory without any"):
+        read_decisions(tmp_path, warn=said.append)
+
+
 def test_a_lone_log_cut_short_by_a_killed_writer_is_named_truncated(tmp_path: Path) -> None:
     # (a truncated part beside readable ones is skipped with a warning: test_shadow_eval_parts)
     data = write_log(tmp_path / "whole.parquet", list(LOG.values())).read_bytes()

@@ -1,0 +1,51 @@
+"""Where a command writes, checked before it does any work: a file or a directory that can be
+written, never one of the command's own inputs, and an error that names the flag or key and
+the path in the way (not an errno after minutes of replay)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["output_dir", "output_file"]
+
+
+def output_dir(out: Path, what: str = "--out") -> Path:
+    """``out`` as a directory ready to write into, checked before any long work: the error
+    names ``what`` (the flag or key) and the path in the way."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{what}: {out} exists and is not a directory")
+    for up in out.parents:  # a file where a directory of the path must be
+        if up.exists():
+            if not up.is_dir():
+                raise ValueError(f"{what}: {up} is a file, not a directory (in {out})")
+            break
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{what}: cannot create {out}: {err.strerror}") from None
+    if not os.access(out, os.W_OK):
+        raise ValueError(f"{what}: {out} is not writable")
+    return out
+
+
+def output_file(path: Path, what: str, inputs: Iterable[tuple[str, Path | None]] = ()) -> Path:
+    """``path`` checked as a file to write, before any work: not a directory, its directory
+    made (:func:`output_dir`), and none of ``inputs`` (flag, path): writing over the command's
+    own input would lose it."""
+    if path.is_dir():
+        raise ValueError(f"{what}: {path} is a directory, not a file")
+    for flag, given in inputs:
+        if given is not None and _same_file(path, given):
+            raise ValueError(f"{what}: {path} is the input given as {flag}; writing it would "
+                             "destroy it: name another file")  # fmt: skip
+    output_dir(path.parent, what)
+    return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
