@@ -7,6 +7,28 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+SCHEMES = ("tcp", "tls", "inproc", "ucx", "ws", "wss")  # distributed's comm protocols
+
+
+def check_scheduler(scheduler: str, what: str = "--scheduler") -> str:
+    """``scheduler`` if it is ``local`` or an address a Dask client can dial
+    (``tcp://host:port``, ``host:port`` for tcp, or another of distributed's protocols); else
+    a ValueError naming ``what``, before any work that would need it."""
+    if scheduler == "local":
+        return scheduler
+    scheme, sep, rest = scheduler.partition("://")
+    if not sep:
+        scheme, rest = "tcp", scheduler
+    host, colon, port = rest.rpartition(":")
+    if scheme not in SCHEMES or not colon or not host or not port.isdigit():
+        raise ValueError(
+            f"{what}: {scheduler!r} is not a Dask scheduler address: give local, or "
+            f"PROTOCOL://HOST:PORT ({'/'.join(SCHEMES)}), e.g. tcp://scheduler:8786"
+        )
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"{what}: port {port} of {scheduler!r} is out of range (1-65535)")
+    return scheduler
+
 
 @contextmanager
 def dask_client(scheduler: str = "local", workers: int = 2) -> Iterator[Any]:

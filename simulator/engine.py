@@ -33,7 +33,7 @@ from kvcast.features.traces.table import Trace
 from kvcast.simulator.block_pool import BlockPool
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.event_kinds import DECODE, ITER, PROMOTE, PULL, REPL, TELEM, TICK
-from kvcast.simulator.load import load_scaled
+from kvcast.simulator.load import check_ticks, load_scaled
 from kvcast.simulator.metrics import RequestLog, SimResult, Timeline
 from kvcast.simulator.network import Network
 from kvcast.simulator.node import LiveRequest, Node
@@ -75,6 +75,8 @@ class Simulator(ReplicationHooks):
         if replicator is None:
             replicator = getattr(self.policy, "replicator", None)
         self.replicator = replicator
+        if replicator is not None:
+            check_ticks(self.trace, replicator.tick_ms)
         # a replicator that learns from the event stream (predictive_lgbm, ...) sees all of it
         attach = getattr(replicator, "observer_for", None)
         consumer = attach(self) if attach is not None else None

@@ -62,6 +62,20 @@ def _check_span(trace: Trace, time_scale: float, cfg: SimConfig, divide_by: floa
         )  # fmt: skip
 
 
+def check_ticks(trace: Trace, tick_ms: float) -> None:
+    """A LoadOutOfRange when a replicator ticking every ``tick_ms`` would tick more than
+    :data:`MAX_TELEMETRY_PERIODS` times over ``trace`` (as played): a tick of microseconds
+    would run for hours, not fail."""
+    arrivals = trace.requests["arrival_ms"]
+    span = float(arrivals.max() - arrivals.min()) if len(arrivals) else 0.0
+    if span / tick_ms > MAX_TELEMETRY_PERIODS:
+        raise LoadOutOfRange(
+            f"a decider tick (loop.tick_ms) of {tick_ms:g} ms over the trace's "
+            f"{span / 1000:,.0f} s is {span / tick_ms:,.0f} ticks: over "
+            f"{MAX_TELEMETRY_PERIODS:,}; use a larger loop.tick_ms"
+        )
+
+
 def load_scaled(trace: Trace, time_scale: float, cfg: SimConfig) -> Trace:
     """``trace`` as ``cfg`` plays it at ``time_scale`` (arrival spread, then load scaling);
     a LoadOutOfRange naming the time-scale where that leaves no request of a trace that had

@@ -27,7 +27,7 @@ from kvcast.predictor.decider_config import GIB, DeciderConfig
 from kvcast.predictor.outcome_feedback import FATES
 from kvcast.simulator.cluster_adapter import SimulatorView
 from kvcast.simulator.policies.base import RoutingContext, RoutingDecision, RoutingPolicy
-from kvcast.simulator.policies.registry import create_policy
+from kvcast.simulator.policies.registry import create_policy, policy_names, policy_spec
 
 if TYPE_CHECKING:
     from kvcast.features.events import Event
@@ -96,6 +96,21 @@ class DeciderReplicator:
         raise NotImplementedError
 
 
+def base_routers() -> list[str]:
+    """The registered routers a replicating policy may route with (not the replicating
+    policies themselves), sorted."""
+    return [n for n in policy_names() if not issubclass(policy_spec(n).cls, ReplicatingPolicy)]
+
+
+def check_base_router(params: DeciderConfig, source: str = "decider config") -> None:
+    """A ValueError naming ``source`` and the key unless ``loop.router`` is a base router."""
+    name, valid = params.loop.router, base_routers()
+    if name not in valid:
+        what = "a replicating policy, not a router" if name in policy_names() else "unknown"
+        raise ValueError(f"{source}: key 'loop.router': {name!r} is {what}; valid: "
+                         f"{', '.join(valid)}")  # fmt: skip
+
+
 class ReplicatingPolicy:
     """Base router + replicator under one policy name (subclasses are registered)."""
 
@@ -105,11 +120,10 @@ class ReplicatingPolicy:
         self.params = params
         self._num_nodes = num_nodes
         self._seed = seed
+        check_base_router(params)
         self.router: RoutingPolicy = create_policy(
             params.loop.router, None, num_nodes=num_nodes, seed=seed
         )
-        if isinstance(self.router, ReplicatingPolicy):
-            raise ValueError(f"loop.router must be an anchor router, not {params.loop.router!r}")
         self.inner = self.make_replicator(params)
         self.tick_ms = self.inner.tick_ms
         self.speculative_quota_bytes = self.inner.speculative_quota_bytes

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from kvcast.config import FrozenConfig, load_config
+from kvcast.features.dask_client import check_scheduler
 from kvcast.training.models.params import LgbmParams, RecencyParams, RuleParams, TcnParams
 
 ModelParams = Annotated[
@@ -201,6 +202,7 @@ class DistributedConfig(FrozenConfig):
                 f"distributed.timeout_s={self.timeout_s:g} takes effect with strategy: ddp or "
                 "engine: dask only (a fit in this process waits on no one); leave it out"
             )
+        check_scheduler(self.scheduler, "distributed.scheduler")  # before the replay
         if self.engine == "dask" and self.scheduler != "local" and self.workers != 2:
             raise ValueError(
                 f"distributed.workers={self.workers} sizes a new local cluster; the cluster at "

@@ -126,6 +126,10 @@ def features_cmd(
         raise ValueError(f"unknown --engine {engine!r}; valid: pandas, dask")
     if engine == "dask" and not (workers >= 1 and window_ms > 0):
         raise ValueError(f"--workers must be >= 1 and --window-ms > 0, got {workers}, {window_ms}")
+    if engine == "dask":
+        from kvcast.features.dask_client import check_scheduler
+
+        check_scheduler(scheduler)  # a typo is told before the replay, not after it
     sim = sim_config(config, nodes)
     output_dir(out)
     tr = open_trace(trace, format, skip_bad=skip_bad)

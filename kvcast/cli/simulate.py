@@ -40,6 +40,7 @@ from kvcast.simulator.evaluation import (
 )
 from kvcast.simulator.goal_config import GoalConfig, load_goal_config
 from kvcast.simulator.policies import policy_names
+from kvcast.simulator.replicating_policy import check_base_router
 from kvcast.simulator.replication_policies import make_policy
 from kvcast.simulator.verdict import loads_needed
 
@@ -109,6 +110,7 @@ def simulate_cmd(
     models = parse_models(model)
     cfg = sim_config(config, nodes)
     decider = load_decider_config(decider_config)
+    check_base_router(decider, str(decider_config or "the embedded decider config"))
     output_dir(out)
     if shadow_log is not None:  # a file path: checked before any long work
         if shadow_log.is_dir():
@@ -359,6 +361,7 @@ def evaluate_cmd(
     names = default_policies(models) if policies == "all" else parse_names(policies)
     cfg = sim_config(config, nodes)
     decider = load_decider_config(decider_config)
+    check_base_router(decider, str(decider_config or "the embedded decider config"))
     slos = [parse_slo(t, cfg.slo) for t in slo] if slo else None
     quotas = parse_floats(quota_gib, "--quota-gib", zero_ok=True) if quota_gib else None
     if jobs is not None and jobs < 1:

@@ -118,3 +118,34 @@ def test_an_arrival_spread_that_stretches_the_trace_past_the_limit_is_refused(
     cfg = with_overrides(SimConfig(), arrival_spread=1e30)
     with pytest.raises(LoadOutOfRange, match=r"time-scale 1.0 .*arrival_spread 1e\+30 ms"):
         simulate(first(bundled_head, 20), cfg, "round_robin")
+
+
+def test_a_decider_tick_too_short_for_the_trace_is_refused_not_run_for_hours(
+    bundled_head: Trace,
+) -> None:
+    from kvcast.predictor.decider_config import DeciderConfig
+    from kvcast.simulator.replication_policies import make_policy
+
+    cfg = SimConfig()
+    decider = parse_config(DeciderConfig, {"loop": {"tick_ms": 0.001}})
+    policy = make_policy("oracle", cfg, decider, {})
+    with pytest.raises(LoadOutOfRange, match=r"loop\.tick_ms\) of 0\.001 ms .* over 1,000,000"):
+        simulate(first(bundled_head, 20), cfg, policy)
+
+
+@pytest.mark.parametrize(
+    ("router", "what"),
+    [("nope", "is unknown"), ("oracle", "is a replicating policy, not a router")],
+)
+def test_a_decider_base_router_must_be_a_router_naming_the_key_and_the_valid_ones(
+    router: str, what: str
+) -> None:
+    from kvcast.predictor.decider_config import DeciderConfig
+    from kvcast.simulator.replicating_policy import base_routers, check_base_router
+
+    assert {"dynamo_kv", "mooncake_conductor"} <= set(base_routers())
+    assert "oracle" not in base_routers()
+    decider = parse_config(DeciderConfig, {"loop": {"router": router}})
+    with pytest.raises(ValueError, match=rf"d\.yaml: key 'loop\.router': '{router}' {what}; "
+                                         r"valid: .*dynamo_kv"):  # fmt: skip
+        check_base_router(decider, "d.yaml")
