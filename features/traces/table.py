@@ -59,7 +59,8 @@ class LoadReport:
     def summary(self) -> str:
         parts = [f"{self.lines} lines"]
         if self.skipped_bad:
-            parts.append(f"{self.skipped_bad} bad lines skipped")
+            n = self.skipped_bad
+            parts.append(f"{n} bad line{'s' if n != 1 else ''} skipped")
         if self.truncated_after is not None:
             parts.append(f"file truncated after line {self.truncated_after} (the rest is lost)")
         if self.reordered:

@@ -46,8 +46,16 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except USER_ERRORS as err:
             raise fail(str(err)) from None
+        except KeyboardInterrupt:  # Ctrl-C: said, and the shell's status for SIGINT
+            console.print("interrupted")
+            raise typer.Exit(130) from None
 
     return wrapper
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 request``, ``2 requests`` (thousands separated)."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def parse_floats(text: str, what: str, *, zero_ok: bool = False) -> list[float]:

@@ -18,6 +18,7 @@ from kvcast.cli.common import (
     parse_floats,
     parse_models,
     parse_names,
+    plural,
     progress_bar,
     user_errors,
     write_json,
@@ -134,7 +135,7 @@ def simulate_cmd(
     res.requests.to_parquet(out / "requests.parquet", index=False)
     res.timeline.to_parquet(out / "timeline.parquet", index=False)
     write_json(summary, res.summary)
-    out_console.print(summary_table([res.summary], f"{tr.name}: {len(tr)} requests"))
+    out_console.print(summary_table([res.summary], f"{tr.name}: {plural(len(tr), 'request')}"))
     warn_rejections([res.summary])
     out_console.print(escape(f"wrote {out}/summary.json, requests.parquet, timeline.parquet"))
 
@@ -230,7 +231,7 @@ def run_evaluation(
     written = write_plots(ev, out)
     write_json(summary, ev.summaries)
     out_console.print(
-        summary_table(ev.summaries, f"{tr.name}: {len(tr)} requests, {cfg.nodes} nodes")
+        summary_table(ev.summaries, f"{tr.name}: {plural(len(tr), 'request')}, {cfg.nodes} nodes")
     )
     for line in capacity_notes(ev):
         out_console.print(escape(line), highlight=False)

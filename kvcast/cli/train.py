@@ -64,10 +64,9 @@ def train_config(
     if trace is not None and features is not None:  # features skip the replay of a trace
         raise ValueError("give --trace or --features, not both (--features: no replay)")
     if (config is None) == (kind is None):
-        raise ValueError(
-            "give --config FILE (configs/train/*.yaml) or --kind KIND (embedded defaults: "
-            f"{', '.join(KINDS)}), not {'both' if config else 'neither'}"
-        )
+        how = ("give --config FILE (configs/train/*.yaml) or --kind KIND (embedded defaults: "
+               f"{', '.join(KINDS)})")  # fmt: skip
+        raise ValueError(f"{how}, not both" if config else f"{how}: neither was given")
     if kind is not None:
         if kind not in KINDS:
             raise ValueError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")

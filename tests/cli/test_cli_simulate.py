@@ -224,7 +224,7 @@ def test_a_trace_name_is_printed_as_it_is_not_read_as_markup(tmp_path: Path) -> 
     for cmd in (["simulate", "--policy", "round_robin"], ["evaluate", "--policies", "round_robin"]):
         r = runner.invoke(app, [*cmd, "--trace", str(trace), "--out", str(out)])
         assert r.exit_code == 0, r.output
-        assert "run[red]:-1:: 1 requests" in r.output
+        assert "run[red]:-1:: 1 request" in r.output
         assert f"wrote {out}/summary.json" in r.output
 
 

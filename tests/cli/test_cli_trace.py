@@ -117,10 +117,10 @@ def test_trace_synth_and_reuse_take_skip_bad(tmp_path: Path) -> None:
     r = runner.invoke(app, ["trace", "synth", "--trace", str(src), "--scale", "2",
                             "--out", str(out), "--skip-bad"])  # fmt: skip
     assert r.exit_code == 0, r.output
-    assert "1 bad lines skipped" in r.output and len(load_trace(out)) == 4
+    assert "1 bad line skipped" in r.output and len(load_trace(out)) == 4
     r = runner.invoke(app, ["trace", "reuse", "--trace", str(src), "--skip-bad"])
     assert r.exit_code == 0, r.output
-    assert "1 bad lines skipped" in r.output
+    assert "1 bad line skipped" in r.output
 
 
 def test_trace_agent_refuses_a_window_without_requests(tmp_path: Path) -> None:

@@ -112,4 +112,4 @@ def test_duration_and_has_blocks_describe_the_trace() -> None:
 def test_load_report_summary_names_counts_and_reordering() -> None:
     assert LoadReport(lines=3).summary() == "3 lines"
     text = LoadReport(lines=3, skipped_bad=1, reordered=True).summary()
-    assert "1 bad lines skipped" in text and "sorted" in text
+    assert "1 bad line skipped" in text and "sorted" in text
