@@ -86,7 +86,13 @@ def require_loopback(address: str, what: str) -> str:
     """``address`` (``http://H:P``, ``tcp://H:P`` or ``H:P``) if its host is loopback, else a
     ValueError naming ``what``; trailing slashes are dropped."""
     text = address.strip().rstrip("/")
-    host = urlsplit(text if "://" in text else f"//{text}").hostname or ""
+    try:
+        parts = urlsplit(text if "://" in text else f"//{text}")
+        host, port = parts.hostname or "", parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        host, port = "", None
+    if not host or port is None:
+        raise ValueError(f"{what}: {address!r} is not an address (give http://127.0.0.1:PORT)")
     if not is_loopback(host):
         raise ValueError(f"{what}: {address!r} is not a loopback address (127.0.0.1)")
     return text

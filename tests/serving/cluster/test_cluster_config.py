@@ -89,6 +89,9 @@ def test_loopback_checks_and_free_ports() -> None:
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
     assert require_loopback("http://127.0.0.1:80/", "x") == "http://127.0.0.1:80"
     assert require_loopback("127.0.0.2:7", "x") == "127.0.0.2:7"
+    for bad in ("notaurl", "http://127.0.0.1", "http://127.0.0.1:99999", "127.0.0.1:x"):
+        with pytest.raises(ValueError, match=f"--sidecar: '{bad}' is not an address"):
+            require_loopback(bad, "--sidecar")
     ports = free_ports(5)
     assert len(set(ports)) == 5
 
