@@ -123,6 +123,11 @@ def parse_models(items: list[str] | None) -> dict[str, str]:
         elif not ref:
             raise ValueError(f"--model {item!r}: expected KIND=PATH, KIND=models:/NAME@ALIAS, "
                              "PATH or models:/NAME@ALIAS")  # fmt: skip
+        if kind == "recency":  # a known kind, which no model policy scores with
+            raise ValueError(
+                f"--model {item!r}: a recency model drives no policy (predictive_recency learns "
+                f"its own online); give a model of a kind that does: {', '.join(MODEL_KINDS)}"
+            )
         if kind not in MODEL_KINDS:
             raise ValueError(
                 f"--model {item!r}: unknown kind {kind!r}; valid: {', '.join(MODEL_KINDS)}"

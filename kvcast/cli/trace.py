@@ -33,6 +33,15 @@ SkipBadOpt = Annotated[
 ]
 
 
+def jsonl_path(out: Path) -> Path:
+    """``out`` if its name says Mooncake JSONL (what ``trace synth`` and ``trace agent``
+    write), else a ValueError: a ``.parquet`` name would hold JSONL no loader reads as such."""
+    if not out.name.endswith((".jsonl", ".jsonl.gz")):
+        raise ValueError(f"--out: {out} must end in .jsonl or .jsonl.gz (Mooncake JSONL is "
+                         "written)")  # fmt: skip
+    return out
+
+
 @trace_app.command("synth")
 @user_errors
 def synth_cmd(
@@ -58,7 +67,7 @@ def synth_cmd(
 
     if scale < 1:
         raise ValueError(f"--scale must be a positive integer, got {scale}")
-    output_file(out, "--out", [("--trace", Path(trace))])
+    output_file(jsonl_path(out), "--out", [("--trace", Path(trace))])
     src = open_trace(trace, format, skip_bad=skip_bad)
     with progress_bar(None, f"synthesise {scale}x"):
         df = synthesize(src.requests, scale, seed)
@@ -107,7 +116,7 @@ def agent_cmd(
     from kvcast.features.traces.agent_trace import agent_trace
     from kvcast.features.traces.synthesize import write_mooncake
 
-    output_file(out, "--out", [("--config", config)])
+    output_file(jsonl_path(out), "--out", [("--config", config)])
     cfg = load_agent_config(config)
     if tool_s is not None:
         tool = cfg.tool_s.model_dump() | {"median": tool_s}

@@ -170,6 +170,8 @@ def _read_summaries(path: Path) -> list[dict[str, Any]]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"--summary: cannot read {path} as JSON: {err}") from None
     rows = data if isinstance(data, list) else [data]
+    if not rows:
+        raise ValueError(f"--summary: {path} holds no run to judge (an empty list)")
     need = ("policy", "time_scale", "ttft_ms", "bytes_replicated", "bytes_replicated_used",
             "active_evictions_by_speculative", "peak_speculative_bytes_over_quota")  # fmt: skip
     for i, row in enumerate(rows):

@@ -59,6 +59,7 @@ def test_evaluate_sweeps_slos_and_quotas_for_replicating_policies_only(tmp_path:
         (["--model", "lgbm"], "lgbm: no such model file"),  # a bare reference: a path
         (["--model", "lgbm="], "expected KIND=PATH"),
         (["--model", "xgb=a.onnx"], "unknown kind 'xgb'"),
+        (["--model", "recency=a.onnx"], "a recency model drives no policy"),
         (["--policies", "predictive_lgbm", "--model", "lgbm=nope.onnx"], "no such model file"),
     ],
 )

@@ -95,3 +95,21 @@ def test_the_checks_name_the_flag_and_refuse_a_directory_as_a_file(tmp_path: Pat
     assert not (afile / "a").exists() and afile.read_text() == "x"
     made = output_file(tmp_path / "new" / "x.json", "--json", [("--trace", None)])
     assert made.parent.is_dir()
+
+
+@pytest.mark.parametrize("cmd", [["trace", "synth", "--trace", "{trace}"], ["trace", "agent"]])
+def test_a_mooncake_trace_is_written_under_a_jsonl_name_only(
+    tmp_path: Path, cmd: list[str]
+) -> None:
+    trace = head(tmp_path, 20)
+    out = tmp_path / "t.parquet"
+    refused([a.replace("{trace}", str(trace)) for a in cmd] + ["--out", str(out)],
+            f"--out: {out} must end in .jsonl or .jsonl.gz")  # fmt: skip
+    assert not out.exists()
+
+
+def test_verdict_on_a_summary_without_runs_is_refused(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.json"
+    summary.write_text("[]")
+    refused(["verdict", "--summary", str(summary)], "holds no run to judge")
+    assert not (tmp_path / "verdict.json").exists()
