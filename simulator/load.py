@@ -59,7 +59,33 @@ def _check_span(trace: Trace, time_scale: float, cfg: SimConfig, divide_by: floa
             f"{MAX_TELEMETRY_PERIODS:,} telemetry periods of {cfg.telemetry_period_ms:g} ms; "
             + ("use a smaller arrival_spread or a larger time-scale" if numeric
                else "use a larger time-scale")
+            + _outlier(trace)
         )  # fmt: skip
+
+
+def _outlier(trace: Trace) -> str:
+    """Where most of a trace's span is one gap between two arrivals (a stray timestamp: unix
+    ms among relative ones), a note naming the request that stands apart; else ""."""
+    arrivals = trace.requests["arrival_ms"].to_numpy(dtype=float)
+    order = np.argsort(arrivals, kind="stable")
+    ts = arrivals[order]
+    if len(ts) < 3:
+        return ""
+    gaps = np.diff(ts)
+    i = int(np.argmax(gaps))
+    if gaps[i] < 0.9 * (ts[-1] - ts[0]):
+        return ""
+    hours = f"{gaps[i] / 3.6e6:.3g} hours"
+    ids = trace.requests["request_id"].to_numpy()
+    if i == 0:  # the earliest stands apart
+        r, where = order[0], f"arrives {hours} before the rest"
+    elif i == len(gaps) - 1:  # the latest
+        r, where = order[-1], f"arrives {hours} after the rest"
+    else:
+        r, where = order[i + 1], f"comes {hours} after the request before it"
+    return (
+        f"; or check the trace's timestamps: request {ids[r]!r} (at {arrivals[r]:.6g} ms) {where}"
+    )
 
 
 def check_ticks(trace: Trace, tick_ms: float) -> None:

@@ -149,3 +149,15 @@ def test_a_decider_base_router_must_be_a_router_naming_the_key_and_the_valid_one
     with pytest.raises(ValueError, match=rf"d\.yaml: key 'loop\.router': '{router}' {what}; "
                                          r"valid: .*dynamo_kv"):  # fmt: skip
         check_base_router(decider, "d.yaml")
+
+
+def test_a_span_made_by_one_stray_timestamp_names_the_request(bundled_head: Trace) -> None:
+    t = first(bundled_head, 30)
+    reqs = t.requests.copy()
+    reqs.loc[12, "arrival_ms"] = 1.7e12  # unix ms among relative ones
+    stray = reqs.loc[12, "request_id"]
+    t = dataclasses.replace(t, requests=reqs.sort_values("arrival_ms").reset_index(drop=True))
+    with pytest.raises(LoadOutOfRange, match=rf"check the trace's timestamps: request "
+                                             rf"'{stray}' \(at 1\.7e\+12 ms\) arrives .* after "
+                                             r"the rest"):  # fmt: skip
+        simulate(t, SimConfig(), "round_robin")
