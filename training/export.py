@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,12 +83,11 @@ def export_checked(
     idx: np.ndarray,
     windows: np.ndarray | None,
     tolerance: float,
-    stale: Sequence[Path] = (),
 ) -> Export:
     """Export ``fitted`` to ``path`` if, read back from the written bytes, it scores rows
     ``idx`` of ``x`` (their ``windows`` for a sequence model) like the native model within
-    ``tolerance``. Checked under a temporary name: on success the ``stale`` files (an earlier
-    model's outputs) are removed and the file is renamed over ``path``; on failure it is
+    ``tolerance``. Checked under a temporary name: on success the file is renamed over
+    ``path``; on failure it is
     removed and :class:`ParityError` raised, ``path`` (an earlier model) left as it was."""
     proto = onnx_model(fitted, meta)
     with staged(path, proto.SerializeToString()) as candidate:
@@ -98,8 +97,6 @@ def export_checked(
         gap = parity(fitted, scorer, x, idx, windows)
         if not gap <= tolerance:  # NaN too
             raise ParityError(fitted.kind, gap, tolerance)
-        for old in stale:
-            old.unlink(missing_ok=True)
     return Export(proto, scorer, gap)
 
 

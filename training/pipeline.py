@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,11 +82,18 @@ def run_training(
         if cfg.tracking.enabled and not (cfg.distributed.strategy == "ddp" and secondary_rank())
         else None
     )
-    with tracker if tracker is not None else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        if tracker is not None:
+            stack.enter_context(tracker)
         say(f"fit {cfg.kind}")
         t_fit = time.perf_counter()
-        fitted = fit_model(cfg, data)
+        fitted = fit_model(cfg, data)  # (a secondary DDP rank ends in there)
         fit_s = time.perf_counter() - t_fit
+        # this run's files are written into a staging folder and moved into ``out`` together
+        # at the end: a run stopped or failed on the way leaves an earlier model with its own
+        # metrics and card as they were, never a new model.onnx beside none
+        stage = new_stage(out)
+        stack.callback(shutil.rmtree, stage, ignore_errors=True)
         windows = data.window_index(fitted.window) if fitted.window else None
         va, te = data.rows("validation"), data.rows("test")
         say("calibrate and export")
@@ -105,11 +114,9 @@ def run_training(
             version=__version__,
             extra=_provenance(cfg, data),
         )
-        path = out / "model.onnx"
-        stale = [out / "metrics.json", out / "model_card.md"]  # an earlier run's: not this model's
         try:
             exported = export_checked(
-                fitted, meta, path, data.x, te, windows, cfg.parity_tolerance, stale
+                fitted, meta, stage / "model.onnx", data.x, te, windows, cfg.parity_tolerance
             )
         except ParityError as err:
             if tracker is not None:  # the failed run says why (a store error must not hide it)
@@ -131,17 +138,17 @@ def run_training(
             )
             if part == "test":
                 report.plot_pr(
-                    data.y[idx], data.w[idx], {cfg.kind: p, "recency": base}, out / "pr_curve.png"
+                    data.y[idx], data.w[idx], {cfg.kind: p, "recency": base}, stage / "pr_curve.png"
                 )
                 report.plot_reliability(
                     data.y[idx],
                     data.w[idx],
                     p,
                     ev.ece_bins,
-                    out / "reliability.png",
+                    stage / "reliability.png",
                     ev.reliability_bins,
                 )
-        report.plot_importance(fitted.importance(data), out / "feature_importance.png")
+        report.plot_importance(fitted.importance(data), stage / "feature_importance.png")
         summary: dict[str, Any] = {
             "kind": cfg.kind,
             **metrics,
@@ -160,8 +167,9 @@ def run_training(
             except STORE_ERRORS as err:  # keep what was trained; say what the store missed
                 failed = tracker.failure(err, out)
         summary["train_seconds"] = time.perf_counter() - t0
-        (out / "metrics.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
-        (out / "model_card.md").write_text(card(cfg, data, summary, registered, meta))
+        (stage / "metrics.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
+        (stage / "model_card.md").write_text(card(cfg, data, summary, registered, meta))
+        publish_stage(stage, out)
         if failed is not None:
             raise failed
         if tracker is not None:
@@ -169,9 +177,31 @@ def run_training(
                 tracker.artifacts(out / name for name in ARTEFACTS)
             except STORE_ERRORS as err:
                 raise tracker.failure(err, out) from err
-    return TrainResult(
-        cfg.kind, out, path, summary, tracker.run_id if tracker else None, registered, champion
-    )
+    run_id = tracker.run_id if tracker else None
+    return TrainResult(cfg.kind, out, out / "model.onnx", summary, run_id, registered, champion)
+
+
+STAGE = ".partial"  # under out_dir: the run's files until they are all written
+
+
+def new_stage(out: Path) -> Path:
+    """An empty staging folder in ``out`` (a stopped run's left over is removed first)."""
+    stage = out / STAGE
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    return stage
+
+
+def publish_stage(stage: Path, out: Path) -> None:
+    """Move every file of ``stage`` into ``out``, one rename each (microseconds in all); a
+    name taken there by a directory is an error before anything is moved."""
+    files = sorted(stage.iterdir())
+    for f in files:
+        if (out / f.name).is_dir():
+            raise IsADirectoryError(f"out_dir: {out / f.name} is a directory; nothing of this "
+                                    f"run was written into {out}")  # fmt: skip
+    for f in files:
+        os.replace(f, out / f.name)
 
 
 def require_both_classes(data: TrainingData, label: str) -> None:

@@ -126,14 +126,10 @@ class MisExported:
         return self.graph.to_onnx()
 
 
-def export_test_window(
-    model: Any, data: TrainingData, path: Path, tolerance: float, stale: list[Path] | None = None
-) -> Export:
+def export_test_window(model: Any, data: TrainingData, path: Path, tolerance: float) -> Export:
     windows = data.window_index(model.window) if model.window else None
     meta = ModelMeta(model.kind, data.spec, window=model.window)
-    return export_checked(
-        model, meta, path, data.x, data.rows("test"), windows, tolerance, stale or []
-    )
+    return export_checked(model, meta, path, data.x, data.rows("test"), windows, tolerance)
 
 
 @pytest.mark.parametrize(
@@ -170,14 +166,14 @@ def test_a_refused_export_leaves_the_earlier_model_and_its_files_as_they_were(
     1e-7 on the tiny data), so a tolerance of 0 refuses it. The model already in the folder
     (a sidecar may be serving it) and its metrics stay, byte for byte."""
     data, path = tiny_data["sampled"], tmp_path / "model.onnx"
-    stale = [tmp_path / "metrics.json"]
+    metrics = tmp_path / "metrics.json"
     export_test_window(fitted("rule"), data, path, PARITY_TOLERANCE["rule"])
-    stale[0].write_text("{}")
+    metrics.write_text("{}")
     before = path.read_bytes()
     with pytest.raises(ParityError, match=r"lgbm model .* by up to \d\.\d+e-0\d .*=0;") as err:
-        export_test_window(fitted("lgbm"), data, path, 0.0, stale)
+        export_test_window(fitted("lgbm"), data, path, 0.0)
     assert 0 < err.value.gap < PARITY_TOLERANCE["lgbm"]
-    assert path.read_bytes() == before and stale[0].read_text() == "{}"
+    assert path.read_bytes() == before and metrics.read_text() == "{}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "model.onnx"]
 
 
@@ -188,11 +184,9 @@ def test_an_export_within_its_kinds_default_tolerance_replaces_the_model(
     tiny_data: dict[str, TrainingData],
     tmp_path: Path,
 ) -> None:
-    """The checked file is the one renamed into place, and the earlier model's files go."""
+    """The checked file is the one renamed into place, and no temporary file is left."""
     data, path = tiny_data[table_for(kind)], tmp_path / "model.onnx"
-    stale = tmp_path / "metrics.json"
-    stale.write_text("{}")
-    done = export_test_window(fitted(kind), data, path, PARITY_TOLERANCE[kind], [stale])
+    done = export_test_window(fitted(kind), data, path, PARITY_TOLERANCE[kind])
     assert 0 <= done.gap <= PARITY_TOLERANCE[kind]
     assert path.read_bytes() == done.proto.SerializeToString()
     assert done.scorer.kind == kind and OnnxScorer.load(path, expected=data.spec).kind == kind

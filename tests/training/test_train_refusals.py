@@ -191,12 +191,12 @@ def test_the_recency_kind_is_reported_beside_its_baseline_not_over_it(
     assert r.exit_code == 0 and "recency baseline" in r.output, r.output
 
 
-def test_a_rerun_that_fails_after_the_export_leaves_no_stale_metrics_beside_the_new_model(
+def test_a_rerun_that_cannot_publish_leaves_the_earlier_model_with_its_own_metrics(
     tiny_data: dict[str, TrainingData], tiny_tables: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The second run into the same folder writes its model, then fails (its PR-curve plot
-    cannot be written): the first run's metrics and model card must not stay beside the new
-    model, looking like its own."""
+    """The second run into the same folder trains and exports, then cannot publish (a
+    directory where its PR-curve plot goes): the first run's model, metrics and card stay
+    together, and none of the second run's files is moved in beside them."""
     out = tmp_path / "out"
     cfg = tiny_config("recency", tiny_tables, out)
     first = run_training(cfg, data=tiny_data["sampled"])
@@ -205,11 +205,13 @@ def test_a_rerun_that_fails_after_the_export_leaves_no_stale_metrics_beside_the_
     (out / "pr_curve.png").unlink()
     (out / "pr_curve.png").mkdir()  # the evaluation's plot cannot be written there
     rerun = tiny_config("recency", tiny_tables, out, seed=1, model={"bins": 4})
-    with pytest.raises(OSError):
+    old_metrics = (out / "metrics.json").read_bytes()
+    with pytest.raises(OSError, match=r"pr_curve\.png is a directory; nothing of this run"):
         run_training(rerun, data=tiny_data["sampled"])
-    assert (out / "model.onnx").read_bytes() != old_model  # the new model was exported
-    assert not (out / "metrics.json").exists() and not (out / "model_card.md").exists()
-    assert first.metrics["kind"] == "recency"
+    assert (out / "model.onnx").read_bytes() == old_model
+    assert (out / "metrics.json").read_bytes() == old_metrics
+    assert json.loads(old_metrics)["kind"] == first.metrics["kind"] == "recency"
+    assert not (out / ".partial").exists()
 
 
 def test_an_output_folder_that_is_a_file_is_refused_before_the_data_is_built(
@@ -238,3 +240,30 @@ def test_a_features_table_without_its_feature_config_is_trained_on_with_a_warnin
     assert label_horizon(info) is None
     (record,) = [r for r in caplog.records if "records no feature config" in r.getMessage()]
     assert str(table) in record.getMessage() and "rebuild the table" in record.getMessage()
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_run_stopped_after_its_export_leaves_the_earlier_model_and_its_metrics(
+    tiny_tables: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: type
+) -> None:
+    """Ctrl-C (or a failure) between the export and the metrics: the folder keeps the earlier
+    run's model, metrics and card byte for byte (what a sidecar or `cluster up` may load),
+    never a new model.onnx beside none; nothing of the stopped run is left behind."""
+    import kvcast.training.pipeline as pipeline
+
+    out = tmp_path / "out"
+    run_training(tiny_config("rule", tiny_tables, out))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {"model.onnx", "metrics.json", "model_card.md"} <= set(before)
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise stop("stopped")
+
+    monkeypatch.setattr(pipeline.report, "plot_importance", stopped)  # after the export
+    with pytest.raises(stop):
+        run_training(tiny_config("lgbm", tiny_tables, out))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    monkeypatch.undo()
+    done = run_training(tiny_config("lgbm", tiny_tables, out))  # and the next run publishes
+    assert json.loads((out / "metrics.json").read_text())["kind"] == "lgbm"
+    assert done.model_path == out / "model.onnx" and not (out / ".partial").exists()
