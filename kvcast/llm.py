@@ -26,7 +26,8 @@ class LLMSpec:
 
     def kv_bytes_per_token(self, kv_dtype: KvDtype = "fp16") -> int:
         if kv_dtype not in DTYPE_BYTES:
-            raise ValueError(f"unknown kv_dtype {kv_dtype!r}; valid: {sorted(DTYPE_BYTES)}")
+            valid = ", ".join(sorted(DTYPE_BYTES))
+            raise ValueError(f"unknown kv_dtype {kv_dtype!r}; valid: {valid}")
         return 2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES[kv_dtype]
 
     def kv_bytes_per_block(self, block_tokens: int, kv_dtype: KvDtype = "fp16") -> int:
@@ -48,4 +49,5 @@ def get_llm(name: str) -> LLMSpec:
     try:
         return LLM_PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown model preset {name!r}; valid: {sorted(LLM_PRESETS)}") from None
+        valid = ", ".join(sorted(LLM_PRESETS))
+        raise ValueError(f"unknown model preset {name!r}; valid: {valid}") from None

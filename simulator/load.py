@@ -29,7 +29,7 @@ def check_load(trace: Trace, time_scale: float, cfg: SimConfig) -> None:
     except TypeError:
         good = False
     if not good:
-        raise ValueError(f"time-scale must be a positive number, got {time_scale!r}")
+        raise ValueError(f"time-scale must be a positive finite number, got {time_scale!r}")
     if not len(trace):
         return
     if cfg.load_scaling == "sessions":

@@ -136,7 +136,7 @@ def scale_load(trace: Trace, factor: float, how: LoadScaling = "arrivals", seed:
     """``trace`` at ``factor`` times its load, the ``how`` way (see the module doc); ``seed``
     draws the ``sessions`` replays."""
     if not np.isfinite(factor) or factor <= 0:
-        raise ValueError(f"time-scale must be a positive number, got {factor!r}")
+        raise ValueError(f"time-scale must be a positive finite number, got {factor!r}")
     if how not in SCALERS:
-        raise ValueError(f"unknown load scaling {how!r}; valid: {sorted(SCALERS)}")
+        raise ValueError(f"unknown load scaling {how!r}; valid: {', '.join(sorted(SCALERS))}")
     return trace if factor == 1.0 else SCALERS[how](trace, factor, seed)

@@ -9,14 +9,16 @@ prefix block hashes (512 tokens a block; 64-bit: u64 as vLLM's, or negative int6
 written). Optional keys kept when present: ``request_id``, ``tenant``, ``session`` (or its
 alias ``session_id``: a null in one does not hide the other; two different values are an
 error), ``chat_id`` and ``parent_chat_id`` (Alibaba-style, kept as written: a root's ``-1``
-stays ``-1``). Other keys are ignored. Values are kept as they are: ``len(hash_ids)`` is not
-checked against ``input_length``. A truncated or corrupt gzip
-stream is an error naming the last line read (``skip_bad``: the lines before it are kept and
+stays ``-1``). Other keys are ignored. Values are kept as they are; a request whose
+``hash_ids`` are not ``input_length`` in whole blocks (the released traces have none) is
+counted in the load report with its line, since the simulator computes with the tokens and
+stores the blocks. A truncated or corrupt gzip stream is an error naming the last line read (``skip_bad``: the lines before it are kept and
 the cut is counted and reported).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,10 @@ DEFAULT_BLOCK_SIZE = 512
 class _Columns:
     """The table's columns, gathered line by line."""
 
-    def __init__(self) -> None:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.uncovered = 0  # rows whose hash_ids are not input_length in whole blocks
+        self.first_uncovered = ""
         self.rows: list[Row] = []
         self.extra: list[Extra] = []
         self.seen: dict[str, int] = {}  # explicit request ids -> their line
@@ -62,6 +67,12 @@ class _Columns:
             self.seen[rid] = line
         self.rows.append(row)
         self.extra.append(extra)
+        tokens, blocks = rec["input_length"], len(rec["hash_ids"])
+        if blocks != -(-tokens // self.block_size):  # the released traces: always equal
+            self.uncovered += 1
+            if not self.first_uncovered:
+                self.first_uncovered = (f"line {line}: input_length {tokens:,}, {blocks:,} "
+                                        f"hash_ids of {self.block_size} tokens")  # fmt: skip
 
     def _unique_ids(self) -> None:
         """A made-up id that an explicit one anywhere in the file already took gets ``~n``."""
@@ -103,7 +114,7 @@ def load_mooncake(
 ) -> Trace:
     """Load a Mooncake JSONL (or ``.jsonl.gz``) trace into the canonical table."""
     bad = BadLines(str(path), skip_bad=skip_bad)
-    columns = _Columns()
+    columns = _Columns(block_size)
     lines = lineno = 0
     with gc_paused(), open_binary(path) as stream:
         try:
@@ -126,5 +137,9 @@ def load_mooncake(
         name=name or trace_name(path),
         block_size=block_size,
         source=str(path),
-        report=bad.report(lines=lines, reordered=reordered),
+        report=replace(
+            bad.report(lines=lines, reordered=reordered),
+            uncovered=columns.uncovered,
+            first_uncovered=columns.first_uncovered,
+        ),
     )

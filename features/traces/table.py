@@ -55,6 +55,10 @@ class LoadReport:
     reordered: bool = False
     first_errors: tuple[str, ...] = ()
     truncated_after: int | None = None  # skip_bad: the compressed stream broke off after it
+    # requests whose block hashes do not cover their input tokens in whole blocks (the
+    # simulator computes with the tokens and stores the blocks), and the first one
+    uncovered: int = 0
+    first_uncovered: str = ""
 
     def summary(self) -> str:
         parts = [f"{self.lines} lines"]
@@ -65,7 +69,19 @@ class LoadReport:
             parts.append(f"file truncated after line {self.truncated_after} (the rest is lost)")
         if self.reordered:
             parts.append("timestamps were unsorted and have been sorted")
+        if self.uncovered:
+            n = self.uncovered
+            parts.append(
+                f"{n} request{'s' if n != 1 else ''} whose hash_ids are not input_length in "
+                f"whole blocks (first: {self.first_uncovered}; the simulator computes with "
+                "input_length and stores hash_ids)"
+            )
         return ", ".join(parts)
+
+    @property
+    def noteworthy(self) -> bool:
+        """Whether the loader changed or doubts something the user should hear of."""
+        return bool(self.skipped_bad or self.reordered or self.uncovered)
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,7 +142,7 @@ class Trace:
     def time_scaled(self, factor: float) -> Trace:
         """Compress arrivals by ``factor`` (2.0 = the same traffic at twice the rate)."""
         if not np.isfinite(factor) or factor <= 0:
-            raise ValueError(f"time-scale must be a positive number, got {factor!r}")
+            raise ValueError(f"time-scale must be a positive finite number, got {factor!r}")
         out = self.requests.copy()
         out["arrival_ms"] = out["arrival_ms"] / factor
         return replace(self, requests=out)

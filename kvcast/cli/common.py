@@ -88,8 +88,11 @@ def no_repeats(values: list[Any], what: str) -> None:
         seen.add(v)
 
 
-def png_path(path: Path | None) -> Path | None:
-    """A plot's path as matplotlib writes it: ``.png`` added when it has no suffix."""
+def png_path(path: Path | None, what: str = "--plot") -> Path | None:
+    """A plot's path as matplotlib writes it: ``.png`` added when it has no suffix (a
+    directory is refused, not written beside as ``DIR.png``)."""
+    if path is not None and path.is_dir():
+        raise ValueError(f"{what}: {path} is a directory; name a PNG file")
     return path if path is None or path.suffix else path.with_suffix(".png")
 
 
@@ -156,7 +159,7 @@ def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace
         path, name = trace_file(spec)  # ValueError for an unknown name, listing the valid ones
         return load_trace(path, fmt, skip_bad=skip_bad, name=name)
     trace = load_trace(spec, fmt, skip_bad=skip_bad)
-    if trace.report.skipped_bad or trace.report.reordered:  # what the loader changed
+    if trace.report.noteworthy:  # what the loader changed, or doubts
         console.print(f"[yellow]warning:[/] {escape(f'{spec}: {trace.report.summary()}')}")
     return trace
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -120,8 +121,8 @@ def features_cmd(
 
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
-    if not time_scale > 0:
-        raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
+    if not 0 < time_scale < math.inf:
+        raise ValueError(f"--time-scale must be a positive finite number, got {time_scale}")
     if engine not in ("pandas", "dask"):
         raise ValueError(f"unknown --engine {engine!r}; valid: pandas, dask")
     if engine == "dask" and not (workers >= 1 and window_ms > 0):

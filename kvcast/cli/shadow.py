@@ -186,8 +186,8 @@ def shadow_eval_cmd(
         read_routes,
     )
 
-    if not time_scale > 0:
-        raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
+    if not 0 < time_scale < math.inf:
+        raise ValueError(f"--time-scale must be a positive finite number, got {time_scale}")
     if not math.isfinite(clock_offset_ms):
         raise ValueError(f"--clock-offset-ms must be a finite number, got {clock_offset_ms}")
     if not 0 <= min_covered <= 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -172,8 +173,8 @@ def score_cmd(
     from kvcast.predictor.scorer import OnnxScorer
     from kvcast.training.scoring import score_trace
 
-    if not time_scale > 0:
-        raise ValueError(f"--time-scale must be a positive number, got {time_scale}")
+    if not 0 < time_scale < math.inf:
+        raise ValueError(f"--time-scale must be a positive finite number, got {time_scale}")
     if budget_k < 1:
         raise ValueError(f"--budget-k must be >= 1, got {budget_k}")
     if threads < 1:

@@ -81,6 +81,9 @@ class PartedLog:
             raise ValueError(f"{self.LABEL} rotate_rows must be a count >= 1, got {rotate_rows}")
         if not 0 < rotate_s < math.inf:
             raise ValueError(f"{self.LABEL} rotate_s must be a finite time > 0, got {rotate_s}")
+        if Path(path).is_dir():  # else its rows would go to <path>.1 beside it, unannounced
+            raise ValueError(f"{self.KEY}.path {str(path)!r} is a directory: name a file in it, "
+                             f"e.g. {str(Path(path) / (self.KEY + '.parquet'))!r}")  # fmt: skip
         self.path = free_path(Path(path))
         try:  # a directory that cannot exist is a config error, not rows lost at every flush
             self.path.parent.mkdir(parents=True, exist_ok=True)

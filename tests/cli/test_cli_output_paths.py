@@ -113,3 +113,11 @@ def test_verdict_on_a_summary_without_runs_is_refused(tmp_path: Path) -> None:
     summary.write_text("[]")
     refused(["verdict", "--summary", str(summary)], "holds no run to judge")
     assert not (tmp_path / "verdict.json").exists()
+
+
+def test_a_plot_named_as_a_directory_is_refused_not_written_beside_it(tmp_path: Path) -> None:
+    adir = tmp_path / "adir"
+    adir.mkdir()
+    refused(["trace", "reuse", "--trace", str(head(tmp_path, 20)), "--plot", str(adir)],
+            f"--plot: {adir} is a directory")  # fmt: skip
+    assert not adir.with_suffix(".png").exists()

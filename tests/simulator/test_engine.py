@@ -265,3 +265,18 @@ def test_spread_arrivals_stay_in_time_order() -> None:
     assert (np.diff(rq["arrival_ms"].to_numpy()) >= 0).all()
     by_arrival = rq.sort_values("arrival_ms", kind="stable")
     assert (np.diff(by_arrival["prefill_start_ms"].to_numpy()) >= 0).all()  # FIFO holds
+
+
+def test_goodput_counts_the_seconds_until_the_last_first_token_not_the_arrivals_span() -> None:
+    """Three requests 40 ms apart whose first tokens come most of a second later: goodput is the SLO
+    met per second of the whole window (it read 75 rps on the arrivals' 40 ms alone), and a
+    burst at one instant has a goodput (it had none)."""
+    cfg = config(nodes=1, arrival_spread="off")
+    rows = [(t, 4000, 1, list(range(k * 100, k * 100 + 8))) for k, t in enumerate((0.0, 0.0, 40.0))]
+    res = simulate(tiny_trace(rows), cfg, "round_robin")
+    req = res.requests
+    window_s = (req["first_token_ms"].max() - req["arrival_ms"].min()) / 1000
+    assert window_s > 10 * 0.040  # far longer than the arrivals' 40 ms
+    assert res.summary["goodput_rps"] == pytest.approx(req["slo_ok"].sum() / window_s)
+    burst = simulate(tiny_trace(rows[:2]), cfg, "round_robin")
+    assert np.isfinite(burst.summary["goodput_rps"])

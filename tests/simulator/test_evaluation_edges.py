@@ -39,7 +39,7 @@ def test_a_sessions_load_too_large_to_hold_is_refused_before_scaling(bundled_hea
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"time_scales": [0.0]}, "time-scale must be a positive number, got 0.0"),
+        ({"time_scales": [0.0]}, "time-scale must be a positive finite number, got 0.0"),
         ({"time_scales": [-2.0]}, "got -2.0"),
         ({"time_scales": [float("nan")]}, "got nan"),
         ({"time_scales": [1.0, 1]}, "time-scales: 1.0 is given twice"),

@@ -105,7 +105,7 @@ def test_the_seed_decides_the_replays(trace: Trace) -> None:
 
 def test_factor_one_is_the_trace_and_bad_input_is_refused(trace: Trace) -> None:
     assert scale_load(trace, 1.0, "sessions") is trace
-    with pytest.raises(ValueError, match="positive number, got 0"):
+    with pytest.raises(ValueError, match="positive finite number, got 0"):
         scale_load(trace, 0.0, "sessions")
     with pytest.raises(ValueError, match="unknown load scaling 'users'"):
         scale_load(trace, 2.0, "users")  # type: ignore[arg-type]

@@ -307,3 +307,19 @@ def test_skip_bad_keeps_the_lines_before_a_truncation_and_counts_it(tmp_path: Pa
     assert (report.lines, report.skipped_bad, report.truncated_after) == (complete, 1, complete)
     assert report.first_errors[-1].startswith(f"{path}:{complete + 1}: truncated")
     assert f"truncated after line {complete}" in report.summary()
+
+
+def test_hash_ids_that_are_not_input_length_in_whole_blocks_are_counted_with_the_first_line(
+    tmp_path: Path,
+) -> None:
+    """Kept as written (the simulator computes with input_length and stores hash_ids), but
+    said: a request of 2,048,000 tokens and 11 blocks would otherwise be served as if its
+    prompt fitted the cache."""
+    lines = [rec(), rec(input_length=1025), rec(input_length=2_048_000), rec(input_length=513)]
+    report = load_mooncake(write(tmp_path, *lines)).report
+    assert report.uncovered == 2  # 1,025 tokens take 3 blocks, 2,048,000 take 4,000: not 2
+    assert "2 requests whose hash_ids are not input_length in whole blocks (first: line 2: " \
+           "input_length 1,025, 2 hash_ids of 512 tokens" in report.summary()  # fmt: skip
+    assert report.noteworthy
+    clean = load_mooncake(write(tmp_path, rec(), rec(input_length=513), name="ok.jsonl")).report
+    assert clean.uncovered == 0 and not clean.noteworthy

@@ -77,7 +77,7 @@ def test_time_scaled_divides_arrivals_and_keeps_everything_else() -> None:
 
 @pytest.mark.parametrize("factor", [0.0, -1.0, math.nan, math.inf])
 def test_bad_time_scale_raises_value_error(factor: float) -> None:
-    with pytest.raises(ValueError, match="time-scale must be a positive number"):
+    with pytest.raises(ValueError, match="time-scale must be a positive finite number"):
         trace([0.0]).time_scaled(factor)
 
 

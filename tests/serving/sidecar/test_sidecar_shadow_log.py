@@ -105,6 +105,10 @@ def test_a_log_path_whose_directory_cannot_exist_is_refused_at_start(tmp_path) -
     blocker.write_text("x")
     with pytest.raises(ValueError, match=r"decision_log.path .*cannot create its directory"):
         DecisionLog(blocker / "decisions.parquet", ("a",), 10, 1.0)
+    # an existing directory: its rows would have gone to <dir>.1 beside it
+    with pytest.raises(ValueError, match=r"decision_log.path '.*' is a directory: name a file"):
+        DecisionLog(tmp_path, ("a",), 10, 1.0)
+    assert not tmp_path.with_name(tmp_path.name + ".1").exists()
 
 
 def test_the_sidecar_rotates_its_log_as_configured(tmp_path) -> None:
