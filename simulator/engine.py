@@ -33,7 +33,7 @@ from kvcast.features.traces.table import Trace
 from kvcast.simulator.block_pool import BlockPool
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.event_kinds import DECODE, ITER, PROMOTE, PULL, REPL, TELEM, TICK
-from kvcast.simulator.load import check_ticks, load_scaled
+from kvcast.simulator.load import MAX_TELEMETRY_PERIODS, LoadOutOfRange, check_ticks, load_scaled
 from kvcast.simulator.metrics import RequestLog, SimResult, Timeline
 from kvcast.simulator.network import Network
 from kvcast.simulator.node import LiveRequest, Node
@@ -336,7 +336,23 @@ class Simulator(ReplicationHooks):
             if self.observers:
                 self._emit(sample)
         if self._work_left():
+            self._periods += 1
+            if self._periods > MAX_TELEMETRY_PERIODS:
+                raise self.overran(f"{MAX_TELEMETRY_PERIODS:,} telemetry periods of "
+                                   f"{self.cfg.telemetry_period_ms:g} ms")  # fmt: skip
             self._push(now + self.cfg.telemetry_period_ms, TELEM, None)
+
+    def overran(self, what: str) -> LoadOutOfRange:
+        """The error of a run whose requests outlast its arrivals by more than ``what``
+        covers (check_load and check_ticks bound the arrivals' span alone)."""
+        arrivals = self.trace.requests["arrival_ms"]
+        span_h = float(arrivals.max() - arrivals.min()) / 3.6e6 if len(arrivals) else 0.0
+        return LoadOutOfRange(
+            f"the run passed {what} at {self.now / 3.6e6:.3g} simulated hours, with "
+            f"{self._n - self._next + self._live:,} requests still to serve, for arrivals "
+            f"over {span_h:.3g} hours: the requests take far longer than the trace (check "
+            "their input_length and output_length)"
+        )
 
     def _work_left(self) -> bool:
         return self._next < self._n or self._live > 0
@@ -349,6 +365,7 @@ class Simulator(ReplicationHooks):
         self._next = 0
         self._live = 0
         self._placed = 0
+        self._periods = self._ticks = 0  # telemetry periods and replication ticks pushed
         arrivals = self._tr.arrivals
         start = float(arrivals[0]) if self._n else 0.0
         self._push(start, TELEM, None)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from kvcast.features.events import ReplicationDone
 from kvcast.predictor.commands import Command, EvictCommand, PromoteCommand, ReplicateCommand
 from kvcast.simulator.event_kinds import PROMOTE, REPL, TICK
+from kvcast.simulator.load import MAX_TELEMETRY_PERIODS
 
 if TYPE_CHECKING:
     from kvcast.simulator.block_pool import BlockPool
@@ -35,6 +36,10 @@ class ReplicationHooks:
             pool.expire(self.now)
         self.execute(rep.on_tick(self.now, self))
         if self._work_left():
+            self._ticks += 1
+            if self._ticks > MAX_TELEMETRY_PERIODS:
+                raise self.overran(f"the decider's {MAX_TELEMETRY_PERIODS:,} ticks of "
+                                   f"{rep.tick_ms:g} ms (loop.tick_ms)")  # fmt: skip
             self._push(self.now + rep.tick_ms, TICK, None)
 
     def execute(self: Simulator, commands: Iterable[Command]) -> None:

@@ -161,3 +161,28 @@ def test_a_span_made_by_one_stray_timestamp_names_the_request(bundled_head: Trac
                                              rf"'{stray}' \(at 1\.7e\+12 ms\) arrives .* after "
                                              r"the rest"):  # fmt: skip
         simulate(t, SimConfig(), "round_robin")
+
+
+@pytest.mark.parametrize(
+    ("policy", "bound"),
+    [("round_robin", "5 telemetry periods"), ("oracle", "the decider's 5 ticks of 500 ms")],
+)
+def test_requests_that_outlast_their_arrivals_past_the_bound_stop_the_run_with_why(
+    monkeypatch: pytest.MonkeyPatch, policy: str, bound: str
+) -> None:
+    """The arrivals' span (10 ms) passes the checks made before the run, but each request's
+    prefill runs for many seconds: the telemetry periods (and the decider's ticks) past the bound
+    stop the run with one line saying why, instead of running for hours."""
+    from simtraces import tiny_trace
+
+    import kvcast.simulator.engine as engine
+    import kvcast.simulator.replication_hooks as hooks
+    from kvcast.simulator.replication_policies import make_policy
+
+    monkeypatch.setattr(engine, "MAX_TELEMETRY_PERIODS", 5)
+    monkeypatch.setattr(hooks, "MAX_TELEMETRY_PERIODS", 5)
+    rows = [(t, 120_000, 1, list(range(k * 1000, k * 1000 + 235))) for k, t in enumerate((0, 10))]
+    cfg = SimConfig()
+    why = rf"the run passed {bound}.* simulated hours, with \d+ requests still to serve, .* far"
+    with pytest.raises(LoadOutOfRange, match=why):
+        simulate(tiny_trace(rows), cfg, make_policy(policy, cfg))
