@@ -175,8 +175,12 @@ def _copy_fates(sim: Simulator) -> dict[str, Any]:
     first request that read its deepest block (used on its node, routed back to the source,
     routed to another node, or expired first), and ``base_router``, the anchor router the
     policy routes with (what ``kvcast verdict`` compares it with at low load); both absent for
-    a plain router."""
+    a plain router. A model policy also names the ``model`` it scored with (a path, or the
+    MLflow URI it was given or defaulted to)."""
     out: dict[str, Any] = {}
+    model = getattr(sim.policy, "model", None)
+    if isinstance(model, str):
+        out["model"] = model
     fates = getattr(sim.replicator, "copy_fates", None)
     if fates is not None:
         out["copy_fates"] = fates()

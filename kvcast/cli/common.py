@@ -142,6 +142,17 @@ def parse_models(items: list[str] | None) -> dict[str, str]:
     return models
 
 
+def unused_models(models: dict[str, str], policies: list[str]) -> None:
+    """A ValueError for a ``--model`` that no policy of the run would score with (it was
+    ignored, and the policy of another kind scored with its MLflow champion instead)."""
+    for kind, ref in models.items():
+        if f"predictive_{kind}" not in policies:
+            raise ValueError(
+                f"--model {ref}: a model of kind {kind}, but no predictive_{kind} policy runs "
+                f"({', '.join(policies)}): add it, or leave the model out"
+            )
+
+
 def _declared_kind(ref: str) -> str:
     """The kind a model file or MLflow URI declares about itself."""
     from kvcast.predictor.scorer import OnnxScorer

@@ -20,6 +20,7 @@ from kvcast.cli.common import (
     parse_names,
     plural,
     progress_bar,
+    unused_models,
     user_errors,
     write_json,
 )
@@ -120,6 +121,7 @@ def simulate_cmd(
     tr = open_trace(trace, format, skip_bad=skip_bad)
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
+    unused_models(models, [policy])
     pol = make_policy(policy, cfg, decider, models)
     log, replicator = None, None
     if shadow_log is not None:
@@ -369,6 +371,7 @@ def evaluate_cmd(
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     if goal is not None and not verdict:
         raise ValueError("--goal is read by --verdict only: add --verdict")
+    unused_models(models, names)
     run_evaluation(
         trace, format, cfg, names, scales, capacity, out, skip_bad, decider, models, slos,
         quotas, jobs or default_jobs(), load_goal_config(goal) if verdict else None,

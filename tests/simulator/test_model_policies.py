@@ -89,6 +89,28 @@ def test_a_model_policy_runs_in_the_simulator_within_its_budgets(
     assert s["policy"] == "predictive_lgbm" and s["requests"] == len(bundled_head)
     assert s["active_evictions_by_speculative"] == 0
     assert s["peak_speculative_bytes_over_quota"] == 0
+    assert s["model"] == str(lgbm_model)  # which model scored is in the summary
+
+
+def test_a_model_no_policy_of_the_run_scores_with_is_refused_not_ignored(
+    lgbm_model: Path, tmp_path: Path
+) -> None:
+    """A bare --model is read as the kind it declares: an lgbm model given to a run of
+    predictive_rule (or of a plain router) was ignored, and the rule policy scored with its
+    MLflow champion."""
+    from typer.testing import CliRunner
+
+    from kvcast.cli.app import app
+
+    for args in (["simulate", "--policy", "predictive_rule"],
+                 ["simulate", "--policy", "dynamo_kv"],
+                 ["evaluate", "--policies", "dynamo_kv,predictive_rule"]):  # fmt: skip
+        r = CliRunner().invoke(app, [*args, "--trace", "bundled:conversation", "--model",
+                                     str(lgbm_model), "--out", str(tmp_path / "o")])  # fmt: skip
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2, out
+        want = f"--model {lgbm_model}: a model of kind lgbm, but no predictive_lgbm policy runs"
+        assert want in out
 
 
 def test_a_model_of_another_kind_is_refused_with_both_kinds_named(lgbm_model: Path) -> None:
