@@ -19,6 +19,8 @@ def check_scheduler(scheduler: str, what: str = "--scheduler") -> str:
     scheme, sep, rest = scheduler.partition("://")
     if not sep:
         scheme, rest = "tcp", scheduler
+    if scheme == "inproc" and rest:  # an in-process cluster's own address (no port)
+        return scheduler
     host, colon, port = rest.rpartition(":")
     if scheme not in SCHEMES or not colon or not host or not port.isdigit():
         raise ValueError(

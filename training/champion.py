@@ -20,6 +20,13 @@ runs, a little optimistic (winner's curse); for an unbiased figure score the cha
 traffic (``kvcast score``). The run records the window compared on (``champion.window``,
 ``champion.window_ms``) and both scores.
 
+Before any champion is read, a model is promoted only when it could be judged and is worth
+serving: its test window holds at least ``tracking.min_test_positives`` positive rows (on a
+few dozen rows any model may win by chance), and it beats its own recency baseline there (a
+model no better than how long a block has been idle adds nothing over ``predictive_recency``;
+a constant model scores exactly the base rate). Otherwise it is registered and kept out of the
+alias, the reason recorded, whether or not there is a champion yet.
+
 A tie keeps the champion. A champion that cannot be scored on these rows (another feature spec,
 or a sequence model and a sampled table), was trained for another target (another label column
 or label horizon) or has tuned on this test window is kept, and the reason is recorded: moving
@@ -72,6 +79,22 @@ def held_out_score(scorer: OnnxScorer, data: TrainingData, metric: str, budget_k
     return float(metrics_of(p, data.frame, idx, data.y, data.w, budget_k, 15)[metric])
 
 
+def worth_serving(
+    new_score: float, baseline_score: float, data: TrainingData, metric: str, min_positives: int
+) -> str:
+    """Why the new model may not take the alias whatever the champion ("" when it may): too
+    few positives in the compared window to judge it, or no better there than its recency
+    baseline (``baseline_score``)."""
+    positives = int((data.y[data.rows(WINDOW)] > 0).sum())
+    if positives < min_positives:
+        return (f"{WINDOW} window has {positives} positive rows, under "
+                f"tracking.min_test_positives={min_positives}: too few to judge")  # fmt: skip
+    if not new_score > baseline_score:  # NaN too
+        return (f"{WINDOW} {metric} {new_score:.6g} is not above its recency baseline's "
+                f"{baseline_score:.6g}")  # fmt: skip
+    return ""
+
+
 def decide(
     new_score: float,
     champion_uri: str | None,
@@ -81,9 +104,13 @@ def decide(
     budget_k: int,
     label: str = "label_burst",
     tracking_uri: str | None = None,
+    unfit: str = "",
 ) -> Decision:
-    """Promote or keep, given the new model's ``metric`` on the compared window."""
+    """Promote or keep, given the new model's ``metric`` on the compared window (``unfit``:
+    why it may not be promoted at all, :func:`worth_serving`)."""
     window = data.split.bounds[WINDOW]
+    if unfit:
+        return Decision(False, f"not promoted: {unfit}", champion_version, window_ms=window)
     if champion_uri is None or champion_version is None:
         return Decision(True, "no champion yet", window_ms=window)
     try:

@@ -150,6 +150,11 @@ class TrackingConfig(FrozenConfig):
     registered_model: str = "kvcast-{kind}"  # one registered model per kind
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z0-9_-]+$")
     champion_metric: Literal["pr_auc", "roc_auc"] = "pr_auc"  # test window, higher wins
+    # a model is promoted only when its test window holds at least this many positive rows
+    # (fewer cannot tell two models apart) and, with must_beat_recency, it beats its recency
+    # baseline there
+    min_test_positives: int = Field(30, ge=0)
+    must_beat_recency: bool = True
 
     @field_validator("champion_alias")
     @classmethod

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kvcast.predictor.model_meta import ModelMeta
 from kvcast.training import report
-from kvcast.training.champion import WINDOW, decide
+from kvcast.training.champion import WINDOW, decide, worth_serving
 from kvcast.training.config import TrainConfig
 from kvcast.training.data import TrainingData
 from kvcast.training.tracking import Tracker
@@ -50,9 +51,13 @@ def publish(
     metric = cfg.tracking.champion_metric
     new = float(summary[WINDOW][metric])  # the window neither model tuned on (champion.py)
     prev = tracker.champion_version()  # the alias is read once: that version is compared
+    # (the recency kind is that baseline: it is judged on its positives alone)
+    judged = cfg.tracking.must_beat_recency and cfg.kind != "recency"
+    baseline = float(summary[f"{WINDOW}_recency"][metric]) if judged else -math.inf
+    unfit = worth_serving(new, baseline, data, metric, cfg.tracking.min_test_positives)
     decision = decide(
         new, tracker.version_uri(prev) if prev else None, prev, data, metric,
-        cfg.evaluation.budget_k, cfg.data.label, tracker.uri,
+        cfg.evaluation.budget_k, cfg.data.label, tracker.uri, unfit,
     )  # fmt: skip
     version = tracker.register(proto)
     if decision.promote:

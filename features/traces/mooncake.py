@@ -12,8 +12,8 @@ error), ``chat_id`` and ``parent_chat_id`` (Alibaba-style, kept as written: a ro
 stays ``-1``). Other keys are ignored. Values are kept as they are; a request whose
 ``hash_ids`` are not ``input_length`` in whole blocks (the released traces have none) is
 counted in the load report with its line, since the simulator computes with the tokens and
-stores the blocks. A truncated or corrupt gzip stream is an error naming the last line read (``skip_bad``: the lines before it are kept and
-the cut is counted and reported).
+stores the blocks. A truncated or corrupt gzip stream is an error naming the last line read
+(``skip_bad``: the lines before it are kept and the cut is counted and reported).
 """
 
 from __future__ import annotations

@@ -146,6 +146,14 @@ def train_cmd(
     if result.registered:
         reason = m.get("champion", {}).get("champion.reason", "")
         out_console.print(f"registered {result.registered}: champion {result.champion} ({reason})")
+    metric = cfg.tracking.champion_metric
+    mine, base = m["test"][metric], m["test_recency"][metric]
+    if cfg.kind != "recency" and not mine > base:  # NaN too
+        console.print(
+            f"[yellow]warning:[/] the {cfg.kind} model's test {metric} {mine:.4g} is not above "
+            f"its recency baseline's {base:.4g}: it adds nothing over predictive_recency on "
+            "this trace"
+        )
 
 
 @user_errors

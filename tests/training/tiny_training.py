@@ -29,13 +29,15 @@ def table_for(kind: str) -> str:
 
 
 def tiny_config(kind: str, tables: dict[str, Path], out: Path, **extra: Any) -> TrainConfig:
-    """A train config for ``kind`` on the tiny tables; tracking off unless ``extra`` says."""
+    """A train config for ``kind`` on the tiny tables; tracking off unless ``extra`` says, and
+    then promoting on the tiny test window's few positives, recency baseline or not (the
+    promotion gate has tests of its own: tests/training/test_champion_gate.py)."""
     data: dict[str, Any] = {
         "data": {"features": str(tables[table_for(kind)])},
         "split": SPLIT,
         "model": TINY_MODELS[kind],
         "evaluation": {"budget_k": 16},
-        "tracking": {"enabled": False},
+        "tracking": {"enabled": False, "min_test_positives": 0, "must_beat_recency": False},
         "out_dir": str(out),
     }
     for key, value in extra.items():

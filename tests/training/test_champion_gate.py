@@ -1,0 +1,71 @@
+"""The promotion gate: a model takes the champion alias only when its test window could judge
+it (enough positive rows) and it beats its own recency baseline there; otherwise it is
+registered and kept out of the alias, the reason recorded, champion or not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tiny_training import tiny_config
+
+from kvcast.training.champion import WINDOW, worth_serving
+from kvcast.training.data import TrainingData
+from kvcast.training.pipeline import run_training
+
+
+def test_the_gate_names_too_few_positives_then_a_score_not_above_the_baseline(
+    tiny_data: dict[str, TrainingData],
+) -> None:
+    data = tiny_data["sampled"]
+    positives = int((data.y[data.rows(WINDOW)] > 0).sum())
+    assert positives > 0
+    too_few = worth_serving(0.9, 0.1, data, "pr_auc", positives + 1)
+    assert too_few == (
+        f"test window has {positives} positive rows, under "
+        f"tracking.min_test_positives={positives + 1}: too few to judge"
+    )
+    assert worth_serving(0.1, 0.1, data, "pr_auc", positives) == (
+        "test pr_auc 0.1 is not above its recency baseline's 0.1"
+    )
+    assert "not above" in worth_serving(float("nan"), 0.1, data, "pr_auc", 0)
+    assert worth_serving(0.11, 0.1, data, "pr_auc", positives) == ""
+
+
+def test_a_model_on_too_few_test_positives_is_registered_but_not_the_champion(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """Even with no champion yet: the alias is left unset rather than given to a model its
+    test window cannot judge."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-gate",
+                "min_test_positives": 10_000, "must_beat_recency": True}  # fmt: skip
+    result = run_training(tiny_config("rule", tiny_tables, tmp_path / "out", tracking=tracking))
+    assert (result.registered, result.champion) == ("kvcast-gate/1", "kept")
+    reason = result.metrics["champion"]["champion.reason"]
+    assert reason.startswith("not promoted: test window has ") and "too few to judge" in reason
+    from mlflow import MlflowClient
+
+    assert MlflowClient(uri).get_registered_model("kvcast-gate").aliases == {}
+
+
+def test_train_warns_when_the_model_is_not_above_its_recency_baseline(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from kvcast.cli.app import app
+
+    cfg = tiny_config("rule", tiny_tables, tmp_path / "out")
+    path = tmp_path / "rule.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    r = CliRunner().invoke(app, ["train", "--config", str(path), "--no-track"],
+                           env={"COLUMNS": "200"})  # fmt: skip
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    mine, base = m["test"]["pr_auc"], m["test_recency"]["pr_auc"]
+    said = "is not above its recency baseline's" in r.output
+    assert said == (not mine > base), (mine, base, r.output)
+    assert not mine > base  # the tiny table's rule model: the case the warning is for
