@@ -119,12 +119,13 @@ def summarise(df: pd.DataFrame, spec: FeatureSpec | None = None) -> dict[str, An
     positives = int(np.count_nonzero(pos))
     weight = df["weight"].to_numpy() if "weight" in df else None
     weighted = float((weight * pos).sum() / weight.sum()) if n and weight is not None else None
-    nulls = df[names].isna().mean() if n else pd.Series(0.0, index=names)
+    # no rows: no rates (a rate of 0 would read as "none positive", "never null")
+    nulls = {k: float(v) for k, v in df[names].isna().mean().items()} if n else dict.fromkeys(names)
     return {
         "rows": n,
         "positives": positives,
-        "positives_rate": positives / n if n else 0.0,
+        "positives_rate": positives / n if n else None,
         "positives_rate_weighted": weighted,
-        "null_rate": {k: float(v) for k, v in nulls.items()},
+        "null_rate": nulls,
         "bad_input": dict(df.attrs.get("bad_input", {})),
     }

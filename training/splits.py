@@ -45,10 +45,18 @@ def time_split(tick_ms: np.ndarray, cfg: SplitConfig) -> TimeSplit:
     for part, (start, end) in bounds.items():
         stop = end if part == "test" else end - cfg.purge_ms
         rows = np.flatnonzero((t >= start) & (t < stop))
+        if len(rows) == 0 and stop <= start:  # the purge takes the whole window
+            need = cfg.purge_ms / min(cfg.train, cfg.validation)
+            raise ValueError(
+                f"time split: the {part} window [{start:.0f}, {end:.0f}) ms is no longer than "
+                f"the purge of {cfg.purge_ms:g} ms before it ends (purge_ms, never below the "
+                f"table's label horizon); the ticks span {span:.0f} ms, and this split needs "
+                f"more than {need:.0f} ms: use a longer trace"
+            )
         if len(rows) == 0:
             raise ValueError(
                 f"time split: the {part} window [{start:.0f}, {stop:.0f}) ms has no rows "
-                f"(ticks span {lo:.0f}-{hi:.0f} ms; shorten purge_ms or use more data)"
+                f"(ticks span {lo:.0f}-{hi:.0f} ms; use more data)"
             )
         index[part] = rows
     return TimeSplit(bounds, index, cfg.purge_ms)

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvcast.cli.common import (
+    console,
     fresh_summary,
     open_trace,
     out_console,
@@ -152,6 +153,15 @@ def features_cmd(
         path = write_feature_dataset(df, out, spec, _trace_hash(trace), fcfg.digest(), fcfg)
         summary = summarise(df, spec)
     write_json(summary_path, summary)
+    if not summary["rows"]:
+        span_s = (tr.requests["arrival_ms"].max() - tr.requests["arrival_ms"].min()) / 1e3
+        console.print(
+            f"[yellow]warning:[/] {escape(str(path))}: no rows. A tick is labelled only when "
+            f"its label window (t, t + {fcfg.labels.horizon_ms / 1e3:g} s] ends before the "
+            f"last request (labels.drop_censored), and the trace's arrivals span "
+            f"{span_s:.3g} s: use a longer trace"
+        )
+        return
     out_console.print(
         escape(f"{path}: {summary['rows']:,} rows, {summary['positives']:,} positives "
                f"({_rates(summary)}), {len(spec)} features, spec {spec.digest}")

@@ -47,8 +47,12 @@ def test_a_trace_without_ticks_gives_the_same_empty_table_on_either_engine(
         out = tmp_path / engine
         args = ["features", "--trace", str(trace), "--out", str(out), "--engine", engine,
                 "--workers", "1"]  # fmt: skip
-        r = runner.invoke(app, args)
+        r = runner.invoke(app, args, env={"COLUMNS": "250"})
         assert r.exit_code == 0, r.output
+        assert "no rows. A tick is labelled only when its label window" in r.output
+        summary = json.loads((out / "summary.json").read_text())  # no rates of no rows
+        assert summary["rows"] == 0 and summary["positives_rate"] is None
+        assert set(summary["null_rate"].values()) == {None}
         df, spec, _ = read_feature_dataset(out)
         tables[engine] = (df, spec.digest)
     (pdf, pspec), (ddf, dspec) = tables["pandas"], tables["dask"]

@@ -31,9 +31,20 @@ def test_rows_whose_label_window_crosses_a_boundary_are_purged() -> None:
     assert t[s.rows("test")].min() >= e2 and t[s.rows("test")].max() == t.max()
 
 
-def test_a_window_left_empty_by_the_purge_is_refused_naming_it() -> None:
+def test_a_window_left_empty_by_the_purge_is_refused_naming_it_and_the_span_needed() -> None:
+    cfg = SplitConfig(purge_ms=5000.0)
+    with pytest.raises(ValueError) as err:
+        time_split(np.arange(0.0, 10_000.0, 1000.0), cfg)
+    msg = str(err.value)
+    assert "validation window [" in msg and "is no longer than the purge of 5000 ms" in msg
+    start, end = (float(x) for x in msg.split("window [")[1].split(")")[0].split(", "))
+    assert start < end  # the window as it is, not [start, end - purge): never inverted
+    need = 5000.0 / min(cfg.train, cfg.validation)
+    assert f"needs more than {need:.0f} ms: use a longer trace" in msg
+    # a window longer than the purge whose ticks all sit elsewhere: no rows
+    sparse = np.array([0.0, 1.0, 2.0, 99_998.0, 99_999.0, 100_000.0])
     with pytest.raises(ValueError, match=r"validation window .* has no rows"):
-        time_split(np.arange(0.0, 10_000.0, 1000.0), SplitConfig(purge_ms=5000.0))
+        time_split(sparse, SplitConfig(purge_ms=10.0))
 
 
 def test_fractions_must_sum_to_one() -> None:
