@@ -74,6 +74,8 @@ def score_trace(
         "trace_hash": info["trace_hash"],
         "label": label,
         "budget_k": budget_k,
+        "rows": len(df),
+        "positives": int(y.sum()),
         "model": metrics_of(p, df, idx, y, w, budget_k, ece_bins),
     }
     if scorer.meta.baseline is not None:

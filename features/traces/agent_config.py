@@ -30,6 +30,9 @@ class LogNormal(FrozenConfig):
         return self
 
 
+MAX_TASKS = 1_000_000  # tasks in one trace (x mean_steps requests)
+
+
 class AgentTraceConfig(FrozenConfig):
     """Agent tasks: each a run of model calls around one app's system prompt and tool
     descriptions, every call's context the last one's plus its output and the tool's result,
@@ -62,6 +65,13 @@ class AgentTraceConfig(FrozenConfig):
     def _steps(self) -> AgentTraceConfig:
         if self.mean_steps > self.max_steps:
             raise ValueError(f"mean_steps {self.mean_steps} exceeds max_steps {self.max_steps}")
+        tasks = self.tasks_per_s * self.duration_s
+        if tasks > MAX_TASKS:  # a trace no run could replay, built for hours first
+            raise ValueError(
+                f"tasks_per_s {self.tasks_per_s:g} over duration_s {self.duration_s:g} is "
+                f"about {tasks:,.0f} tasks (x{self.mean_steps:g} calls each): over "
+                f"{MAX_TASKS:,}; lower one of them"
+            )
         return self
 
 

@@ -207,4 +207,12 @@ def score_cmd(
         {baseline_name(scorer.kind): result["recency"]} if "recency" in result else {}
     )
     out_console.print(metrics_table(f"{trace}", cols))
+    n, pos = result["rows"], result["positives"]
+    if pos in (0, n):  # ranking metrics need both classes among the scored rows
+        which, undefined = (("positive", "PR-AUC, ROC-AUC and recall at budget are") if pos == 0
+                            else ("negative", "ROC-AUC is (and PR-AUC trivially 1)"))  # fmt: skip
+        console.print(
+            f"[yellow]warning:[/] no {which} row among the {n:,} scored: {undefined} undefined "
+            "here (nan in the table, null in metrics.json)"
+        )
     out_console.print(f"wrote {path}")

@@ -93,6 +93,9 @@ def test_trace_agent_reads_a_config_and_refuses_bad_values(tmp_path: Path) -> No
     assert got["block_hashes"].str[0].nunique() <= 2  # every prompt starts with an app's
     r = runner.invoke(app, ["trace", "agent", "--tasks-per-s", "-1", "--out", str(out)])
     assert r.exit_code == 2 and "tasks_per_s" in r.output and "-1.0" in r.output
+    r = runner.invoke(app, ["trace", "agent", "--tasks-per-s", "1e9", "--duration-s", "1",
+                            "--out", str(out)], env={"COLUMNS": "200"})  # fmt: skip
+    assert r.exit_code == 2 and "about 1,000,000,000 tasks" in r.output  # not hours of work
     cfg.write_text("apps: 0\n")
     r = runner.invoke(app, ["trace", "agent", "--config", str(cfg), "--out", str(out)])
     assert r.exit_code == 2 and "apps" in r.output and "Traceback" not in r.output

@@ -32,6 +32,30 @@ def test_score_writes_model_and_recency_metrics_side_by_side(
     assert list(metrics["recency"]) == list(METRICS)
     assert metrics["model"]["rows"] == metrics["recency"]["rows"] > 0
     assert metrics["kind"] == "lgbm"
+    assert 0 < metrics["positives"] < metrics["rows"]  # both classes: no warning
+    assert "warning" not in r.output
+
+
+def test_score_on_rows_without_a_positive_says_the_ranking_metrics_are_undefined(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """Every request with blocks of its own, a second apart: no block is used again, so no
+    row is positive and PR-AUC / ROC-AUC are nan; said, not printed silently."""
+    result = run_training(tiny_config("lgbm", tiny_tables, tmp_path / "m"))
+    trace = tmp_path / "noreuse.jsonl"
+    trace.write_text("".join(
+        json.dumps({"timestamp": 1000 * i, "input_length": 1024, "output_length": 8,
+                    "hash_ids": [2 * i + 1, 2 * i + 2]}) + "\n"
+        for i in range(150)
+    ))  # fmt: skip
+    out = tmp_path / "score"
+    r = runner.invoke(app, ["score", "--trace", str(trace), "--model", str(result.model_path),
+                            "--out", str(out)], env={"COLUMNS": "200"})  # fmt: skip
+    assert r.exit_code == 0, r.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["positives"] == 0 and metrics["rows"] > 0
+    assert metrics["model"]["pr_auc"] is None
+    assert "no positive row among the" in r.output and "undefined here" in r.output
 
 
 def test_score_refuses_a_file_that_is_not_a_model_in_one_line(tmp_path: Path) -> None:
