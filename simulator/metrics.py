@@ -161,8 +161,10 @@ def summarise(sim: Simulator, df: pd.DataFrame, wall_s: float) -> dict[str, Any]
         "bytes_replicated_used": hits * bb,
         "bytes_wasted": wasted * bb,
         "replications": int(sim.replication["replications"]),
-        "replication_hit_rate": hits / placed if placed else 0.0,
-        "mean_lead_time_ms": (sum(p.spec_lead_ms for p in pools) / hits) if hits else 0.0,
+        # undefined without a copy placed (a plain router) or used: null, not 0 (a hit rate
+        # of none, a lead of 0 s)
+        "replication_hit_rate": hits / placed if placed else None,
+        "mean_lead_time_ms": (sum(p.spec_lead_ms for p in pools) / hits) if hits else None,
         "active_evictions_by_speculative": sum(p.spec_active_evictions for p in pools),
         "peak_speculative_bytes_over_quota": int(max(sim.speculative_peak_over_quota, 0)),
         "sim_wall_s": wall_s,

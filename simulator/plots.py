@@ -4,6 +4,7 @@ speculative budget)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -143,8 +144,9 @@ def plot_goodput_vs_load(ev: Evaluation, path: Path) -> Path:
 
 def lead_time_s(s: dict[str, Any]) -> float:
     """A run's mean lead time of used copies in seconds, NaN (not drawn) when no copy was
-    used: the summary's 0.0 then means "none", not a lead of 0 s."""
-    return s["mean_lead_time_ms"] / 1e3 if s["replication_hit_rate"] > 0 else float("nan")
+    used (the summary's null; summaries before 2026-12-05 wrote 0.0 for it)."""
+    lead, rate = s.get("mean_lead_time_ms"), s.get("replication_hit_rate")
+    return lead / 1e3 if lead is not None and rate else float("nan")
 
 
 def _replicating(ev: Evaluation) -> dict[str, list[dict[str, Any]]]:
@@ -164,7 +166,8 @@ def plot_replication(ev: Evaluation, path: Path) -> Path | None:
         waste = [s["bytes_wasted"] / s["bytes_replicated"] if s["bytes_replicated"] else 0.0
                  for s in rows]  # fmt: skip
         look = style[name]
-        axes[0].plot(xs, [s["replication_hit_rate"] for s in rows], label=name, **look)
+        rates = [s["replication_hit_rate"] for s in rows]
+        axes[0].plot(xs, [math.nan if r is None else r for r in rates], label=name, **look)
         axes[1].plot(xs, [lead_time_s(s) for s in rows], label=name, **look)
         axes[2].plot(xs, waste, label=name, **look)
     axes[0].set_ylabel("replication hit rate (blocks used / placed)")

@@ -66,6 +66,9 @@ def test_simulate_writes_summary_with_contract_keys_and_requests_parquet(tmp_pat
     s = json.loads((out / "summary.json").read_text())
     assert set(s) >= SUMMARY_KEYS
     assert set(s["ttft_ms"]) == {"p50", "p95", "p99", "mean"} and s["time_scale"] == 2.0
+    # a plain router places no copy: no hit rate, no lead time (not 0: "none used", "0 s")
+    assert s["replications"] == 0
+    assert s["replication_hit_rate"] is None and s["mean_lead_time_ms"] is None
     rq = pd.read_parquet(out / "requests.parquet")
     assert len(rq) == 300 and {
         "node",

@@ -77,8 +77,9 @@ def test_a_run_whose_copies_went_unused_draws_no_lead_time() -> None:
 
     from kvcast.simulator.plots import lead_time_s
 
-    unused = {"mean_lead_time_ms": 0.0, "replication_hit_rate": 0.0}
+    unused = {"mean_lead_time_ms": 0.0, "replication_hit_rate": 0.0}  # an older summary
     assert math.isnan(lead_time_s(unused))
+    assert math.isnan(lead_time_s({"mean_lead_time_ms": None, "replication_hit_rate": None}))
     assert lead_time_s({"mean_lead_time_ms": 2500.0, "replication_hit_rate": 0.3}) == 2.5
 
 

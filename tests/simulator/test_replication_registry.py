@@ -53,7 +53,7 @@ def test_the_base_router_comes_from_the_decider_config() -> None:
 
 
 def test_a_replicating_policy_cannot_be_its_own_base_router() -> None:
-    with pytest.raises(ValueError, match="anchor router"):
+    with pytest.raises(ValueError, match="'oracle' is a replicating policy, not a router"):
         make_policy(
             "oracle", SimConfig(), parse_config(DeciderConfig, {"loop": {"router": "oracle"}})
         )
