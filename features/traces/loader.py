@@ -21,10 +21,11 @@ def _valid() -> str:
 
 
 def _require_file(path: Path) -> None:
-    if not path.exists():
-        raise TraceError(f"{path}: no such trace file ({_valid()})")
+    if not path.exists():  # (the formats are no help here: the file is missing)
+        raise TraceError(f"{path}: no such trace file (or bundled:NAME for a bundled sample)")
     if not path.is_file():
-        raise TraceError(f"{path}: not a file ({_valid()})")
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise TraceError(f"{path}: {what}, not a trace file")
 
 
 def _sniff(head: bytes) -> str | None:

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from kvcast.cli.common import console, parse_floats, parse_names, user_errors
+from kvcast.cli.common import console, no_repeats, parse_floats, parse_names, user_errors
 from kvcast.cli.simulate import default_jobs, run_evaluation
 from kvcast.output_paths import output_dir
 from kvcast.simulator.config import SimConfig
@@ -107,6 +107,7 @@ def quickstart_cmd(
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     loads = parse_floats(time_scale, "--time-scale")
     names = policy_names() if policies == "all" else parse_names(policies)
+    no_repeats(names, "--policies")  # before the training, not after it
     unknown = sorted(set(names) - set(policy_names()))
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r}; valid: {', '.join(policy_names())}")

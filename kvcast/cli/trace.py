@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from kvcast.cli.common import (
     console,
+    no_repeats,
     open_trace,
     png_path,
     progress_bar,
@@ -177,6 +178,9 @@ def reuse_cmd(
         raise ValueError(f"--idle-s must be comma-separated seconds, got {idle_s!r}") from None
     if not ages or not all(0 <= a < math.inf for a in ages):
         raise ValueError(f"--idle-s must be finite seconds >= 0, got {idle_s!r}")
+    no_repeats([a / 1e3 for a in ages], "--idle-s")
+    if not window_s * 1e3 < math.inf:
+        raise ValueError(f"--window-s must be a finite number of seconds, got {window_s:g}")
     if min_blocks < 1:
         raise ValueError(f"--min-blocks must be at least 1, got {min_blocks}")
     plot = png_path(plot)

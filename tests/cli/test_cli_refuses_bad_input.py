@@ -190,3 +190,27 @@ def test_a_bad_flag_over_a_serve_config_is_blamed_on_the_flag(
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     line = " ".join(r.output.split())
     assert f"{config} with command line ({flag}):" in line and repr(value) in line, r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["trace", "reuse", "--idle-s", "1,1"], "--idle-s: 1.0 is given twice"),
+        (["trace", "reuse", "--window-s", "1e308"], "--window-s must be a finite number"),
+        (["quickstart", "--policies", "dynamo_kv,dynamo_kv"], "'dynamo_kv' is given twice"),
+    ],
+)
+def test_repeated_or_overflowing_values_are_refused_before_any_work(
+    small: Path, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    if args[0] == "trace":
+        args = [*args, "--trace", str(small)]
+    else:  # the quickstart would train first: refused before it
+        args = [*args, "--out", str(tmp_path / "qs")]
+    refused(args, needle)
+    assert not (tmp_path / "qs" / "train").exists()
+
+
+def test_a_missing_trace_names_the_bundled_samples_not_the_formats(tmp_path: Path) -> None:
+    refused(["simulate", "--trace", str(tmp_path / "nope.jsonl"), "--policy", "round_robin"],
+            "no such trace file (or bundled:NAME for a bundled sample)")  # fmt: skip

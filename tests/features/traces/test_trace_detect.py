@@ -69,8 +69,8 @@ def test_unknown_content_raises_naming_path_and_valid_formats(tmp_path: Path) ->
         detect_format(path)
 
 
-def test_missing_file_raises_naming_path_and_valid_formats(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match=r"nothere.jsonl: no such trace file.*valid formats"):
+def test_missing_file_raises_naming_the_path_and_the_bundled_samples(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"nothere.jsonl: no such trace file \(or bundled:NAME"):
         load_trace(tmp_path / "nothere.jsonl")
 
 
@@ -101,7 +101,7 @@ def test_load_trace_passes_skip_bad_name_and_block_size(tmp_path: Path) -> None:
 
 
 def test_directory_is_not_a_trace_file(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match=r"not a file \(valid formats"):
+    with pytest.raises(TraceError, match=r": a directory, not a trace file"):
         load_trace(tmp_path)
 
 
