@@ -171,6 +171,9 @@ def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> s
                 )
             else:
                 lines.append(f"{head}{msg}{tail}")
+    prefix = f"{source}: "  # named once when every problem is of the same source
+    if len(lines) > 1 and all(line.startswith(prefix) for line in lines):
+        return prefix + "; ".join(line.removeprefix(prefix) for line in lines)
     return "; ".join(lines)
 
 

@@ -333,3 +333,13 @@ def test_an_override_from_code_is_named_as_a_key_and_one_from_the_command_line_a
     with pytest.raises(ConfigError, match=r"^command line \(--nodes\): key 'nodes'"):
         with_options(SimConfig(), nodes=0, seed=None)  # an option not given is not named
     assert with_options(SimConfig(), nodes=None) == SimConfig()
+
+
+def test_several_problems_of_one_file_name_the_file_once(tmp_path: Path) -> None:
+    p = tmp_path / "two.yaml"
+    p.write_text("nodes: 0\nseed: -1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(SimConfig, p)
+    msg = str(err.value)
+    assert msg.count(str(p)) == 1 and msg.startswith(f"{p}: key 'nodes'")
+    assert "; key 'seed'" in msg
