@@ -28,35 +28,41 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML as a config author expects it, YAML 1.2's core schema for scalars rather than the
-    YAML 1.1 of PyYAML: ``true`` / ``false`` are the only booleans (``off``, ``no``, ``on``,
+    """YAML as a config author expects it, YAML 1.2's core schema for booleans and numbers
+    rather than the YAML 1.1 of PyYAML (a date is still read as one, and refused as no config
+    value): ``true`` / ``false`` are the only booleans (``off``, ``no``, ``on``,
     ``yes`` are strings: ``arrival_spread: off`` means "off"), integers are decimal (``010`` is
     10, not 8; ``0x`` / ``0o`` prefixes as written; ``_`` between digits allowed), ``2:00`` is
     a string (not 120), and any number in exponent form is a float (``1e9``). A mapping that
     names a key twice is refused (YAML 1.1 silently kept the last one), with both lines."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        first: dict[Any, int] = {}
+        first: dict[Any, yaml.Mark] = {}
         for key_node, _ in node.value:  # its own keys (a merged mapping's may be overridden)
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = self.construct_object(key_node, deep=deep)
             try:
-                line = first.setdefault(key, key_node.start_mark.line)
+                mark = first.setdefault(key, key_node.start_mark)
             except TypeError:  # an unhashable key: the base class says so
                 break
-            if line != key_node.start_mark.line:
+            if mark is not key_node.start_mark:  # (two keys on one line too: {a: 1, a: 2})
+                where = f"line {mark.line + 1}, column {mark.column + 1}"
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {line + 1})",
-                    key_node.start_mark,
-                )  # fmt: skip
+                    None, None, f"duplicate key {key!r} (first on {where})", key_node.start_mark
+                )
         return super().construct_mapping(node, deep)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = str(self.construct_scalar(node)).replace("_", "")
         sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
         base = {"0x": 16, "0o": 8}.get(digits[:2].lower(), 10)
-        return sign * int(digits[2:] if base != 10 else digits, base)
+        try:
+            return sign * int(digits[2:] if base != 10 else digits, base)
+        except ValueError:  # an explicit !!int of another form (0b..., 1:30)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"not an integer: {text!r} (decimal, 0x or 0o)", node.start_mark
+            ) from None
 
 
 _BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float"))

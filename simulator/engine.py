@@ -336,22 +336,20 @@ class Simulator(ReplicationHooks):
             if self.observers:
                 self._emit(sample)
         if self._work_left():
-            self._periods += 1
-            if self._periods > MAX_TELEMETRY_PERIODS:
-                raise self.overran(f"{MAX_TELEMETRY_PERIODS:,} telemetry periods of "
-                                   f"{self.cfg.telemetry_period_ms:g} ms")  # fmt: skip
-            self._push(now + self.cfg.telemetry_period_ms, TELEM, None)
+            period = self.cfg.telemetry_period_ms
+            if now - self._last_arrival > MAX_TELEMETRY_PERIODS * period:
+                raise self.overran(f"{MAX_TELEMETRY_PERIODS:,} telemetry periods of {period:g} ms")
+            self._push(now + period, TELEM, None)
 
     def overran(self, what: str) -> LoadOutOfRange:
-        """The error of a run whose requests outlast its arrivals by more than ``what``
-        covers (check_load and check_ticks bound the arrivals' span alone)."""
-        arrivals = self.trace.requests["arrival_ms"]
-        span_h = float(arrivals.max() - arrivals.min()) / 3.6e6 if len(arrivals) else 0.0
+        """The error of a run whose requests outlast its last arrival by more than ``what``
+        (check_load and check_ticks bound the arrivals' span alone: this bounds the rest)."""
+        left = self._n - self._next + self._live
         return LoadOutOfRange(
-            f"the run passed {what} at {self.now / 3.6e6:.3g} simulated hours, with "
-            f"{self._n - self._next + self._live:,} requests still to serve, for arrivals "
-            f"over {span_h:.3g} hours: the requests take far longer than the trace (check "
-            "their input_length and output_length)"
+            f"the run went on for {what} after the last arrival "
+            f"({(self.now - self._last_arrival) / 3.6e6:.3g} simulated hours) with "
+            f"{left:,} request{'s' if left != 1 else ''} still to serve: the requests take "
+            "far longer than the trace (check their input_length and output_length)"
         )
 
     def _work_left(self) -> bool:
@@ -365,8 +363,8 @@ class Simulator(ReplicationHooks):
         self._next = 0
         self._live = 0
         self._placed = 0
-        self._periods = self._ticks = 0  # telemetry periods and replication ticks pushed
         arrivals = self._tr.arrivals
+        self._last_arrival = float(arrivals.max()) if self._n else 0.0
         start = float(arrivals[0]) if self._n else 0.0
         self._push(start, TELEM, None)
         if self.replicator is not None:

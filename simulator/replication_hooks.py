@@ -36,8 +36,7 @@ class ReplicationHooks:
             pool.expire(self.now)
         self.execute(rep.on_tick(self.now, self))
         if self._work_left():
-            self._ticks += 1
-            if self._ticks > MAX_TELEMETRY_PERIODS:
+            if self.now - self._last_arrival > MAX_TELEMETRY_PERIODS * rep.tick_ms:
                 raise self.overran(f"the decider's {MAX_TELEMETRY_PERIODS:,} ticks of "
                                    f"{rep.tick_ms:g} ms (loop.tick_ms)")  # fmt: skip
             self._push(self.now + rep.tick_ms, TICK, None)

@@ -161,7 +161,14 @@ def test_a_key_named_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
     p = tmp_path / "dup.yaml"
     p.write_text("node:\n  gpus: 8\nnodes: 4\nnode:\n  gpus: 4\n")
     with pytest.raises(ConfigError, match=r"dup\.yaml:4: invalid YAML: duplicate key 'node' "
-                                          r"\(first on line 1\)"):  # fmt: skip
+                                          r"\(first on line 1, column 1\)"):  # fmt: skip
+        load_config(SimConfig, p)
+    p.write_text("node: {gpus: 8, gpus: 4}\n")  # flow style: both on one line
+    with pytest.raises(ConfigError, match=r"dup\.yaml:1: .*duplicate key 'gpus' \(first on "
+                                          r"line 1, column 8\)"):  # fmt: skip
+        load_config(SimConfig, p)
+    p.write_text("nodes: !!int 0b100\n")  # an explicit int of a form it does not read
+    with pytest.raises(ConfigError, match=r"dup\.yaml:1: invalid YAML: not an integer: '0b100'"):
         load_config(SimConfig, p)
     p.write_text("slo:\n  factor: 3\n  floor_ms: 100\n  factor: 5\n")
     with pytest.raises(ConfigError, match=r"dup\.yaml:4: .*duplicate key 'factor'"):
