@@ -45,7 +45,11 @@ def output_file(path: Path, what: str, inputs: Iterable[tuple[str, Path | None]]
 
 
 def _same_file(a: Path, b: Path) -> bool:
+    """The same file, however named (``sub/../x`` before ``sub`` exists, a link, a hard
+    link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
-        return a.resolve() == b.resolve()
+        return False

@@ -205,6 +205,17 @@ def _later_parts(first: Path) -> list[Path]:
     return sorted(later, key=_run_order)
 
 
+def newest_run(path: Path) -> Path:
+    """The first part of the newest run's decision log named like ``path`` (a sidecar started
+    again on ``decisions.parquet`` writes ``decisions.1.parquet``, ...), or ``path`` itself
+    when no run has written one yet."""
+    base = path.stem
+    runs = [f for f in path.parent.glob(f"{glob.escape(base)}*{glob.escape(path.suffix)}")
+            if f.is_file() and not _is_routes(f) and _run_order(f)[0] == base
+            and _run_order(f)[2] == 1]  # fmt: skip
+    return max(runs, key=_run_order, default=path)
+
+
 def _split(stem: str, sep: str, default: int) -> tuple[str, int]:
     """``("decisions", 2)`` for ``decisions<sep>2``; ``(stem, default)`` when it has none."""
     head, _, n = stem.rpartition(sep)

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +74,10 @@ def run_training(
     t0 = time.perf_counter()
     out = cfg.output_dir
     output_dir(out, "out_dir")  # before the data, not after a long replay
+    taken = [out / name for name in ARTEFACTS if (out / name).is_dir()]
+    if taken:  # before anything is fitted or registered: the files could not be published
+        raise IsADirectoryError(f"out_dir: {taken[0]} is a directory where the run writes a "
+                                "file; move it away")  # fmt: skip
     say("data")
     data = data if data is not None else load_data(cfg)
     model_kind(cfg.kind)  # an unknown kind fails before any work
@@ -181,15 +186,13 @@ def run_training(
     return TrainResult(cfg.kind, out, out / "model.onnx", summary, run_id, registered, champion)
 
 
-STAGE = ".partial"  # under out_dir: the run's files until they are all written
+STAGE = ".partial-"  # under out_dir, one per run: its files until they are all written
 
 
 def new_stage(out: Path) -> Path:
-    """An empty staging folder in ``out`` (a stopped run's left over is removed first)."""
-    stage = out / STAGE
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir()
-    return stage
+    """A staging folder of this run's own in ``out`` (two runs into one folder never share
+    one; a folder left by a killed run, ``.partial-*``, may be removed by hand)."""
+    return Path(tempfile.mkdtemp(prefix=STAGE, dir=out))
 
 
 def publish_stage(stage: Path, out: Path) -> None:

@@ -308,13 +308,17 @@ def replay_cmd(
         where = "--decisions DECISION_LOG"  # the sidecar's decision_log.path
         logged = True
         if layout is not None:
+            from kvcast.predictor.decision_log_reader import newest_run
+
             work = Path(layout.workdir)
-            where = f"--decisions {work / DECISION_LOG} --decider-config {work / DECIDER_FILE}"
-            logged = (work / DECISION_LOG).exists()  # written from its first decision on
+            log = newest_run(work / DECISION_LOG)  # this sidecar's run (a restarted one's too)
+            where = f"--decisions {log} --decider-config {work / DECIDER_FILE}"
+            logged = log.exists()  # written from its first decision on
         judge = (f"`kvcast shadow-eval {where} --trace {played_file} --spread off "
                  f"--clock-offset-ms {t0:.0f}`")  # fmt: skip
         if logged:
-            print(f"wrote {played_file}: judge the sidecar's decisions with {judge}")
+            print(f"wrote {played_file}: judge the sidecar's decisions (its newest run's log, "
+                  f"in a cluster workdir) with {judge}")  # fmt: skip
         else:
             print(
                 f"wrote {played_file}; the sidecar has logged no decision yet (its decision "

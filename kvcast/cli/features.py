@@ -159,7 +159,8 @@ def features_cmd(
             f"[yellow]warning:[/] {escape(str(path))}: no rows. A tick is labelled only when "
             f"its label window (t, t + {fcfg.labels.horizon_ms / 1e3:g} s] ends before the "
             f"last request (labels.drop_censored), and the trace's arrivals span "
-            f"{span_s:.3g} s: use a longer trace"
+            f"{span_s:.3g} s as loaded (divided by --time-scale when played): use a longer "
+            "trace"
         )
         return
     out_console.print(

@@ -121,3 +121,12 @@ def test_a_plot_named_as_a_directory_is_refused_not_written_beside_it(tmp_path: 
     refused(["trace", "reuse", "--trace", str(head(tmp_path, 20)), "--plot", str(adir)],
             f"--plot: {adir} is a directory")  # fmt: skip
     assert not adir.with_suffix(".png").exists()
+
+
+def test_an_input_named_another_way_is_still_refused(tmp_path: Path) -> None:
+    trace = head(tmp_path, 20)
+    before = trace.read_text()
+    roundabout = tmp_path / "sub" / ".." / trace.name  # sub/ does not exist yet
+    refused(["trace", "synth", "--trace", str(trace), "--scale", "2", "--out", str(roundabout)],
+            "is the input given as --trace")  # fmt: skip
+    assert trace.read_text() == before

@@ -69,3 +69,34 @@ def test_train_warns_when_the_model_is_not_above_its_recency_baseline(
     said = "is not above its recency baseline's" in " ".join(r.output.split())
     assert said == (not mine > base), (mine, base, r.output)
     assert not mine > base  # the tiny table's rule model: the case the warning is for
+
+
+def test_the_baseline_rule_through_the_registry(
+    tiny_tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """On the tiny table the rule model is below its recency baseline: kept out of the alias
+    with must_beat_recency, promoted without it; the recency kind is that baseline and is
+    judged on its positives alone."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+
+    def train(kind: str, name: str, must: bool) -> tuple[str | None, str | None, str]:
+        tracking = {"enabled": True, "tracking_uri": uri, "registered_model": name,
+                    "min_test_positives": 0, "must_beat_recency": must}  # fmt: skip
+        r = run_training(tiny_config(kind, tiny_tables, tmp_path / name, tracking=tracking))
+        return r.registered, r.champion, r.metrics["champion"]["champion.reason"]
+
+    registered, champion, reason = train("rule", "gate-rule", True)
+    assert registered == "gate-rule/1"
+    assert champion == "kept" and "is not above its recency baseline's" in reason
+    assert MlflowClient(uri).get_registered_model("gate-rule").aliases == {}
+    assert train("rule", "gate-rule-free", False)[1] == "promoted"
+    assert train("recency", "gate-recency", True)[1:] == ("promoted", "no champion yet")
+
+
+def test_two_runs_into_one_folder_stage_apart(tmp_path: Path) -> None:
+    from kvcast.training.pipeline import new_stage
+
+    a, b = new_stage(tmp_path), new_stage(tmp_path)
+    assert a != b and a.parent == b.parent == tmp_path and a.name.startswith(".partial-")

@@ -194,9 +194,10 @@ def test_the_recency_kind_is_reported_beside_its_baseline_not_over_it(
 def test_a_rerun_that_cannot_publish_leaves_the_earlier_model_with_its_own_metrics(
     tiny_data: dict[str, TrainingData], tiny_tables: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The second run into the same folder trains and exports, then cannot publish (a
-    directory where its PR-curve plot goes): the first run's model, metrics and card stay
-    together, and none of the second run's files is moved in beside them."""
+    """The second run into the same folder could not publish (a directory where its PR-curve
+    plot goes): refused before it fits or registers anything (a model registered and promoted
+    for files never published was the first version of this check), and the first run's
+    model, metrics and card stay together."""
     out = tmp_path / "out"
     cfg = tiny_config("recency", tiny_tables, out)
     first = run_training(cfg, data=tiny_data["sampled"])
@@ -206,12 +207,23 @@ def test_a_rerun_that_cannot_publish_leaves_the_earlier_model_with_its_own_metri
     (out / "pr_curve.png").mkdir()  # the evaluation's plot cannot be written there
     rerun = tiny_config("recency", tiny_tables, out, seed=1, model={"bins": 4})
     old_metrics = (out / "metrics.json").read_bytes()
-    with pytest.raises(OSError, match=r"pr_curve\.png is a directory; nothing of this run"):
-        run_training(rerun, data=tiny_data["sampled"])
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracked = rerun.model_copy(
+        update={
+            "tracking": rerun.tracking.model_copy(
+                update={"enabled": True, "tracking_uri": uri, "registered_model": "kvcast-taken"}
+            )
+        }
+    )
+    with pytest.raises(OSError, match=r"pr_curve\.png is a directory where the run writes a "):
+        run_training(tracked, data=tiny_data["sampled"])
     assert (out / "model.onnx").read_bytes() == old_model
     assert (out / "metrics.json").read_bytes() == old_metrics
     assert json.loads(old_metrics)["kind"] == first.metrics["kind"] == "recency"
-    assert not (out / ".partial").exists()
+    assert not list(out.glob(".partial-*"))
+    from mlflow import MlflowClient
+
+    assert not MlflowClient(uri).search_registered_models()  # nothing registered
 
 
 def test_an_output_folder_that_is_a_file_is_refused_before_the_data_is_built(
@@ -266,4 +278,4 @@ def test_a_run_stopped_after_its_export_leaves_the_earlier_model_and_its_metrics
     monkeypatch.undo()
     done = run_training(tiny_config("lgbm", tiny_tables, out))  # and the next run publishes
     assert json.loads((out / "metrics.json").read_text())["kind"] == "lgbm"
-    assert done.model_path == out / "model.onnx" and not (out / ".partial").exists()
+    assert done.model_path == out / "model.onnx" and not list(out.glob(".partial-*"))
