@@ -21,7 +21,8 @@ def test_quota_above_capacity_is_refused_naming_the_problem() -> None:
 )
 def test_malformed_listen_address_is_refused(listen: str) -> None:
     data = {"capacity_bytes": 10, "speculative_quota_bytes": 1, "listen": listen}
-    with pytest.raises(ConfigError, match="HOST:PORT"):
+    why = "is out of range" if listen == "host:99999" else "address must be HOST:PORT"
+    with pytest.raises(ConfigError, match=f"listen: .*{why}"):
         parse_config(AgentConfig, data)
 
 

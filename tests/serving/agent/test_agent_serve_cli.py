@@ -21,7 +21,11 @@ SIZES = ["--capacity", "64MiB", "--speculative-quota", "8MiB"]
         (["--capacity", "1MiB"], "--speculative-quota is required"),
         (["--capacity", "64XB", "--speculative-quota", "1"], "--capacity: '64XB': unknown unit"),
         (["--capacity", "1MiB", "--speculative-quota", "2MiB"], "must not exceed capacity"),
-        ([*SIZES, "--listen", "localhost"], "HOST:PORT"),
+        ([*SIZES, "--listen", "localhost"], "listen: address must be HOST:PORT"),
+        (
+            [*SIZES, "--transfer-listen", "127.0.0.1:99999"],
+            "transfer_listen: port 99999 of '127.0.0.1:99999' is out of range (0-65535)",
+        ),
         ([*SIZES, "--log-level", "loud"], "--log-level must be one of"),
         ([*SIZES, "--seed-blocks", "2", "--seed-block-bytes", "2x"], "--seed-block-bytes"),
         ([*SIZES, "--config", "/nonexistent/agent.yaml"], "no such config file"),
