@@ -169,6 +169,8 @@ def read_parquet(
         raise TraceError(f"{p}: not a readable Parquet file ({exc})") from None
     table = _decoded(table)
     given = [c for c in COLUMNS if c not in OPTIONAL or c in table.column_names]
+    if len(table) == 0 and set(given) <= set(table.column_names):  # (an empty table's
+        raise TraceError(f"{p}: contains no requests")  # columns may be typed null)
     for column in given:
         _check_column(p, table, column)
     if len(table) == 0:

@@ -242,3 +242,14 @@ def test_a_pandas_categorical_trace_loads_like_plain_strings(tmp_path: Path) -> 
     back = read_parquet(path)
     pd.testing.assert_frame_equal(back.requests, trace.requests, check_exact=True)
     assert back.requests["block_hashes"].tolist() == trace.requests["block_hashes"].tolist()
+
+
+def test_an_empty_table_is_named_empty_whatever_its_columns_types(tmp_path: Path) -> None:
+    """pandas writes the columns of an empty frame typed null: that was reported as a
+    mistyped column ("has type null"), not as the empty trace it is."""
+    from kvcast.features.traces.table import COLUMNS
+
+    path = tmp_path / "empty.parquet"
+    pd.DataFrame({c: [] for c in COLUMNS}).to_parquet(path)
+    with pytest.raises(TraceError, match=r"empty\.parquet: contains no requests"):
+        load_trace(path)
