@@ -168,6 +168,8 @@ def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> s
             lines.append(f"{source}: {msg}")
         elif isinstance(got, dict | list) or "token" in e["loc"]:  # a whole section (it may
             lines.append(f"{source}: key '{key}': {msg}")  # hold a secret), or a secret
+        elif e["type"] == "value_error" and repr(got) in msg:  # it names the value already
+            lines.append(f"{source}: key '{key}': {msg}")
         else:
             head, tail = f"{source}: key '{key}': ", f" (got {got!r})"
             last = lines[-1] if lines else ""

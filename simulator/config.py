@@ -27,10 +27,11 @@ class ModelConfig(FiniteConfig):
     kv_dtype: Literal["fp16", "bf16", "fp8"] = "fp16"
     weight_dtype: Literal["fp16", "bf16", "fp8"] = "bf16"
 
-    @model_validator(mode="after")
-    def _known_preset(self) -> ModelConfig:
-        get_llm(self.preset)
-        return self
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, preset: str) -> str:
+        get_llm(preset)  # (a field's error names model.preset)
+        return preset
 
     @property
     def spec(self) -> LLMSpec:

@@ -350,3 +350,13 @@ def test_several_problems_of_one_file_name_the_file_once(tmp_path: Path) -> None
     msg = str(err.value)
     assert msg.count(str(p)) == 1 and msg.startswith(f"{p}: key 'nodes'")
     assert "; key 'seed'" in msg
+
+
+def test_an_unknown_model_preset_is_named_under_its_own_key(tmp_path: Path) -> None:
+    p = tmp_path / "m.yaml"
+    p.write_text("model:\n  preset: gpt-5\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(SimConfig, p)
+    msg = str(err.value)
+    assert msg.startswith(f"{p}: key 'model.preset': unknown model preset 'gpt-5'; valid: ")
+    assert msg.count("gpt-5") == 1  # the value once, not again as "(got ...)"
