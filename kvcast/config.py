@@ -164,6 +164,12 @@ def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> s
             msg = f"'{disc}' is required" + (f" (one of {tags})" if tags else "")
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: key '{key}': unknown key")
+        elif e["type"] == "missing" and e["loc"] and isinstance(e["loc"][-1], int):
+            # a fixed-length list given too short (pydantic: "<key>.<i>: Field required")
+            whole, _ = _walk(cls, e["loc"][:-1])
+            head = f"{source}: key '{whole}': too few values"
+            if not any(line.startswith(head) for line in lines):  # one line for all missing
+                lines.append(f"{head} (only {e['loc'][-1]} given)")
         elif not key:  # a rule across keys (a model validator): its message says it all
             lines.append(f"{source}: {msg}")
         elif isinstance(got, dict | list) or "token" in e["loc"]:  # a whole section (it may

@@ -360,3 +360,13 @@ def test_an_unknown_model_preset_is_named_under_its_own_key(tmp_path: Path) -> N
     msg = str(err.value)
     assert msg.startswith(f"{p}: key 'model.preset': unknown model preset 'gpt-5'; valid: ")
     assert msg.count("gpt-5") == 1  # the value once, not again as "(got ...)"
+
+
+def test_a_fixed_length_list_given_too_short_says_so_once(tmp_path: Path) -> None:
+    from kvcast.predictor.decider_config import DeciderConfig
+
+    p = tmp_path / "d.yaml"
+    p.write_text("targets:\n  tier_penalty_ms: [0, 0]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(DeciderConfig, p)
+    assert str(err.value) == (f"{p}: key 'targets.tier_penalty_ms': too few values (only 2 given)")
