@@ -75,7 +75,10 @@ def agent_settings(
 @serve_app.command("agent")
 @user_errors
 def agent_cmd(
-    node_id: Annotated[str | None, typer.Option("--node-id", help="This node's id.")] = None,
+    node_id: Annotated[
+        str | None,
+        typer.Option("--node-id", help="This node's id (default: the config's, else agent-0)."),
+    ] = None,
     listen: Annotated[
         str | None, typer.Option("--listen", help="HTTP control API, HOST:PORT (0: any port).")
     ] = None,
@@ -84,10 +87,20 @@ def agent_cmd(
         typer.Option("--transfer-listen", help="TCP server peers pull from, HOST:PORT."),
     ] = None,
     capacity: Annotated[
-        str | None, typer.Option("--capacity", help="Block store bytes: 68719476736 or 64GiB.")
+        str | None,
+        typer.Option(
+            "--capacity",
+            help="Block store bytes: 68719476736 or 64GiB (required unless the config sets "
+            "capacity_bytes).",
+        ),
     ] = None,
     speculative_quota: Annotated[
-        str | None, typer.Option("--speculative-quota", help="Bytes for speculative replicas.")
+        str | None,
+        typer.Option(
+            "--speculative-quota",
+            help="Bytes for speculative replicas (required unless the config sets "
+            "speculative_quota_bytes).",
+        ),
     ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="Agent YAML (configs/serving/agent.yaml).")
