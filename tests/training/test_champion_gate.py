@@ -45,7 +45,8 @@ def test_a_model_on_too_few_test_positives_is_registered_but_not_the_champion(
     assert reason.startswith("not promoted: test window has ") and "too few to judge" in reason
     from mlflow import MlflowClient
 
-    assert MlflowClient(tracking_uri=uri, registry_uri=uri).get_registered_model("kvcast-gate").aliases == {}
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)  # this store's registry
+    assert client.get_registered_model("kvcast-gate").aliases == {}
 
 
 def test_train_warns_when_the_model_is_not_above_its_recency_baseline(
@@ -90,7 +91,8 @@ def test_the_baseline_rule_through_the_registry(
     registered, champion, reason = train("rule", "gate-rule", True)
     assert registered == "gate-rule/1"
     assert champion == "kept" and "is not above its recency baseline's" in reason
-    assert MlflowClient(tracking_uri=uri, registry_uri=uri).get_registered_model("gate-rule").aliases == {}
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)  # this store's registry
+    assert client.get_registered_model("gate-rule").aliases == {}
     assert train("rule", "gate-rule-free", False)[1] == "promoted"
     assert train("recency", "gate-recency", True)[1:] == ("promoted", "no champion yet")
 

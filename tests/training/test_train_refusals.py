@@ -223,7 +223,8 @@ def test_a_rerun_that_cannot_publish_leaves_the_earlier_model_with_its_own_metri
     assert not list(out.glob(".partial-*"))
     from mlflow import MlflowClient
 
-    assert not MlflowClient(tracking_uri=uri, registry_uri=uri).search_registered_models()  # nothing registered
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)  # this store's registry
+    assert not client.search_registered_models()  # nothing registered
 
 
 def test_an_output_folder_that_is_a_file_is_refused_before_the_data_is_built(
