@@ -342,22 +342,24 @@ def test_an_override_from_code_is_named_as_a_key_and_one_from_the_command_line_a
     assert with_options(SimConfig(), nodes=None) == SimConfig()
 
 
+def config_error(cls: type[FrozenConfig], path: Path, text: str) -> str:
+    """The ConfigError's message for ``text`` written to ``path`` and loaded as ``cls``."""
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(cls, path)
+    return str(err.value)
+
+
 def test_several_problems_of_one_file_name_the_file_once(tmp_path: Path) -> None:
     p = tmp_path / "two.yaml"
-    p.write_text("nodes: 0\nseed: -1\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(SimConfig, p)
-    msg = str(err.value)
+    msg = config_error(SimConfig, p, "nodes: 0\nseed: -1\n")
     assert msg.count(str(p)) == 1 and msg.startswith(f"{p}: key 'nodes'")
     assert "; key 'seed'" in msg
 
 
 def test_an_unknown_model_preset_is_named_under_its_own_key(tmp_path: Path) -> None:
     p = tmp_path / "m.yaml"
-    p.write_text("model:\n  preset: gpt-5\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(SimConfig, p)
-    msg = str(err.value)
+    msg = config_error(SimConfig, p, "model:\n  preset: gpt-5\n")
     assert msg.startswith(f"{p}: key 'model.preset': unknown model preset 'gpt-5'; valid: ")
     assert msg.count("gpt-5") == 1  # the value once, not again as "(got ...)"
 
@@ -366,7 +368,5 @@ def test_a_fixed_length_list_given_too_short_says_so_once(tmp_path: Path) -> Non
     from kvcast.predictor.decider_config import DeciderConfig
 
     p = tmp_path / "d.yaml"
-    p.write_text("targets:\n  tier_penalty_ms: [0, 0]\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(DeciderConfig, p)
-    assert str(err.value) == (f"{p}: key 'targets.tier_penalty_ms': too few values (only 2 given)")
+    msg = config_error(DeciderConfig, p, "targets:\n  tier_penalty_ms: [0, 0]\n")
+    assert msg == f"{p}: key 'targets.tier_penalty_ms': too few values (only 2 given)"
