@@ -92,7 +92,11 @@ def read_feature_dataset(path: str | Path) -> tuple[pd.DataFrame, FeatureSpec, d
         raise FileNotFoundError(
             f"{p}: no such feature dataset (`kvcast features --out DIR` writes DIR/{DATASET_FILE})"
         )
-    table = pq.read_table(p)
+    try:
+        table = pq.read_table(p)
+    except (OSError, pa.ArrowException) as err:  # a trace, say: `kvcast train --trace` reads one
+        raise ValueError(f"{p}: not a Parquet feature dataset (`kvcast features` writes one; "
+                         f"a trace goes to --trace): {err}") from None  # fmt: skip
     meta = table.schema.metadata or {}
     if META_SPEC not in meta:
         raise ValueError(f"{p}: not a kvcast feature dataset (no feature spec in its metadata)")

@@ -52,6 +52,10 @@ def test_a_missing_dataset_is_refused_naming_the_file_looked_for(tmp_path: Path)
         read_feature_dataset(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match=r"features\.parquet: no such feature dataset"):
         read_feature_dataset(tmp_path)  # a folder without the table
+    trace = tmp_path / "trace.jsonl"  # a trace given to train --features
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n')
+    with pytest.raises(ValueError, match=r"trace\.jsonl: not a Parquet feature dataset .* --trace"):
+        read_feature_dataset(trace)
 
 
 def test_writing_refuses_a_frame_without_the_spec_features(
