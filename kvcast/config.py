@@ -151,6 +151,12 @@ def _is_union(annotation: Any) -> bool:
 
 def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> str:
     lines = []
+    # a fixed-length list given too short: its missing items' indices (the last + 1 is the
+    # length it needs)
+    short: dict[tuple[Any, ...], list[int]] = {}
+    for e in err.errors():
+        if e["type"] == "missing" and e["loc"] and isinstance(e["loc"][-1], int):
+            short.setdefault(tuple(e["loc"][:-1]), []).append(e["loc"][-1])
     for e in err.errors():
         key, _ = _walk(cls, e["loc"])
         got = e.get("input")
@@ -169,7 +175,8 @@ def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> s
             whole, _ = _walk(cls, e["loc"][:-1])
             head = f"{source}: key '{whole}': too few values"
             if not any(line.startswith(head) for line in lines):  # one line for all missing
-                lines.append(f"{head} (only {e['loc'][-1]} given)")
+                idx = short[tuple(e["loc"][:-1])]
+                lines.append(f"{head}: {min(idx)} given, {max(idx) + 1} needed")
         elif not key:  # a rule across keys (a model validator): its message says it all
             lines.append(f"{source}: {msg}")
         elif isinstance(got, dict | list) or "token" in e["loc"]:  # a whole section (it may

@@ -205,15 +205,21 @@ def _later_parts(first: Path) -> list[Path]:
     return sorted(later, key=_run_order)
 
 
-def newest_run(path: Path) -> Path:
-    """The first part of the newest run's decision log named like ``path`` (a sidecar started
-    again on ``decisions.parquet`` writes ``decisions.1.parquet``, ...), or ``path`` itself
-    when no run has written one yet."""
+def written_since(path: Path, since: float) -> Path | None:
+    """The first part of the newest run of the decision log configured as ``path`` that was
+    written at or after ``since`` (unix seconds) by any of its parts, or None. A sidecar
+    started again on ``decisions.parquet`` writes ``decisions.1.parquet``, ... (the first free
+    number, not the highest), so a run is told by when it wrote, not by its name alone."""
     base = path.stem
     runs = [f for f in path.parent.glob(f"{glob.escape(base)}*{glob.escape(path.suffix)}")
             if f.is_file() and not _is_routes(f) and _run_order(f)[0] == base
             and _run_order(f)[2] == 1]  # fmt: skip
-    return max(runs, key=_run_order, default=path)
+
+    def written(first: Path) -> float:
+        return max(f.stat().st_mtime for f in (first, *_later_parts(first)))
+
+    recent = [f for f in runs if written(f) >= since]
+    return max(recent, key=written, default=None)
 
 
 def _split(stem: str, sep: str, default: int) -> tuple[str, int]:

@@ -189,9 +189,16 @@ def run_training(
 STAGE = ".partial-"  # under out_dir, one per run: its files until they are all written
 
 
+STALE_STAGE_S = 86_400.0  # a staging folder this old is a killed run's (no fit takes a day)
+
+
 def new_stage(out: Path) -> Path:
     """A staging folder of this run's own in ``out`` (two runs into one folder never share
-    one; a folder left by a killed run, ``.partial-*``, may be removed by hand)."""
+    one); those a killed run left over a day ago are removed first."""
+    for old in out.glob(f"{STAGE}*"):
+        with contextlib.suppress(OSError):
+            if old.is_dir() and time.time() - old.stat().st_mtime > STALE_STAGE_S:
+                shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=STAGE, dir=out))
 
 

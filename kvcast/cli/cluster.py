@@ -308,21 +308,24 @@ def replay_cmd(
         where = "--decisions DECISION_LOG"  # the sidecar's decision_log.path
         logged = True
         if layout is not None:
-            from kvcast.predictor.decision_log_reader import newest_run
+            from kvcast.predictor.decision_log_reader import written_since
 
             work = Path(layout.workdir)
-            log = newest_run(work / DECISION_LOG)  # this sidecar's run (a restarted one's too)
+            # the log this sidecar wrote during the replay (a log of an earlier cluster in the
+            # same workdir is not it: told by when it was written, started - 1 s of slack)
+            log = written_since(work / DECISION_LOG, t0 / 1000.0 - 1.0)
+            logged = log is not None
+            log = log or work / DECISION_LOG
             where = f"--decisions {log} --decider-config {work / DECIDER_FILE}"
-            logged = log.exists()  # written from its first decision on
         judge = (f"`kvcast shadow-eval {where} --trace {played_file} --spread off "
                  f"--clock-offset-ms {t0:.0f}`")  # fmt: skip
         if logged:
-            print(f"wrote {played_file}: judge the sidecar's decisions (its newest run's log, "
-                  f"in a cluster workdir) with {judge}")  # fmt: skip
+            print(f"wrote {played_file}: judge the sidecar's decisions with {judge}")
         else:
             print(
-                f"wrote {played_file}; the sidecar has logged no decision yet (its decision "
-                f"log is written from the first one on); once it has, judge them with {judge}"
+                f"wrote {played_file}; the sidecar logged no decision during the replay (its "
+                "decision log is written from the first one on, decisions.N.parquet for a "
+                f"restarted sidecar); once it has, judge them with {judge}"
             )
     else:
         print(

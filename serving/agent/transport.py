@@ -64,7 +64,8 @@ def parse_peer(peer: str, allow_port_zero: bool = False) -> tuple[str, int]:
         not sep or not _HOST.fullmatch(name) or not port.isascii() or not port.isdigit()
         or not lowest <= int(port) < 65536 or (":" in name and name == host)
     ):  # fmt: skip
-        if sep and port.isascii() and port.isdigit() and not lowest <= int(port) < 65536:
+        well_formed = sep and _HOST.fullmatch(name) and not (":" in name and name == host)
+        if well_formed and port.isascii() and port.isdigit() and not lowest <= int(port) < 65536:
             raise ValueError(f"port {port} of {peer!r} is out of range ({lowest}-65535)")
         raise ValueError(f"address must be HOST:PORT, got {peer!r}")
     return name, int(port)

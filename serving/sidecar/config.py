@@ -125,7 +125,10 @@ class SidecarConfig(FiniteConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> SidecarConfig:
-        parse_peer(self.listen, allow_port_zero=True)
+        try:
+            parse_peer(self.listen, allow_port_zero=True)
+        except ValueError as err:  # (a rule across keys: the message names its key)
+            raise ValueError(f"listen: {err}") from None
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError(f"node names must be unique, got {names}")

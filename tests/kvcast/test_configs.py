@@ -369,4 +369,4 @@ def test_a_fixed_length_list_given_too_short_says_so_once(tmp_path: Path) -> Non
 
     p = tmp_path / "d.yaml"
     msg = config_error(DeciderConfig, p, "targets:\n  tier_penalty_ms: [0, 0]\n")
-    assert msg == f"{p}: key 'targets.tier_penalty_ms': too few values (only 2 given)"
+    assert msg == f"{p}: key 'targets.tier_penalty_ms': too few values: 2 given, 4 needed"

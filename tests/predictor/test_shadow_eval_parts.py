@@ -76,15 +76,28 @@ def test_a_run_with_nothing_readable_is_refused_naming_the_truncated_part(tmp_pa
             read_decisions(given)
 
 
-def test_the_newest_run_of_a_log_is_the_highest_numbered_first_part(tmp_path: Path) -> None:
-    """What `cluster replay` names for judging: a sidecar started again on the same path
-    writes decisions.1.parquet, ...; parts and routes logs are not runs, .10 is after .2."""
-    from kvcast.predictor.decision_log_reader import newest_run
+def test_the_run_a_replay_judges_is_the_one_written_during_it(tmp_path: Path) -> None:
+    """What `cluster replay` names for judging: the run of the configured log written since
+    the replay started, told by when its parts were written, not by its name (a restarted
+    sidecar takes the first free number: decisions.1 when decisions.2 was left, say); an
+    earlier cluster's log in the same workdir is not it."""
+    import os
+    import time
+
+    from kvcast.predictor.decision_log_reader import written_since
 
     path = tmp_path / "decisions.parquet"
-    assert newest_run(path) == path  # nothing written yet: the configured path
-    for name in ("decisions.parquet", "decisions.part-0002.parquet", "decisions.1.parquet",
-                 "decisions.2.parquet", "decisions.10.parquet", "decisions.10.part-0002.parquet",
-                 "decisions.11.routes.parquet", "other.parquet"):  # fmt: skip
+    old = time.time() - 3600
+    for name in ("decisions.parquet", "decisions.2.parquet", "decisions.2.part-0002.parquet"):
         (tmp_path / name).write_bytes(b"")
-    assert newest_run(path) == tmp_path / "decisions.10.parquet"
+        os.utime(tmp_path / name, (old, old))
+    started = time.time() - 5
+    assert written_since(path, started) is None  # the earlier runs' logs only
+    (tmp_path / "decisions.1.parquet").write_bytes(b"")  # this sidecar's, a free number
+    (tmp_path / "decisions.1.routes.parquet").write_bytes(b"")  # a routes log: not a run
+    (tmp_path / "other.parquet").write_bytes(b"")
+    assert written_since(path, started) == tmp_path / "decisions.1.parquet"
+    # a run whose first part is old but whose later part was written during the replay
+    os.utime(tmp_path / "decisions.1.parquet", (old, old))
+    (tmp_path / "decisions.2.part-0003.parquet").write_bytes(b"")
+    assert written_since(path, started) == tmp_path / "decisions.2.parquet"

@@ -102,3 +102,19 @@ def test_two_runs_into_one_folder_stage_apart(tmp_path: Path) -> None:
 
     a, b = new_stage(tmp_path), new_stage(tmp_path)
     assert a != b and a.parent == b.parent == tmp_path and a.name.startswith(".partial-")
+
+
+def test_a_killed_runs_old_staging_folder_is_removed_a_recent_one_kept(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from kvcast.training.pipeline import STALE_STAGE_S, new_stage
+
+    old, recent = tmp_path / ".partial-old", tmp_path / ".partial-recent"
+    for d in (old, recent):
+        d.mkdir()
+        (d / "model.onnx").write_bytes(b"x")
+    then = time.time() - STALE_STAGE_S - 60
+    os.utime(old, (then, then))
+    stage = new_stage(tmp_path)
+    assert not old.exists() and recent.exists() and stage.is_dir()

@@ -17,7 +17,18 @@ def test_quota_above_capacity_is_refused_naming_the_problem() -> None:
 
 @pytest.mark.parametrize(
     "listen",
-    ["nohost", "host:", "host:99999", ":80", "http://0.0.0.0:8480", "a b:1", " h:1", "::1:80"],
+    [
+        "nohost",
+        "host:",
+        "host:99999",
+        ":80",
+        "http://0.0.0.0:8480",
+        "a b:1",
+        " h:1",
+        "::1:80",
+        "a b:99999",
+        ":99999",
+    ],
 )
 def test_malformed_listen_address_is_refused(listen: str) -> None:
     data = {"capacity_bytes": 10, "speculative_quota_bytes": 1, "listen": listen}

@@ -60,10 +60,16 @@ def _gone(pid: int) -> bool:
 def _shadow_phase(workdir: Path, env: dict[str, str], out: Path) -> None:
     replay = subprocess.run(
         [*kvcast_command(), "cluster", "replay", "--cluster", str(workdir), "--window-s",
-         str(WINDOW_S), "--speed", str(SPEED), "--settle-s", "1", "--out", str(out)],
+         str(WINDOW_S), "--speed", str(SPEED), "--settle-s", "1", "--out", str(out),
+         "--played", str(out.with_name("played.parquet"))],
         env=env, capture_output=True, text=True, timeout=90,
     )  # fmt: skip
     assert replay.returncode == 0, replay.stdout + replay.stderr
+    # the command it prints judges the decision log this sidecar wrote during the replay
+    said = " ".join(replay.stdout.split())
+    assert "judge the sidecar's decisions with `kvcast shadow-eval --decisions " in said, said
+    log = Path(said.split("--decisions ")[1].split(" ")[0])
+    assert log.is_file() and log.parent == workdir, log
     summary = json.loads(out.read_text())
     played, side = summary["replay"], summary["sidecar"]
     assert played["requests"] == played["arrivals_posted"] == SLICE_REQUESTS

@@ -24,7 +24,8 @@ NODES = [{"name": "a"}, {"name": "b"}, {"name": "c"}]
         ({"nodes": [{"name": "a", "replay": "tcp://x:1"}]}, "replay needs engine"),
         ({"nodes": [{"name": "a", "agent": "127.0.0.1:80"}]}, "http(s):// URL"),
         ({"nodes": []}, "at least 1 item"),
-        ({"listen": "nowhere"}, "HOST:PORT"),
+        ({"listen": "nowhere"}, "listen: address must be HOST:PORT"),
+        ({"listen": "127.0.0.1:99999"}, "listen: port 99999 of '127.0.0.1:99999' is out of range"),
         ({"mode": "loud"}, "'shadow' or 'active'"),
         ({"bogus": 1}, "Extra inputs are not permitted"),
         (  # commands for b would go to a's agent
