@@ -74,10 +74,7 @@ def run_training(
     t0 = time.perf_counter()
     out = cfg.output_dir
     output_dir(out, "out_dir")  # before the data, not after a long replay
-    taken = [out / name for name in ARTEFACTS if (out / name).is_dir()]
-    if taken:  # before anything is fitted or registered: the files could not be published
-        raise IsADirectoryError(f"out_dir: {taken[0]} is a directory where the run writes a "
-                                "file; move it away")  # fmt: skip
+    files_fit_in(out)  # before anything is fitted or registered
     say("data")
     data = data if data is not None else load_data(cfg)
     model_kind(cfg.kind)  # an unknown kind fails before any work
@@ -167,6 +164,7 @@ def run_training(
         failed: TrackingError | None = None
         if tracker is not None:
             say("track")
+            files_fit_in(out)  # again, as the model is registered: the fit took a while
             try:
                 registered, champion = publish(tracker, cfg, data, fitted, proto, summary)
             except STORE_ERRORS as err:  # keep what was trained; say what the store missed
@@ -190,6 +188,15 @@ STAGE = ".partial-"  # under out_dir, one per run: its files until they are all 
 
 
 STALE_STAGE_S = 86_400.0  # a staging folder this old is a killed run's (no fit takes a day)
+
+
+def files_fit_in(out: Path) -> None:
+    """An IsADirectoryError when a directory sits where the run writes one of its files in
+    ``out``: its files could not be published, so nothing may be registered either."""
+    taken = [out / name for name in ARTEFACTS if (out / name).is_dir()]
+    if taken:
+        raise IsADirectoryError(f"out_dir: {taken[0]} is a directory where the run writes a "
+                                "file; move it away")  # fmt: skip
 
 
 def new_stage(out: Path) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tiny_training import tiny_config
 
 from kvcast.training.champion import WINDOW, worth_serving
@@ -118,3 +119,28 @@ def test_a_killed_runs_old_staging_folder_is_removed_a_recent_one_kept(tmp_path:
     os.utime(old, (then, then))
     stage = new_stage(tmp_path)
     assert not old.exists() and recent.exists() and stage.is_dir()
+
+
+def test_a_directory_put_in_the_way_during_the_fit_registers_nothing(
+    tiny_tables: dict[str, Path], tmp_path: Path, monkeypatch
+) -> None:
+    """The check made at the start is made again as the model is registered: a directory
+    that appeared meanwhile fails the run before the registry moves."""
+    from mlflow import MlflowClient
+
+    import kvcast.training.pipeline as pipeline
+
+    out, uri = tmp_path / "out", f"sqlite:///{tmp_path / 'mlruns.db'}"
+    real_fit = pipeline.fit_model
+
+    def fit_then_block(cfg, data):  # type: ignore[no-untyped-def]
+        fitted = real_fit(cfg, data)
+        (out / "metrics.json").mkdir()  # someone's directory, made during the fit
+        return fitted
+
+    monkeypatch.setattr(pipeline, "fit_model", fit_then_block)
+    tracking = {"enabled": True, "tracking_uri": uri, "registered_model": "mid"}
+    with pytest.raises(IsADirectoryError, match=r"metrics\.json is a directory where the run"):
+        run_training(tiny_config("rule", tiny_tables, out, tracking=tracking))
+    assert not MlflowClient(tracking_uri=uri, registry_uri=uri).search_registered_models()
+    assert not list(out.glob(".partial-*"))
