@@ -34,7 +34,7 @@ class _Loader(yaml.SafeLoader):
     ``yes`` are strings: ``arrival_spread: off`` means "off"), integers are decimal (``010`` is
     10, not 8; ``0x`` / ``0o`` prefixes as written; ``_`` between digits allowed), ``2:00`` is
     a string (not 120), and any number in exponent form is a float (``1e9``). A mapping that
-    names a key twice is refused (YAML 1.1 silently kept the last one), with both lines."""
+    names a key twice is refused (YAML 1.1 silently kept the last one), naming where each is."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, yaml.Mark] = {}
@@ -149,13 +149,18 @@ def _is_union(annotation: Any) -> bool:
     return sum(a is not type(None) for a in typing.get_args(annotation)) > 1
 
 
+def _missing_item(e: Any) -> bool:
+    """A pydantic error for an item missing from a fixed-length list (a tuple given short)."""
+    return bool(e["type"] == "missing" and e["loc"] and isinstance(e["loc"][-1], int))
+
+
 def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> str:
     lines = []
     # a fixed-length list given too short: its missing items' indices (the last + 1 is the
-    # length it needs)
+    # length it needs), told in one line at the first of them
     short: dict[tuple[Any, ...], list[int]] = {}
     for e in err.errors():
-        if e["type"] == "missing" and e["loc"] and isinstance(e["loc"][-1], int):
+        if _missing_item(e):
             short.setdefault(tuple(e["loc"][:-1]), []).append(e["loc"][-1])
     for e in err.errors():
         key, _ = _walk(cls, e["loc"])
@@ -170,13 +175,12 @@ def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> s
             msg = f"'{disc}' is required" + (f" (one of {tags})" if tags else "")
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: key '{key}': unknown key")
-        elif e["type"] == "missing" and e["loc"] and isinstance(e["loc"][-1], int):
-            # a fixed-length list given too short (pydantic: "<key>.<i>: Field required")
-            whole, _ = _walk(cls, e["loc"][:-1])
-            head = f"{source}: key '{whole}': too few values"
-            if not any(line.startswith(head) for line in lines):  # one line for all missing
-                idx = short[tuple(e["loc"][:-1])]
-                lines.append(f"{head}: {min(idx)} given, {max(idx) + 1} needed")
+        elif _missing_item(e):  # pydantic: "<key>.<i>: Field required" per missing item
+            idx = short[tuple(e["loc"][:-1])]
+            if e["loc"][-1] == min(idx):
+                whole, _ = _walk(cls, e["loc"][:-1])
+                lines.append(f"{source}: key '{whole}': too few values: {min(idx)} given, "
+                             f"{max(idx) + 1} needed")  # fmt: skip
         elif not key:  # a rule across keys (a model validator): its message says it all
             lines.append(f"{source}: {msg}")
         elif isinstance(got, dict | list) or "token" in e["loc"]:  # a whole section (it may

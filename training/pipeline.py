@@ -211,13 +211,10 @@ def new_stage(out: Path) -> Path:
 
 def publish_stage(stage: Path, out: Path) -> None:
     """Move every file of ``stage`` into ``out``, one rename each (microseconds in all); a
-    name taken there by a directory is an error before anything is moved."""
-    files = sorted(stage.iterdir())
-    for f in files:
-        if (out / f.name).is_dir():
-            raise IsADirectoryError(f"out_dir: {out / f.name} is a directory; nothing of this "
-                                    f"run was written into {out}")  # fmt: skip
-    for f in files:
+    name taken there by a directory is an error before anything is moved
+    (:func:`files_fit_in`)."""
+    files_fit_in(out)
+    for f in sorted(stage.iterdir()):
         os.replace(f, out / f.name)
 
 
