@@ -58,6 +58,13 @@ def plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
+def check_time_scale(time_scale: float) -> float:
+    """``--time-scale`` if a positive finite number, else a ValueError saying so."""
+    if not 0 < time_scale < math.inf:
+        raise ValueError(f"--time-scale must be a positive finite number, got {time_scale}")
+    return time_scale
+
+
 def parse_floats(text: str, what: str, *, zero_ok: bool = False) -> list[float]:
     """``"1,2,4"`` -> [1.0, 2.0, 4.0]; each must be a positive finite number (or 0 with
     ``zero_ok``)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvcast.cli.common import (
+    check_time_scale,
     console,
     fresh_summary,
     open_trace,
@@ -122,15 +122,16 @@ def features_cmd(
 
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
-    if not 0 < time_scale < math.inf:
-        raise ValueError(f"--time-scale must be a positive finite number, got {time_scale}")
+    check_time_scale(time_scale)
     if engine not in ("pandas", "dask"):
         raise ValueError(f"unknown --engine {engine!r}; valid: pandas, dask")
-    if engine == "dask" and not (workers >= 1 and window_ms > 0):
-        raise ValueError(f"--workers must be >= 1 and --window-ms > 0, got {workers}, {window_ms}")
     if engine == "dask":
         from kvcast.features.dask_client import check_scheduler
 
+        if not (workers >= 1 and window_ms > 0):
+            raise ValueError(
+                f"--workers must be >= 1 and --window-ms > 0, got {workers}, {window_ms}"
+            )
         check_scheduler(scheduler)  # a typo is told before the replay, not after it
     sim = sim_config(config, nodes)
     output_dir(out)

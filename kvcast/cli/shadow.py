@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvcast.cli.common import (
+    check_time_scale,
     console,
     open_trace,
     png_path,
@@ -186,8 +187,7 @@ def shadow_eval_cmd(
         read_routes,
     )
 
-    if not 0 < time_scale < math.inf:
-        raise ValueError(f"--time-scale must be a positive finite number, got {time_scale}")
+    check_time_scale(time_scale)
     if not math.isfinite(clock_offset_ms):
         raise ValueError(f"--clock-offset-ms must be a finite number, got {clock_offset_ms}")
     if not 0 <= min_covered <= 1:

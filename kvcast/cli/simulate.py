@@ -111,8 +111,7 @@ def simulate_cmd(
     parse_floats(str(time_scale), "--time-scale")
     models = parse_models(model)
     cfg = sim_config(config, nodes)
-    decider = load_decider_config(decider_config)
-    check_base_router(decider, str(decider_config or "the embedded decider config"))
+    decider = decider_for(decider_config)
     output_dir(out)
     if shadow_log is not None:  # a file path: checked before any long work
         if shadow_log.is_dir():
@@ -363,8 +362,7 @@ def evaluate_cmd(
     models = parse_models(model)
     names = default_policies(models) if policies == "all" else parse_names(policies)
     cfg = sim_config(config, nodes)
-    decider = load_decider_config(decider_config)
-    check_base_router(decider, str(decider_config or "the embedded decider config"))
+    decider = decider_for(decider_config)
     slos = [parse_slo(t, cfg.slo) for t in slo] if slo else None
     quotas = parse_floats(quota_gib, "--quota-gib", zero_ok=True) if quota_gib else None
     if jobs is not None and jobs < 1:
@@ -376,6 +374,13 @@ def evaluate_cmd(
         trace, format, cfg, names, scales, capacity, out, skip_bad, decider, models, slos,
         quotas, jobs or default_jobs(), load_goal_config(goal) if verdict else None,
     )  # fmt: skip
+
+
+def decider_for(path: Path | None) -> DeciderConfig:
+    """The decider config at ``path`` (None: the embedded one), its base router checked."""
+    decider = load_decider_config(path)
+    check_base_router(decider, str(path or "the embedded decider config"))
+    return decider
 
 
 def default_policies(models: dict[str, str]) -> list[str]:

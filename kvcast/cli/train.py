@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvcast.cli.common import (
+    check_time_scale,
     console,
     progress_bar,
     user_errors,
@@ -181,8 +181,7 @@ def score_cmd(
     from kvcast.predictor.scorer import OnnxScorer
     from kvcast.training.scoring import score_trace
 
-    if not 0 < time_scale < math.inf:
-        raise ValueError(f"--time-scale must be a positive finite number, got {time_scale}")
+    check_time_scale(time_scale)
     if budget_k < 1:
         raise ValueError(f"--budget-k must be >= 1, got {budget_k}")
     if threads < 1:
