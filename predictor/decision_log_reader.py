@@ -215,11 +215,9 @@ def written_since(path: Path, since: float) -> Path | None:
             if f.is_file() and not _is_routes(f) and _run_order(f)[0] == base
             and _run_order(f)[2] == 1]  # fmt: skip
 
-    def written(first: Path) -> float:
-        return max(f.stat().st_mtime for f in (first, *_later_parts(first)))
-
-    recent = [f for f in runs if written(f) >= since]
-    return max(recent, key=written, default=None)
+    written = {f: max(p.stat().st_mtime for p in (f, *_later_parts(f))) for f in runs}
+    recent = [f for f, t in written.items() if t >= since]
+    return max(recent, key=written.__getitem__, default=None)
 
 
 def _split(stem: str, sep: str, default: int) -> tuple[str, int]:

@@ -115,14 +115,8 @@ class AgentConfig(FiniteConfig):
         if self.backoff_base_s > self.backoff_max_s:  # the cap silently won from the first retry
             raise ValueError(f"backoff_base_s ({self.backoff_base_s}) must not exceed "
                              f"backoff_max_s ({self.backoff_max_s})")  # fmt: skip
-        try:
-            http = parse_peer(self.listen, allow_port_zero=True)
-        except ValueError as err:  # (a rule across keys: the message names its key)
-            raise ValueError(f"listen: {err}") from None
-        try:
-            transfer = parse_peer(self.transfer_listen, allow_port_zero=True)
-        except ValueError as err:
-            raise ValueError(f"transfer_listen: {err}") from None
+        http = parse_peer(self.listen, allow_port_zero=True, key="listen")
+        transfer = parse_peer(self.transfer_listen, allow_port_zero=True, key="transfer_listen")
         if http[1] != 0 and http[1] == transfer[1] and binds_overlap(http[0], transfer[0]):
             # the second bind failed only at start ("Address already in use", naming neither)
             if http[0].lower() == transfer[0].lower():

@@ -55,8 +55,10 @@ class Transport(ABC):
         """Release long-lived resources (connections, registrations)."""
 
 
-def parse_peer(peer: str, allow_port_zero: bool = False) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` -> (host, port); ValueError when malformed."""
+def parse_peer(peer: str, allow_port_zero: bool = False, key: str = "") -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> (host, port); ValueError when malformed, its
+    message led by ``key`` when given (a config's rule across keys names the one it read)."""
+    where = f"{key}: " if key else ""
     host, sep, port = peer.rpartition(":")
     lowest = 0 if allow_port_zero else 1
     name = host[1:-1] if host.startswith("[") and host.endswith("]") else host
@@ -66,8 +68,8 @@ def parse_peer(peer: str, allow_port_zero: bool = False) -> tuple[str, int]:
     ):  # fmt: skip
         well_formed = sep and _HOST.fullmatch(name) and not (":" in name and name == host)
         if well_formed and port.isascii() and port.isdigit() and not lowest <= int(port) < 65536:
-            raise ValueError(f"port {port} of {peer!r} is out of range ({lowest}-65535)")
-        raise ValueError(f"address must be HOST:PORT, got {peer!r}")
+            raise ValueError(f"{where}port {port} of {peer!r} is out of range ({lowest}-65535)")
+        raise ValueError(f"{where}address must be HOST:PORT, got {peer!r}")
     return name, int(port)
 
 

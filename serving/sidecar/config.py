@@ -125,10 +125,7 @@ class SidecarConfig(FiniteConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> SidecarConfig:
-        try:
-            parse_peer(self.listen, allow_port_zero=True)
-        except ValueError as err:  # (a rule across keys: the message names its key)
-            raise ValueError(f"listen: {err}") from None
+        parse_peer(self.listen, allow_port_zero=True, key="listen")
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError(f"node names must be unique, got {names}")
