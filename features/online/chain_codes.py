@@ -24,6 +24,15 @@ codes of the plain reading (:func:`distinct_blocks` then a ``code_of`` lookup pe
 chain range's place among the distinct blocks is known as it is read (where the run's first
 named range was placed, plus the offset), unless a later chain named more of a run than its
 first range (its blocks are then two ranges there: found by sorting the codes).
+
+Reading a chain's blocks costs cache misses more than Python steps (the hash ints and the
+``code_of`` entries are cold after the events of a tick's interval). A chain may come with its
+request's *cover* (the runs :meth:`BlockTable.cover` cut its blocks into when it was applied,
+with their extents in the request). A run of it that is still the one in its slot, as long as
+it was then (only a split changes a run's blocks, and it shortens the run) and live at the
+table's newest request names exactly the chain's blocks there, each by the code it would be
+looked up by: it is read without a block read. The cover's first run that is not (split or
+dropped since) and the rest of the chain are read as above. The result is the same either way.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from operator import ne
 
 import numpy as np
 
-from kvcast.features.online.blocks import HASHES, LAST, BlockTable, Run
+from kvcast.features.online.blocks import HASHES, LAST, SLOT, BlockTable, Run
 from kvcast.features.online.codes import MASK, SHIFT
 
 
@@ -49,6 +58,9 @@ def distinct_blocks(chains: Sequence[Sequence[int]]) -> tuple[list[int], np.ndar
     blocks = list(dict.fromkeys(flat))
     index = dict(zip(blocks, range(len(blocks)), strict=True))
     return blocks, np.fromiter(map(index.__getitem__, flat), np.int64, total)
+
+
+Cover = list[tuple[Run, int, int]]  # BlockTable.cover: (run, start, end) in request order
 
 
 @dataclass(frozen=True)
@@ -86,14 +98,21 @@ def _agreed(ch: tuple[int, ...], i: int, hs: tuple[int, ...], lo: int, m: int) -
     return m
 
 
-def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlocks | None:
+def chain_blocks(
+    table: BlockTable,
+    chains: Sequence[Sequence[int]],
+    covers: Sequence[Cover | None] | None = None,
+) -> ChainBlocks | None:
     """The chains' distinct blocks, their codes and each chain block's index among them, read
     run by run; None where the plain reading must be used (a negative hash: ``code_of`` keys
     are canonical u64; or the chains name two parts of one run with blocks between them that
     none names, which chains of applied requests never do). ``chains``: tuples, or other
-    sequences (each read as a tuple: the comparisons with the runs' own are of tuples)."""
+    sequences (each read as a tuple: the comparisons with the runs' own are of tuples).
+    ``covers``: per chain, the :meth:`BlockTable.cover` of a request whose blocks (deduped)
+    start with the chain, or None; a cover's runs that are still whole are read without a
+    block of theirs (see the module's docstring)."""
     get, slot_runs, hashes_at = table.code_of.get, table.slot_runs, table.k + HASHES
-    last_at, horizon, latest = table.k + LAST, table.horizon, table.latest
+    last_at, horizon, latest, slot_at = table.k + LAST, table.horizon, table.latest, table.k + SLOT
     # slot -> the run's indices named so far [lo, hi) and where index lo is among the distinct
     # blocks (while they are one range there: else -1)
     covered: dict[int, tuple[int, int, int]] = {}
@@ -107,42 +126,61 @@ def chain_blocks(table: BlockTable, chains: Sequence[Sequence[int]]) -> ChainBlo
     chain_firsts: list[int] = []  # the chains' blocks as such ranges
     chain_sizes: list[int] = []
     chain_at: list[int] = []  # and where each range starts among the distinct blocks
-    for ch in map(tuple, chains):  # (a tuple is itself)
+    if covers is None:
+        covers = [None] * len(chains)
+    for ch, cover in zip(map(tuple, chains), covers, strict=True):  # (a tuple is itself)
         i, n = 0, len(ch)
+        pieces = cover or ()
+        k, known = 0, len(pieces)
         while i < n:
-            h = ch[i]
-            code = get(h)
-            if code is None:  # no state: one block, deduped by hash
-                if h < 0:
-                    return None
-                got = dead.get(h)
-                if got is None:
-                    got = dead[h] = (-1 - len(dead), total)
-                    firsts.append(got[0])
-                    sizes.append(1)
-                    named.append((h,))
-                    total += 1
-                chain_firsts.append(got[0])
-                chain_sizes.append(1)
-                chain_at.append(got[1])
-                i += 1
-                continue
-            slot, lo = code >> SHIFT, code & MASK
-            run: Run = slot_runs[slot]  # type: ignore[assignment]  # a code's run is there
-            hs = run[hashes_at]
-            m = len(hs) - lo
-            if m > n - i:
-                m = n - i
-            if m > 1:
-                if run[last_at] + horizon <= latest:
-                    m = 1  # some of its blocks may be another run's now: block by block
-                elif ch[i + m - 1] != hs[lo + m - 1]:  # departs from the run
-                    m = _agreed(ch, i, hs, lo, m)
-                elif lo == 0 and m == len(hs):  # the whole run (the usual case)
-                    if (ch if m == n else ch[i : i + m]) != hs:
+            run: Run | None = None
+            if k < known:  # the cover's next run, if it is still whole: no block read
+                run, start, end = pieces[k]
+                k += 1
+                hs = run[hashes_at]
+                slot = run[slot_at]
+                if (
+                    len(hs) == end - start
+                    and slot_runs[slot] is run
+                    and run[last_at] + horizon > latest
+                ):
+                    code, lo, m = slot << SHIFT, 0, (end if end < n else n) - i
+                else:
+                    run, known = None, 0  # from here on, block by block
+            if run is None:
+                h = ch[i]
+                code = get(h)
+                if code is None:  # no state: one block, deduped by hash
+                    if h < 0:
+                        return None
+                    got = dead.get(h)
+                    if got is None:
+                        got = dead[h] = (-1 - len(dead), total)
+                        firsts.append(got[0])
+                        sizes.append(1)
+                        named.append((h,))
+                        total += 1
+                    chain_firsts.append(got[0])
+                    chain_sizes.append(1)
+                    chain_at.append(got[1])
+                    i += 1
+                    continue
+                slot, lo = code >> SHIFT, code & MASK
+                run = slot_runs[slot]  # a code's run is there
+                hs = run[hashes_at]  # type: ignore[index]
+                m = len(hs) - lo
+                if m > n - i:
+                    m = n - i
+                if m > 1:
+                    if run[last_at] + horizon <= latest:  # type: ignore[index]
+                        m = 1  # some of its blocks may be another run's now: block by block
+                    elif ch[i + m - 1] != hs[lo + m - 1]:  # departs from the run
                         m = _agreed(ch, i, hs, lo, m)
-                elif ch[i : i + m] != hs[lo : lo + m]:
-                    m = _agreed(ch, i, hs, lo, m)
+                    elif lo == 0 and m == len(hs):  # the whole run (the usual case)
+                        if (ch if m == n else ch[i : i + m]) != hs:
+                            m = _agreed(ch, i, hs, lo, m)
+                    elif ch[i : i + m] != hs[lo : lo + m]:
+                        m = _agreed(ch, i, hs, lo, m)
             hi = lo + m
             chain_firsts.append(code)
             chain_sizes.append(m)

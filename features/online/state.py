@@ -37,7 +37,7 @@ from kvcast.features.events import (
     TelemetrySample,
 )
 from kvcast.features.online.blocks import HASHES, LAST, SLOT, BlockTable
-from kvcast.features.online.chain_codes import chain_blocks, distinct_blocks
+from kvcast.features.online.chain_codes import Cover, chain_blocks, distinct_blocks
 from kvcast.features.online.codes import named
 from kvcast.features.online.reorder import ReorderBuffer
 from kvcast.features.online.residency import Residency
@@ -74,6 +74,9 @@ class FeatureState:
             NodeTelemetry(cfg.queue_windows_ms, cfg.eviction_window_ms) for _ in range(cfg.nodes)
         ]
         self._tenants: dict[str, float] = {}  # a cache of tenant_code, cleared when full
+        # the last request applied: its blocks (deduped: the request's own tuple when none
+        # repeats) and the runs they were cut into (see :func:`chain_blocks`' covers)
+        self.last_cover: tuple[tuple[int, ...], Cover] | None = None
         self._buffer = ReorderBuffer(self._apply, cfg.reorder_tolerance_ms, self.bad)
         self._handlers = {
             RequestArrived: self._on_request,
@@ -125,6 +128,7 @@ class FeatureState:
             code = self._tenants[ev.tenant] = tenant_code(ev.tenant)
         rec = (ts, ev.node, key, ev.input_tokens, ev.public_blocks, code, float(explicit))
         blocks.touch(ts, cover, hashes, rec, key, code)
+        self.last_cover = (hashes, cover)
 
     def _on_stored(self, ev: BlockStored) -> None:
         self.residency.store(ev.medium, ev.node, ev.block_hashes)
@@ -168,13 +172,17 @@ class FeatureState:
         return self.blocks.numbers.refresh(self.blocks.slot_runs, self.blocks.latest)
 
     def chain_rows(
-        self, now_ms: float, chains: Sequence[tuple[int, ...]]
+        self,
+        now_ms: float,
+        chains: Sequence[tuple[int, ...]],
+        covers: Sequence[Cover | None] | None = None,
     ) -> tuple[list[int], np.ndarray, np.ndarray]:
         """The distinct blocks of ``chains`` (first seen first), per block of the concatenated
         chains its index among them, and ``rows(now_ms, blocks)``: the same, read run by run
-        (see :mod:`kvcast.features.online.chain_codes`)."""
+        (see :mod:`kvcast.features.online.chain_codes`; ``covers``: per chain, the cover of a
+        request it is a prefix of, as :attr:`last_cover` had it, or None)."""
         self._buffer.commit(now_ms)
-        found = chain_blocks(self.blocks, chains)
+        found = chain_blocks(self.blocks, chains, covers)
         if found is None:
             blocks, where = distinct_blocks(chains)
             return blocks, where, self.rows(now_ms, blocks)

@@ -168,7 +168,8 @@ class StateKeeper:
 
     def _on_request(self, ev: RequestArrived) -> None:
         self.routed.append((ev.ts_ms, ev.node, ev.block_hashes))
-        self.chains.add(ev)
+        last = self.state.last_cover  # this request's when it was applied just now
+        self.chains.add(ev, last[1] if last is not None and last[0] is ev.block_hashes else None)
         self.loads.note_request(ev.node, ev.input_tokens)
         if self.replicas:
             self.replicas.on_request(ev.node, ev.block_hashes)

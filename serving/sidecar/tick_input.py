@@ -100,9 +100,9 @@ class Holders(Mapping[int, int]):
 
 def snapshot(keeper: StateKeeper, now_ms: float, default_tail_tokens: int) -> TickInput:
     keeper.commit(now_ms)
-    cands = keeper.chains.candidates(now_ms, default_tail_tokens)
+    cands, covers = keeper.chains.covered(now_ms, default_tail_tokens)
     t0 = time.perf_counter()
-    blocks, where, rows = keeper.state.chain_rows(now_ms, cands.chains)
+    blocks, where, rows = keeper.state.chain_rows(now_ms, cands.chains, covers)
     features_s = time.perf_counter() - t0
     masks = mask_column(keeper, rows)
     hbm = gpu_holders(keeper, blocks, rows) if masks is None else Holders(blocks, masks)

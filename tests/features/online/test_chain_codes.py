@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kvcast.features.config import FeatureConfig, TickConfig
 from kvcast.features.events import RequestArrived
-from kvcast.features.online.chain_codes import chain_blocks, distinct_blocks
+from kvcast.features.online.chain_codes import Cover, chain_blocks, distinct_blocks
 from kvcast.features.online.state import FeatureState
 
 HORIZON = 50.0
@@ -34,16 +34,29 @@ def _plain(state: FeatureState, now: float, chains: list[tuple[int, ...]]):  # t
     return blocks, where, state.rows(now, blocks)
 
 
-def _assert_same(state: FeatureState, now: float, chains: list[tuple[int, ...]]) -> None:
-    blocks, where, rows = state.chain_rows(now, chains)
+def _assert_same(
+    state: FeatureState,
+    now: float,
+    chains: list[tuple[int, ...]],
+    covers: list[Cover | None] | None = None,
+) -> None:
+    blocks, where, rows = state.chain_rows(now, chains, covers)
     want_blocks, want_where, want_rows = _plain(state, now, chains)
     assert blocks == want_blocks
     assert where.dtype == np.int64 and where.tolist() == want_where.tolist()
     assert rows.tobytes() == want_rows.tobytes()  # bit for bit, NaNs included
-    found = chain_blocks(state.blocks, chains)
+    found = chain_blocks(state.blocks, chains, covers)
     if found is not None:
         codes = [state.blocks.code_of.get(h, 0) for h in want_blocks]
         assert found.codes.tolist() == codes
+        assert found.slots.tolist() == sorted({c >> 32 for c in codes})
+
+
+def _cover(state: FeatureState, blocks: tuple[int, ...]) -> Cover | None:
+    """The cover of the request just given, as the sidecar's consumer takes it: only when
+    the state applied that request (its own tuple of blocks)."""
+    last = state.last_cover
+    return last[1] if last is not None and last[0] is blocks else None
 
 
 @settings(max_examples=200, deadline=None)
@@ -72,15 +85,22 @@ def test_chains_read_run_by_run_equal_the_plain_reading(
     held_back: bool,
 ) -> None:
     state = FeatureState(_cfg(30.0 if held_back else 0.0), max_blocks=cap)
-    ts, chains = 0.0, []
+    ts, chains, covers = 0.0, [], []
     for i, (gap, base, size, tail, partial) in enumerate(requests):
         ts += gap
         blocks = BASE[base][:size] + ((100 + tail,) if tail else ())
         tokens = 512 * len(blocks) - (100 if partial else 0)
         state.update(_request(ts, i, blocks, tokens))
-        chains.append(blocks[: tokens // 512])
+        if tokens // 512:
+            chains.append(blocks[: tokens // 512])
+            covers.append(_cover(state, blocks))
     now = ts + after if not held_back else max(0.0, ts - after)  # held ones: not applied yet
-    _assert_same(state, now, [c for c in chains if c][-8:] + extra)
+    _assert_same(state, now, chains[-8:] + extra)
+    # with the covers noted as each request was applied (runs split, dropped by the cap or
+    # the sweep, or past the horizon since), and covers of other requests of the same blocks
+    _assert_same(state, now, chains[-8:] + extra, covers[-8:] + [None] * len(extra))
+    same = {c: cover for c, cover in zip(chains, covers, strict=True) if cover is not None}
+    _assert_same(state, now, chains[-8:], [same.get(c) for c in chains[-8:]])
 
 
 def test_blocks_a_new_run_took_over_are_read_from_their_new_run() -> None:
@@ -88,13 +108,16 @@ def test_blocks_a_new_run_took_over_are_read_from_their_new_run() -> None:
     # that); (2, 3) then makes a new run of its blocks, so the old run still lists them but
     # no longer names them: read block by block, not as the run
     state = FeatureState(_cfg())
-    state.update(_request(10.0, 0, (1, 2, 3)))
+    first = (1, 2, 3)
+    state.update(_request(10.0, 0, first))
+    cover = _cover(state, first)  # noted as it was applied: a run still whole, but past
     state.update(_request(HORIZON, 1, (7,)))  # the sweep: (1, 2, 3) still live
     state.update(_request(HORIZON + 11, 2, (2, 3)))
     table = state.blocks
     old, new = table.code_of[1] >> 32, table.code_of[2] >> 32
     assert old != new and table.slot_runs[old][table.k + 4] == (1, 2, 3)  # HASHES
     _assert_same(state, HORIZON + 2, [(1, 2, 3), (2, 3)])
+    _assert_same(state, HORIZON + 2, [first, (2, 3)], [cover, None])
 
 
 def test_unknown_and_repeated_blocks_are_deduped_by_hash() -> None:
@@ -208,3 +231,39 @@ def test_a_request_naming_its_blocks_in_a_list_makes_runs_of_tuples() -> None:
     got, want = state.chain_rows(5.0, [chain]), plain.chain_rows(5.0, [chain])
     assert got[0] == want[0] and got[2].tobytes() == want[2].tobytes()
     _assert_same(state, 5.0, [chain, chain[:4]])
+
+
+def test_chains_with_their_covers_read_no_block_of_a_run_still_whole() -> None:
+    # a conversation's turns, each the last one's full blocks and more, its last block
+    # partial: each one's cover, noted as it was applied, names the runs the tick reads its
+    # chain by. The next turn cut the run that ends with the partial block (a block of its
+    # own): looked up from there on
+    state = FeatureState(_cfg())
+    turns = [(*range(100, 100 + 40 * (k + 1)), 1000 + k) for k in range(3)]
+    covers = []
+    for i, turn in enumerate(turns):
+        state.update(_request(float(i), i, turn, 512 * len(turn) - 100))
+        covers.append(_cover(state, turn))
+    chains = [turn[:-1] for turn in turns]  # their full blocks
+    table = state.blocks
+    table.code_of = counting = _CountingCodes(table.code_of)
+    newest = chain_blocks(table, chains[-1:], covers[-1:])
+    assert newest is not None and counting.lookups == 0  # not one block read
+    assert chain_blocks(table, chains, covers) is not None and counting.lookups > 0
+    _assert_same(state, 5.0, chains, covers)
+    _assert_same(state, 5.0, chains[::-1], covers[::-1])
+
+
+def test_a_cover_whose_run_was_dropped_or_replaced_reads_the_blocks_afresh() -> None:
+    # the cap drops the run of (1, 2, 3); a new request makes another run of (1, 2) in its
+    # slot: the old cover names a run no longer there, so the chain is looked up (and reads
+    # the new run's rows)
+    state = FeatureState(_cfg(), max_blocks=3)
+    first = (1, 2, 3)
+    state.update(_request(0.0, 0, first))
+    cover = _cover(state, first)
+    assert cover is not None
+    state.update(_request(1.0, 1, (4, 5, 6)))
+    state.update(_request(2.0, 2, (1, 2, 9)))
+    assert state.blocks.code_of.get(3) is None  # (1, 2, 3) was dropped
+    _assert_same(state, 3.0, [first], [cover])

@@ -85,3 +85,44 @@ def test_events_older_than_the_stream_are_restamped_not_dropped() -> None:
     keeper.apply([_arrival(5_500.0, (5, 6), 32)])
     assert keeper.restamped == 2 and state.counters["out_of_order_dropped"] == 0
     assert keeper.applied == 3 and len(keeper.chains) == 3
+
+
+def _keeper(tolerance_ms: float = 0.0) -> StateKeeper:
+    cfg = FeatureConfig(nodes=2, block_tokens=16, reorder_tolerance_ms=tolerance_ms)
+    return StateKeeper(FeatureState(cfg), EventQueue(100), RecentChains(60_000.0, 10, 16),
+                       ReplicaTracker(), NodeLoads(2, PrefillModel(), 5.0))  # fmt: skip
+
+
+def test_a_chain_keeps_the_cover_of_its_request_as_the_state_applied_it() -> None:
+    keeper = _keeper()
+    keeper.apply([_arrival(1_000.0, (1, 2, 3), 48), _arrival(2_000.0, (1, 2, 4, 5), 56)])
+    cands, covers = keeper.chains.covered(3_000.0, 0)
+    assert cands.chains == ((1, 2, 4), (1, 2, 3))  # the second's last block is partial
+    k = keeper.state.blocks.k
+    got = [[(run[k + 4], start, end) for run, start, end in c] for c in covers]  # HASHES
+    # the runs as they are now: the first request's one run (1, 2, 3) was cut by the second
+    # (its cover names the head, no longer as long: the tick looks that chain's blocks up)
+    assert got == [[((1, 2), 0, 2), ((4, 5), 2, 4)], [((1, 2), 0, 3)]]
+    inp = snapshot(keeper, now_ms=3_000.0, default_tail_tokens=0)
+    plain = keeper.state.chain_rows(3_000.0, cands.chains)
+    assert inp.blocks == plain[0] and inp.rows.tobytes() == plain[2].tobytes()
+
+
+def test_a_request_held_for_reordering_leaves_its_chain_without_a_cover() -> None:
+    keeper = _keeper(tolerance_ms=500.0)  # held until the stream is 500 ms past it
+    keeper.apply([_arrival(1_000.0, (1, 2, 3), 48), _arrival(1_200.0, (7, 8), 32)])
+    assert keeper.state.last_cover is None  # neither applied yet
+    keeper.apply([_arrival(1_600.0, (9,), 16)])  # releases the first, not the third
+    _, covers = keeper.chains.covered(2_000.0, 0)
+    assert covers == (None, None, None)
+
+
+def test_a_repeated_chain_without_a_cover_keeps_the_one_noted_before() -> None:
+    chains = RecentChains(lookback_ms=1_000.0, limit=4, block_tokens=16)
+    first: list = [([0.0], 0, 2)]  # (stands in for BlockTable.cover's runs)
+    chains.add(_arrival(0.0, (1, 2), 32), first)
+    chains.add(_arrival(100.0, (1, 2), 32))  # the same blocks, held for reordering
+    assert chains.covered(200.0, 0)[1] == (first,)
+    second: list = [([1.0], 0, 2)]
+    chains.add(_arrival(300.0, (1, 2), 32), second)
+    assert chains.covered(400.0, 0)[1] == (second,)
