@@ -27,6 +27,24 @@ def block_tokens(input_tokens: Num, pos: Num, block_size: int) -> Num:
     return np.clip(input_tokens - pos * block_size, 1, block_size)
 
 
+def whole_blocks(input_tokens: int, n_blocks: int, block_size: int) -> int:
+    """How many of a request's ``n_blocks`` blocks are full, the blocks an engine caches and
+    reuses (a trailing partial block never is): its tokens' whole blocks; without a token
+    count (0), all but the last."""
+    if input_tokens > 0:
+        return min(input_tokens // block_size, n_blocks)
+    return max(n_blocks - 1, 0)
+
+
+def whole_blocks_of(input_tokens: np.ndarray, n_blocks: np.ndarray, block_size: int) -> np.ndarray:
+    """:func:`whole_blocks` of each request (int64 arrays)."""
+    return np.where(
+        input_tokens > 0,
+        np.minimum(input_tokens // block_size, n_blocks),
+        np.maximum(n_blocks - 1, 0),
+    )
+
+
 def prefill_ms(n: Num, cfg: FeatureConfig) -> Num:
     """``a + b*n + c*n^2`` for ``n > 0`` uncached tokens, 0 for none (NaN stays NaN)."""
     p = cfg.prefill

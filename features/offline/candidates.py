@@ -2,8 +2,8 @@
 
 Ticks are ``start + j * period`` up to the last event (or up to the last request ``- H`` when
 censored labels are dropped). A block is a candidate at tick ``t`` when its last access
-``a <= t`` satisfies ``a + lookback > t`` (the online rule). Each candidate row points at that
-access.
+``a <= t`` satisfies ``a + lookback > t`` and the block was full in that request (a trailing
+partial block is never reused: the online rule). Each candidate row points at that access.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
+from kvcast.features.block_meta import whole_blocks_of
 from kvcast.features.config import FeatureConfig, TickConfig
 from kvcast.features.events import Event
 from kvcast.features.offline.accesses import Accesses
@@ -71,13 +72,25 @@ class Rows:
         return Rows(self.access[keep], self.tick[keep], self.ticks)
 
 
-def candidate_ranges(acc: Accesses, lookback_ms: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per access: the first tick of its rows and how many rows it has."""
+def full_accesses(table: EventTable, acc: Accesses, block_tokens: int) -> np.ndarray:
+    """Per sorted access: whether its block is full in its request (:func:`whole_blocks`)."""
+    blocks = np.bincount(table.a_req, minlength=len(table.r_ts))
+    return acc.pos < whole_blocks_of(table.r_input, blocks, block_tokens)[acc.req]
+
+
+def candidate_ranges(
+    acc: Accesses, lookback_ms: float, full: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per access: the first tick of its rows and how many rows it has; ``full``
+    (:func:`full_accesses`): an access of a block that is not full has none, and ends the
+    rows of the block's access before it, as any access does."""
     n = len(acc)
     lo = acc.rank  # first tick that sees the access
     hi = np.full(n, len(acc.ticks))
     hi[:-1] = np.where(acc.has_next[:-1], lo[1:], len(acc.ticks))  # rank(min(a, b)): min
     np.minimum(hi, acc.rank_of(acc.r_ts + lookback_ms), out=hi)
+    if full is not None:
+        hi[~full] = lo[~full]
     return lo, np.maximum(hi - lo, 0)
 
 
@@ -88,8 +101,3 @@ def expand(lo: np.ndarray, counts: np.ndarray, start: int, stop: int) -> list[np
     tick = np.repeat(lo[start:stop] - (np.cumsum(c) - c), c)
     tick += np.arange(len(tick))
     return [access, tick]
-
-
-def candidate_rows(acc: Accesses, ticks: np.ndarray, lookback_ms: float) -> Rows:
-    lo, counts = candidate_ranges(acc, lookback_ms)
-    return Rows(*expand(lo, counts, 0, len(acc)), ticks)

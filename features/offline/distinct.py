@@ -29,7 +29,8 @@ class RowKeys:
 
 
 def row_keys(acc: Accesses, rows: Rows, window_ms: float) -> RowKeys:
-    """Rows must be sorted by (block, tick), as :func:`candidate_rows` makes them."""
+    """Rows must be sorted by (block, tick), as :func:`~kvcast.features.offline.labels.sampled_rows`
+    makes them."""
     m = len(acc.ticks) + 1
     before = np.zeros(len(acc) + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows.access, minlength=len(acc)), out=before[1:])

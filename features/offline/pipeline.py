@@ -21,7 +21,12 @@ from kvcast.features.counters import BadInputCounters
 from kvcast.features.derive import meta_columns, session_columns
 from kvcast.features.events import Event
 from kvcast.features.offline.accesses import Accesses, accesses
-from kvcast.features.offline.candidates import Rows, candidate_ranges, table_and_ticks
+from kvcast.features.offline.candidates import (
+    Rows,
+    candidate_ranges,
+    full_accesses,
+    table_and_ticks,
+)
 from kvcast.features.offline.distinct import row_keys, window_counts
 from kvcast.features.offline.heat import decayed_counts
 from kvcast.features.offline.labels import (
@@ -108,7 +113,8 @@ def build_feature_dataset(
     (default: ``cfg.ticks``). ``events`` may be a prebuilt :class:`EventTable`."""
     cfg, table, ticks = table_and_ticks(events, ticks, cfg)
     acc = accesses(table, cfg.horizon_ms, ticks)
-    lo, counts = candidate_ranges(acc, cfg.ticks.lookback_ms)
+    full = full_accesses(table, acc, cfg.block_tokens)
+    lo, counts = candidate_ranges(acc, cfg.ticks.lookback_ms, full)
     due = due_ticks(acc, cfg.labels.horizon_ms)
     rows, weight = sampled_rows(acc, lo, counts, burst_due(acc, due, cfg.labels.k), cfg)
     count = burst_counts(acc, rows, due)

@@ -13,7 +13,7 @@ from kvcast.features.config import FeatureConfig
 from kvcast.features.counters import BadInputCounters
 from kvcast.features.derive import session_columns
 from kvcast.features.offline.accesses import accesses
-from kvcast.features.offline.candidates import candidate_ranges
+from kvcast.features.offline.candidates import candidate_ranges, full_accesses
 from kvcast.features.offline.carry import CarriedState
 from kvcast.features.offline.labels import (
     burst_counts,
@@ -75,7 +75,8 @@ def window_rows(w: WindowInput, cfg: FeatureConfig) -> pd.DataFrame:
     """The rows of ``w.window``'s ticks, ordered by (block, tick) like the pandas path."""
     table, ticks = w.table, w.window.ticks
     acc = accesses(table, cfg.horizon_ms, ticks)
-    lo, counts = candidate_ranges(acc, cfg.ticks.lookback_ms)
+    full = full_accesses(table, acc, cfg.block_tokens)
+    lo, counts = candidate_ranges(acc, cfg.ticks.lookback_ms, full)
     due = due_ticks(acc, cfg.labels.horizon_ms)
     rows, weight = sampled_rows(acc, lo, counts, burst_due(acc, due, cfg.labels.k), cfg)
     count = burst_counts(acc, rows, due)

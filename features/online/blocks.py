@@ -27,7 +27,9 @@ from kvcast.features.online.run_numbers import RunNumbers
 FIRST, LAST, REQ, POS0, HASHES, CHILD, SESS, TENANT = 0, 1, 2, 3, 4, 5, 10, 15  # after sums
 SLOT = 20  # after sums: the run's index in ``BlockTable.slot_runs``
 Run = list[Any]
-NO_REQUEST = (float("nan"), -1, None, 0, 0, 0.0, 0.0)
+NO_REQUEST = (float("nan"), -1, None, 0, 0, 0.0, 0.0, 0)
+# a request's record (``run[k + REQ]``): time, node, session key, input tokens, public
+# blocks, tenant code, explicit session (0/1), how many blocks (after repeats are removed)
 
 
 class BlockTable:

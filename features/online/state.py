@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from kvcast.features.block_meta import tenant_code
+from kvcast.features.block_meta import tenant_code, whole_blocks
 from kvcast.features.config import FeatureConfig
 from kvcast.features.counters import BadInputCounters
 from kvcast.features.events import (
@@ -36,7 +36,7 @@ from kvcast.features.events import (
     RequestArrived,
     TelemetrySample,
 )
-from kvcast.features.online.blocks import HASHES, LAST, SLOT, BlockTable
+from kvcast.features.online.blocks import HASHES, LAST, POS0, REQ, SLOT, BlockTable
 from kvcast.features.online.chain_codes import Cover, chain_blocks, distinct_blocks
 from kvcast.features.online.codes import named
 from kvcast.features.online.reorder import ReorderBuffer
@@ -126,7 +126,8 @@ class FeatureState:
             if len(self._tenants) >= MAX_TENANT_CODES:  # tenant ids may be per user or API key
                 self._tenants.clear()
             code = self._tenants[ev.tenant] = tenant_code(ev.tenant)
-        rec = (ts, ev.node, key, ev.input_tokens, ev.public_blocks, code, float(explicit))
+        rec = (ts, ev.node, key, ev.input_tokens, ev.public_blocks, code, float(explicit),
+               len(hashes))  # fmt: skip
         blocks.touch(ts, cover, hashes, rec, key, code)
         self.last_cover = (hashes, cover)
 
@@ -148,13 +149,20 @@ class FeatureState:
 
     # -- queries --------------------------------------------------------------------------
     def candidates(self, now_ms: float) -> list[int]:
-        """Blocks requested within ``ticks.lookback_ms`` before ``now_ms`` (the offline rule)."""
+        """Blocks requested within ``ticks.lookback_ms`` before ``now_ms`` and full in the
+        last request that named them (:func:`whole_blocks`: a trailing partial block is
+        never reused; the offline rule)."""
         self._buffer.commit(now_ms)
         k, lookback, code_of = self.blocks.k, self.cfg.ticks.lookback_ms, self.blocks.code_of
+        size = self.cfg.block_tokens
         out: list[int] = []
         for r in self.blocks.runs.values():
             if r[k + LAST] + lookback > now_ms:
-                out += named(code_of, r[k + HASHES], r[k + SLOT])
+                hashes, rec = r[k + HASHES], r[k + REQ]
+                full = whole_blocks(rec[3], rec[7], size) - r[k + POS0]
+                if full < len(hashes):
+                    hashes = hashes[: max(full, 0)]
+                out += named(code_of, hashes, r[k + SLOT])
         return out
 
     def rows(self, now_ms: float, candidate_blocks: Iterable[int]) -> np.ndarray:

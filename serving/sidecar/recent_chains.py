@@ -17,6 +17,7 @@ from operator import itemgetter
 
 import numpy as np
 
+from kvcast.features.block_meta import whole_blocks
 from kvcast.features.events import RequestArrived
 from kvcast.features.online.chain_codes import Cover
 from kvcast.predictor.cluster_view import ChainCandidates
@@ -25,10 +26,8 @@ Key = tuple[str, tuple[int, ...]]
 
 
 def full_blocks(hashes: tuple[int, ...], input_tokens: int, block_tokens: int) -> tuple[int, ...]:
-    """The blocks of a request that are full; without a token count, all but the last."""
-    if input_tokens > 0:
-        return hashes[: min(len(hashes), input_tokens // block_tokens)]
-    return hashes[:-1]
+    """The blocks of a request that are full (:func:`whole_blocks`)."""
+    return hashes[: whole_blocks(input_tokens, len(hashes), block_tokens)]
 
 
 class RecentChains:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcast.features.block_meta import block_tokens, kv_bytes_per_token, prefill_ms, tenant_code
+from kvcast.features.block_meta import (
+    block_tokens,
+    kv_bytes_per_token,
+    prefill_ms,
+    tenant_code,
+    whole_blocks,
+    whole_blocks_of,
+)
 from kvcast.features.config import FeatureConfig
 from kvcast.features.derive import meta_columns
 
@@ -38,3 +45,15 @@ def test_recompute_cost_of_a_block_is_the_marginal_prefill_of_its_chain() -> Non
 
 def test_tenant_code_is_stable() -> None:
     assert tenant_code("acme") == tenant_code("acme") != tenant_code("other")
+
+
+def test_whole_blocks_are_the_full_ones_of_a_request_one_rule_for_scalars_and_arrays() -> None:
+    assert whole_blocks(2 * 512 + 1, 3, 512) == 2  # the third is partial
+    assert whole_blocks(3 * 512, 3, 512) == 3
+    assert whole_blocks(10 * 512, 3, 512) == 3  # more tokens than blocks: every block
+    assert whole_blocks(0, 3, 512) == 2 and whole_blocks(0, 0, 512) == 0  # no count: not last
+    tokens = np.arange(0, 5 * 512 + 3, 37)
+    for n in range(6):
+        blocks = np.full(len(tokens), n)
+        want = [whole_blocks(int(t), n, 512) for t in tokens]
+        assert whole_blocks_of(tokens, blocks, 512).tolist() == want

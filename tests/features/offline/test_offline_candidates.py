@@ -59,3 +59,25 @@ def test_ticks_stop_where_the_label_window_would_run_past_the_last_request(
     events += [make_telemetry(t, 0) for t in (10000.0, 15000.0, 20000.0)]
     df = build_feature_dataset(events, None, cfg)
     assert df.tick_ms.max() == 4000.0  # last request 9000 - H 5000, not last event 20000 - H
+
+
+def test_a_trailing_partial_block_is_no_candidate_and_ends_its_blocks_rows(
+    cfg: FeatureConfig, make_request: Callable[..., RequestArrived]
+) -> None:
+    """Engines never reuse a request's trailing partial block: it has no rows (offline and
+    online alike, see the parity tests), while the request's full blocks do. A block that a
+    later request names as its partial block stops being a candidate there (its last
+    access), and one that a still later request names in full is again."""
+    events = [
+        make_request(500.0, [1, 2, 3], input_tokens=2 * 512 + 100),  # 3 partial
+        make_request(3500.0, [4, 5], input_tokens=0),  # no token count: 5 taken as partial
+        make_request(4500.0, [1], input_tokens=100),  # 1 named as a partial block
+        make_request(6500.0, [1, 7], input_tokens=2 * 512),
+    ]
+    df = build_feature_dataset(events, np.arange(0.0, 9000.0, 1000.0), cfg)
+    ticks = {b: df[df.block == b].tick_ms.tolist() for b in range(1, 8)}
+    assert ticks[3] == [] and ticks[5] == []
+    assert ticks[2] == [float(t) for t in range(1000, 9000, 1000)]
+    assert ticks[4] == [4000.0, 5000.0, 6000.0, 7000.0, 8000.0]
+    assert ticks[1] == [1000.0, 2000.0, 3000.0, 4000.0, 7000.0, 8000.0]  # none at 5000, 6000
+    assert (df[df.block != 4].block_tokens == 512).all()  # (4: no token count)
