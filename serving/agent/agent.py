@@ -60,6 +60,7 @@ class Agent:
             tls_handshake_timeout_s=config.transfer_tls_handshake_timeout_s,
             tenant_tokens=self.tenant_tokens,
             tenant_pull_caps=[e.max_pulls for e in config.tenant_tokens],
+            max_hellos=config.max_transfer_hellos,
         )  # fmt: skip
         if allocator is None and config.device != "host":
             from kvcast.serving.agent.device_memory import DeviceAllocator  # imports torch

@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from kvcast.config import FiniteConfig
 from kvcast.serving.agent.sizes import ByteSize
-from kvcast.serving.agent.tcp_server import MAX_CONNECTIONS
+from kvcast.serving.agent.tcp_server import MAX_CONNECTIONS, MAX_HELLOS
 from kvcast.serving.agent.tenant_pulls import DEFAULT_TENANT_PULLS
 from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.gc_pacing import GcConfig
@@ -64,10 +64,14 @@ class AgentConfig(FiniteConfig):
     backoff_max_s: float = Field(1.0, gt=0)
     connect_timeout_s: float = Field(5.0, gt=0)
     request_timeout_s: float = Field(10.0, gt=0)
-    # peers the transfer server serves at once (more are refused, busy); of a peer not yet
-    # authenticated it takes at most 4108 bytes from the socket (a header and a 4 KiB Hello),
-    # and checks the Hello's token before any request: the rest waits in the kernel
+    # authenticated peers the transfer server serves at once (more are refused, busy, once
+    # their Hello is read)
     max_transfer_connections: int = Field(MAX_CONNECTIONS, ge=1)
+    # connections waiting for their Hello, a pool of their own: a new one closes the oldest,
+    # so peers that connect and send nothing cannot keep those with a token out. Of each it
+    # takes at most 4108 bytes from the socket (a header and a 4 KiB Hello), and checks the
+    # Hello's token before any request: the rest waits in the kernel
+    max_transfer_hellos: int = Field(MAX_HELLOS, ge=1)
     # with mutual TLS (KVCAST_TLS_*): the time a peer gets to complete its TLS handshake with
     # the transfer server, from its connection's accept (the HTTP API's: http's own key)
     transfer_tls_handshake_timeout_s: float = Field(HANDSHAKE_TIMEOUT_S, gt=0)

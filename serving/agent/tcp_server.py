@@ -16,13 +16,17 @@ parses a frame header and, if it announces a ``Hello`` of at most ``MAX_HELLO_BO
 that body; any other first frame, or a longer one, is refused from its header alone. A peer of
 another protocol version is refused from its header too, in an ``Error`` frame of its own
 version where that version can read it (version 1), and counted. At most ``max_connections``
-peers are served at once (others get a ``BUSY`` error at once). A peer that sends no complete
-``Hello`` and request, or takes no bytes of the pull, for ``request_timeout_s`` is cut off
-(:mod:`~kvcast.serving.agent.peer_writes`).
+authenticated peers are served at once (another gets a ``BUSY`` error once its Hello is
+read). Connections whose Hello is not yet in are a pool of their own, at most ``max_hellos``:
+a new one closes the oldest of them (counted in ``hellos_dropped``), so that peers that
+connect and send nothing cannot take the slots of those that authenticate, and a peer with a
+token gets through as long as its Hello comes in before ``max_hellos`` others connect. A
+peer that sends no complete ``Hello`` and request, or takes no bytes of the pull, for
+``request_timeout_s`` is cut off (:mod:`~kvcast.serving.agent.peer_writes`).
 Over TLS, a peer whose handshake is not done ``tls_handshake_timeout_s`` after its connection
 was accepted is cut off first (asyncio's ``ssl_handshake_timeout``; its default, 60 s,
 otherwise): until its handshake is done a connection is neither served nor counted among the
-``max_connections``, yet holds a file descriptor and asyncio's TLS buffers.
+``max_hellos``, yet holds a file descriptor and asyncio's TLS buffers.
 
 What the server holds of a peer is bounded, not only what it parses: it takes from a peer's
 socket at most :data:`LOOKAHEAD` bytes (``HEADER_SIZE + MAX_HELLO_BODY``, 4108: the largest
@@ -45,6 +49,7 @@ import logging
 import math
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TypeVar
@@ -84,7 +89,8 @@ _COALESCE_BYTES = 256 << 10
 LOOKAHEAD = HEADER_SIZE + MAX_HELLO_BODY
 _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once the last is sent
 log = logging.getLogger(__name__)
-MAX_CONNECTIONS = 256  # peers served at once
+MAX_CONNECTIONS = 256  # authenticated peers served at once
+MAX_HELLOS = 64  # connections waiting for their Hello (a new one closes the oldest)
 _REFUSAL_LOG_PERIOD_S = 10.0  # at most one log line per period per kind of refusal
 _T = TypeVar("_T")
 
@@ -118,6 +124,7 @@ class ServerStats:
     aborted: int = 0
     internal_errors: int = 0
     busy_refused: int = 0  # connections refused: max_connections peers being served
+    hellos_dropped: int = 0  # connections closed before their Hello: max_hellos newer ones
     stalled: int = 0  # pulls cut off: the peer took no bytes for request_timeout_s
     version_refused: int = 0  # peers refused: they speak another protocol version
     tenant_refused: int = 0  # pulls refused: a tenant token asked for another tenant's blocks
@@ -141,23 +148,28 @@ class TransferServer:
         ssl_context: ssl.SSLContext | None = None, max_connections: int = MAX_CONNECTIONS,
         tls_handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         tenant_tokens: Mapping[str, Collection[str]] | None = None,
-        tenant_pull_caps: Sequence[int] = (),
+        tenant_pull_caps: Sequence[int] = (), max_hellos: int = MAX_HELLOS,
     ) -> None:  # fmt: skip
-        if max_connections < 1:
-            raise ValueError("max_connections must be >= 1")
+        if max_connections < 1 or max_hellos < 1:
+            raise ValueError(
+                f"max_connections and max_hellos must be >= 1, got {max_connections} and "
+                f"{max_hellos}"
+            )
         if not 0 < tls_handshake_timeout_s < math.inf:  # NaN too
             raise ValueError(
                 f"tls_handshake_timeout_s must be a positive number of seconds, "
                 f"got {tls_handshake_timeout_s!r}"
             )
         self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
-        self.max_connections = max_connections
+        self.max_connections, self.max_hellos = max_connections, max_hellos
+        # connections whose Hello is not in yet, oldest first
+        self._hellos: OrderedDict[asyncio.Task[None], asyncio.StreamWriter] = OrderedDict()
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self.tokens = KnownTokens(token, tenant_tokens)
         self.tenant_pulls = TenantPulls(len(tenant_tokens or ()), tenant_pull_caps)
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
-        self.connections = 0  # peers being served now (refused ones not counted)
+        self.connections = 0  # authenticated peers being served now (refused ones not)
         self._stopping = False
         self._log_after: dict[str, float] = {}  # per kind of refusal: when to log the next
         self.stats = ServerStats()
@@ -200,21 +212,17 @@ class TransferServer:
 
     async def _handle(self, reader: FrameSource, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+        assert task is not None
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+        hellos = self._hellos
+        hellos[task] = writer
+        if len(hellos) > self.max_hellos:  # the oldest waiting goes: it had its time
+            _, oldest = hellos.popitem(last=False)
+            self.stats.hellos_dropped += 1
+            oldest.transport.abort()
         try:
-            if self.connections < self.max_connections:
-                self.connections += 1
-                try:
-                    await self._converse(reader, writer)
-                finally:
-                    self.connections -= 1
-            else:  # refused before a byte is read: the peers served bound the memory held
-                self.stats.busy_refused += 1
-                busy = f"busy: serving {self.max_connections} peers; retry later"
-                with contextlib.suppress(ConnectionError):
-                    await self._send_error(writer, ErrorCode.BUSY, "", busy)
+            await self._converse(reader, writer, task)
             await self._close(writer)
         except asyncio.CancelledError:
             writer.transport.abort()
@@ -223,14 +231,24 @@ class TransferServer:
             # stop() aborting the pull: the handler ends normally (a task that ends cancelled
             # makes asyncio's stream callback log a CancelledError traceback on Python 3.11)
             self.stats.aborted += 1
+        finally:
+            hellos.pop(task, None)
 
-    async def _converse(self, reader: FrameSource, writer: asyncio.StreamWriter) -> None:
+    async def _converse(
+        self, reader: FrameSource, writer: asyncio.StreamWriter, task: asyncio.Task[None]
+    ) -> None:
         """Authenticate the peer, read its request and serve it; every failure is answered
         (when the peer still listens) and counted here."""
         command_id = ""
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         try:
-            hello = await self._before(deadline, read_hello(reader))
+            try:
+                hello = await self._before(deadline, read_hello(reader))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                if task in self._hellos:
+                    raise
+                return  # closed for a newer connection (counted in hellos_dropped)
+            self._hellos.pop(task, None)  # its Hello is in: out of the pool that waits for one
             who_is = self.identify(hello)
             if who_is is None:  # nothing of a pull request has been parsed
                 self.stats.auth_refused += 1
@@ -238,17 +256,25 @@ class TransferServer:
                 self._log_refusal("token", writer, who, "bad token", self.stats.auth_refused)
                 await self._send_error(writer, ErrorCode.UNAUTHORIZED, "", "bad token")
                 return
-            token = who_is.token
-            pulls = self.tenant_pulls
-            if token is not None and not pulls.take(token):
-                self.stats.tenant_busy_refused += 1  # before its request is read
-                cap = pulls.caps[token]
-                busy = f"busy: this token has its {cap} pulls at once; retry later"
-                who = _tenant_peer(hello, who_is)
-                self._log_refusal("tenant_busy", writer, who, busy, self.stats.tenant_busy_refused)
+            if self.connections >= self.max_connections:  # before its request is read
+                self.stats.busy_refused += 1
+                busy = f"busy: serving {self.max_connections} peers; retry later"
                 await self._send_error(writer, ErrorCode.BUSY, "", busy)
                 return
+            self.connections += 1
+            token, pulls = who_is.token, self.tenant_pulls
+            taken = token is not None and pulls.take(token)
             try:
+                if token is not None and not taken:
+                    self.stats.tenant_busy_refused += 1  # before its request is read
+                    busy = (
+                        f"busy: this token has its {pulls.caps[token]} pulls at once; retry later"
+                    )
+                    who = _tenant_peer(hello, who_is)
+                    count = self.stats.tenant_busy_refused
+                    self._log_refusal("tenant_busy", writer, who, busy, count)
+                    await self._send_error(writer, ErrorCode.BUSY, "", busy)
+                    return
                 request = await self._before(deadline, read_frame(reader))
                 if not isinstance(request, PullRequest):
                     raise ProtocolError(f"expected a PullRequest, got {type(request).__name__}")
@@ -262,7 +288,8 @@ class TransferServer:
                     return
                 await self._serve(request, writer)
             finally:
-                if token is not None:
+                self.connections -= 1
+                if taken:
                     pulls.give_back(token)
         except VersionMismatch as err:
             self.stats.version_refused += 1

@@ -1,9 +1,10 @@
-"""What an unauthenticated or misbehaving peer can hold on the transfer port: the peers served at
-once are bounded (the rest are refused as busy at once; of an unauthenticated one at most a
-header and a 4 KiB Hello are taken from its socket, see test_agent_transfer_auth_first.py), a
-peer that sends no complete Hello and request is answered and cut off at the request timeout,
-and so is one that stops taking a pull's bytes (its handler and the blocks it holds are not
-kept forever)."""
+"""What an unauthenticated or misbehaving peer can hold on the transfer port: the authenticated
+peers served at once are bounded (the rest are refused as busy once their Hello is read), the
+connections waiting for their Hello are a pool of their own where a new one closes the oldest
+(of each at most a header and a 4 KiB Hello are taken from its socket, see
+test_agent_transfer_auth_first.py), a peer that sends no complete Hello and request is answered
+and cut off at the request timeout, and so is one that stops taking a pull's bytes (its handler
+and the blocks it holds are not kept forever)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,7 @@ from transfer_peer import TOKEN, until
 from kvcast.serving.agent import Agent
 from kvcast.serving.agent.tcp_server import TransferServer, read_frame
 from kvcast.serving.messages import (
-    HEADER,
     HEADER_SIZE,
-    MAGIC,
-    MAX_HELLO_BODY,
-    VERSION,
     BlockHeader,
     Done,
     Error,
@@ -38,7 +35,7 @@ HELLO = encode(Hello("raw-puller", TOKEN))
 MiB = 1 << 20
 
 
-def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bounded(
+def test_authenticated_peers_beyond_the_limit_are_refused_busy_once_their_hello_is_read(
     run, control_api, fill_agent, metric
 ) -> None:
     async def scenario() -> None:
@@ -50,15 +47,15 @@ def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bo
             fill_agent(agent, "t", {1: 4096})
             host, _, port = agent.address.rpartition(":")
             holders = []
-            for _ in range(2):  # no token needed to get this far: a Hello's first bytes
+            for _ in range(2):  # authenticated, and then nothing more
                 reader, writer = await asyncio.open_connection(host, int(port))
-                writer.write(HEADER.pack(MAGIC, VERSION, MsgType.HELLO, 0, MAX_HELLO_BODY))
-                writer.write(b"\0" * 100)  # and then nothing more
+                writer.write(HELLO)
                 holders.append((reader, writer))
             await until(lambda: agent.server.connections == 2)
 
             started = time.monotonic()
             reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(HELLO)
             busy = await read_frame(reader)
             assert isinstance(busy, Error) and busy.code is ErrorCode.BUSY, busy
             assert await reader.read() == b""  # closed
@@ -81,6 +78,40 @@ def test_peers_beyond_the_limit_are_refused_busy_so_unauthenticated_memory_is_bo
             writer.close()
             text = (await api.get("/metrics")).text
             assert metric(text, "kvcast_agent_transfer_busy_refusals_total") == 1
+
+    run(scenario(), timeout=15.0)
+
+
+def test_connections_that_send_no_hello_cannot_keep_out_a_peer_with_a_token(
+    run, control_api, fill_agent, metric
+) -> None:
+    """Connections still waiting for their Hello are a pool of at most ``max_transfer_hellos``:
+    a new one closes the oldest, so a flood of silent connections (no token needed to open
+    them) holds at most that many, takes none of the authenticated peers' slots, and a peer
+    with a token is served while the flood goes on."""
+
+    async def scenario() -> None:
+        async with control_api(token=TOKEN, max_transfer_connections=2, max_transfer_hellos=4,
+                               request_timeout_s=10.0) as (api, control):  # fmt: skip
+            agent = control.agent
+            fill_agent(agent, "t", {1: 4096})
+            host, _, port = agent.address.rpartition(":")
+            silent = [await asyncio.open_connection(host, int(port)) for _ in range(10)]
+            await until(lambda: agent.server.stats.hellos_dropped == 6)
+            for reader, _ in silent[:6]:  # the oldest six were closed, unanswered
+                assert await asyncio.wait_for(reader.read(), 2.0) == b""
+            assert agent.server.connections == 0  # none of them holds a slot
+
+            reader, writer = await asyncio.open_connection(host, int(port))  # a seventh drop
+            writer.write(HELLO + encode(PullRequest("c", "t", (1,))))
+            mtype, _ = decode_header(await reader.readexactly(HEADER_SIZE))
+            assert mtype is MsgType.BLOCK_HEADER  # served in the middle of the flood
+            writer.close()
+            assert agent.server.stats.bad_requests == 0  # the dropped ones are counted once
+            text = (await api.get("/metrics")).text
+            assert metric(text, "kvcast_agent_transfer_hellos_dropped_total") == 7
+            for _, w in silent:
+                w.close()
 
     run(scenario(), timeout=15.0)
 
@@ -232,6 +263,7 @@ def test_a_pull_refused_busy_is_retried_and_lands_once_the_source_has_room(
             source = fill_agent(src, "t", {1: 4096})
             host, _, port = src.address.rpartition(":")
             _, holder = await asyncio.open_connection(host, int(port))
+            holder.write(HELLO)  # authenticated, then holding its slot
             await until(lambda: src.server.connections == 1)
             asyncio.get_running_loop().call_later(0.3, holder.close)
             result = await dst.pull(src.address, [1], "t", time.monotonic() + 5.0)

@@ -75,10 +75,10 @@ class CountingServer(TransferServer):
         self.hold = hold
         self.taken: list[int] = []
 
-    async def _converse(self, reader, writer) -> None:  # type: ignore[no-untyped-def]
+    async def _converse(self, reader, writer, task) -> None:  # type: ignore[no-untyped-def]
         if self.hold is not None:
             await self.hold.wait()
-        await super()._converse(reader, writer)
+        await super()._converse(reader, writer, task)
 
     async def _serve(self, request, writer) -> None:  # type: ignore[no-untyped-def]
         self.taken.append(taken_from(writer.get_extra_info("socket")))

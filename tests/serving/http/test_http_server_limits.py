@@ -221,3 +221,20 @@ def _cuts_when_served(address: str) -> dict[str, float] | None:
         return _cuts(address)
     except (AssertionError, ConnectionResetError, BrokenPipeError):
         return None
+
+
+def test_a_chunked_body_is_refused_411_before_a_byte_of_it_is_read(
+    serve, request: pytest.FixtureRequest
+) -> None:
+    """A ``Transfer-Encoding: chunked`` body has no bound, whatever ``Content-Length`` it also
+    declares (the encoding wins): answered 411 from the head alone, the body never read."""
+    address = serve()
+    route = b"/v1/mode" if request.node.callspec.params["serve"] == "sidecar" else b"/v1/evict"
+    for method, extra in ((b"POST", b"Content-Length: 10\r\n"), (b"POST", b""), (b"GET", b"")):
+        head = (b"%s %s HTTP/1.1\r\nHost: kvcast\r\nContent-Type: application/json\r\n%s"
+                b"Transfer-Encoding: chunked\r\n\r\n") % (method, route, extra)  # fmt: skip
+        with _connect(address) as sock:
+            sock.sendall(head)  # and not a byte of the body
+            status, body = _response(sock)
+        assert status == 411 and b"Transfer-Encoding" in body, (method, extra, body)
+    assert _get(address) == 200
