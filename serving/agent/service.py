@@ -18,6 +18,7 @@ from kvcast.serving.agent.control import AgentControl
 from kvcast.serving.agent.seed import seed_blocks
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.gc_pacing import GcPacer
+from kvcast.serving.http.auth import reachable_without_token
 from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_signals
 from kvcast.serving.http.tenant_tokens import TenantTokens
 from kvcast.serving.tls import TlsFiles, tls_from_env
@@ -102,6 +103,12 @@ async def run_agent(
                 config.node_id, "https" if tls else "http", http, transfer, held,
                 "token" if config.token else "off", "mutual" if tls else "off", config.device,
             )  # fmt: skip
+            if open_to := reachable_without_token(config.token, [http, transfer]):
+                log.warning(
+                    "no token (KVCAST_TOKEN) and listening on %s: anyone who can reach it "
+                    "can send this agent commands that move and delete KV data",
+                    ", ".join(open_to),
+                )
             if config.tenant_tokens:  # the shared token keeps every right beside them
                 tenants = sorted({t for e in config.tenant_tokens for t in e.tenants})
                 log.info("tenant tokens: %d, for tenants %s", len(config.tenant_tokens), tenants)

@@ -14,9 +14,10 @@ configured every route is open.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -78,6 +79,24 @@ def request_identity(request: Request) -> Identity:
 
 # a handler's parameter: the identity its request was admitted with
 Who = Annotated[Identity, Depends(request_identity)]
+
+
+def reachable_without_token(token: object, addresses: Iterable[str]) -> list[str]:
+    """Those of ``addresses`` (HOST:PORT, as bound) that others than this host reach, when
+    ``token`` is None (none when a token is set): a service listening there without a token
+    takes commands that move and delete KV data from anyone who can reach it."""
+    if token is not None:
+        return []
+    return [a for a in addresses if not _loopback(a.rpartition(":")[0].strip("[]"))]
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve to anything
+        return False
 
 
 def token_from_env(value: str | None, name: str) -> str | None:

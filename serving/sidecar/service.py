@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 
 from kvcast.serving.agent.transport import parse_peer
+from kvcast.serving.http.auth import reachable_without_token
 from kvcast.serving.http.server import HttpServer, serve_until_stopped, stop_on_signals
 from kvcast.serving.sidecar.api import build_app
 from kvcast.serving.sidecar.config import SidecarConfig
@@ -87,6 +88,12 @@ async def run_sidecar(
                 "token" if config.token else "off", _tls_mode(api_tls),
                 "mutual" if tls else "off",
             )  # fmt: skip
+            if open_to := reachable_without_token(config.token, [http]):
+                log.warning(
+                    "no token (KVCAST_TOKEN) and listening on %s: anyone who can reach it "
+                    "can send this sidecar commands that move and delete KV data",
+                    ", ".join(open_to),
+                )
             if config.tenant_tokens:  # the shared token keeps every right beside them
                 tenants = sorted({t for e in config.tenant_tokens for t in e.tenants})
                 log.info("tenant tokens: %d, for tenants %s", len(config.tenant_tokens), tenants)
