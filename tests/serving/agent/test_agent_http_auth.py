@@ -162,3 +162,35 @@ def test_an_empty_token_variable_is_refused_rather_than_leaving_routes_open() ->
     assert token_from_env("abc", "KVCAST_TOKEN") == "abc"
     with pytest.raises(ValueError, match="KVCAST_TOKEN is set but empty"):
         token_from_env("  ", "KVCAST_TOKEN")
+
+
+OPEN_PATHS = {"/healthz", "/readyz", "/v1/telemetry", "/metrics"}
+
+
+def test_every_route_in_the_schema_but_probes_and_scrapes_refuses_a_request_without_the_token(
+    run, control_api
+) -> None:
+    """Read from the app's own OpenAPI schema, so that a route added later is covered: every
+    route that is not a probe or a scrape answers 401 without the token (a new open route
+    must be added to ``OPEN_PATHS`` on purpose)."""
+
+    async def scenario() -> None:
+        async with control_api(token=TOKEN) as (api, control):
+            put_block(control.agent, "t", 1)
+            schema = (await api.get("/openapi.json")).json()
+            seen_open, guarded = set(), set()
+            for template, methods in schema["paths"].items():
+                path = template.replace("{", "").replace("}", "")  # a parameter's name: a value
+                for method in methods:
+                    r = await api.request(method.upper(), path, headers={"x": "y"})
+                    if template in OPEN_PATHS:
+                        seen_open.add(template)
+                        assert r.status_code == 200, (method, template, r.text)
+                    else:
+                        assert r.status_code == 401, (method, template, r.text)
+                        guarded.add((method.upper(), template))
+            assert seen_open == OPEN_PATHS
+            assert set(DATA_ROUTES) | {("PUT", "/v1/blocks")} <= guarded  # the schema has them
+            assert len(control.agent.store) == 1  # nothing moved
+
+    run(scenario())
