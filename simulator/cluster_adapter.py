@@ -123,8 +123,8 @@ class SimulatorView:
                 n.outstanding,
                 n.queue_len,
                 n.queued_prefill_tokens,
-                n.active_prefill_blocks,
-                n.active_decode_blocks,
+                n.inflight_prefill_tokens,
+                n.active_blocks,  # (by reference: read within the probe)
                 n.kv_usage,
                 float(queue[i]),
             )

@@ -211,11 +211,10 @@ class Simulator(ReplicationHooks):
             log.rejected[r] = True
             return
         node = nodes[d.node]
-        node.outstanding += 1
-        node.queue_len += 1
         local = match[d.node]
         hit = min(local, max(nb - 1, 0))
         req = LiveRequest(r, blocks, inp, max(inp - hit * bt, 1), out_tokens, out_blocks)
+        node.route_in(req, max(inp - local * bt, 0))
         # the replicas the router counted as its cached prefix are held for it until its
         # prefill reads them (a pull below adds to that prefix on landing; it claims nothing)
         if hit and node.pool.spec:

@@ -38,6 +38,7 @@ class LiveRequest:
         "out_blocks",
         "output_tokens",
         "progress",
+        "routed_tokens",
         "start_ms",
         "started",
         "uncached",
@@ -67,6 +68,7 @@ class LiveRequest:
         self.started = False
         self.start_ms = 0.0
         self.claimed: list[int] = []  # replicas on its node it claimed when routed there
+        self.routed_tokens = 0  # its uncached tokens as its router predicted them
 
 
 class Node:
@@ -74,14 +76,14 @@ class Node:
 
     __slots__ = (
         "_cfg",
-        "active_decode_blocks",
-        "active_prefill_blocks",
+        "active_blocks",
         "batch",
         "block_bytes",
         "block_tokens",
         "busy_until",
         "est_ms_sum",
         "est_queue_ms",
+        "inflight_prefill_tokens",
         "node_id",
         "outstanding",
         "pool",
@@ -112,8 +114,8 @@ class Node:
         self.outstanding = 0
         self.queue_len = 0
         self.queued_prefill_tokens = 0
-        self.active_prefill_blocks = 0
-        self.active_decode_blocks = 0
+        self.inflight_prefill_tokens = 0  # routed here, not past their first token
+        self.active_blocks: dict[int, int] = {}  # prompt blocks of unfinished requests: count
         self.running = 0
         self.est_ms_sum = 0.0
         self.est_queue_ms = 0.0  # refreshed by the engine before each routing call
@@ -144,11 +146,21 @@ class Node:
         return max(self.busy_until - now, 0.0) + max(queued - done, 0.0)
 
     # -- queue -------------------------------------------------------------------------------
+    def route_in(self, req: LiveRequest, predicted_tokens: int) -> None:
+        """A request was routed here (it may wait for a pull before :meth:`enqueue`), with
+        ``predicted_tokens`` uncached prompt tokens as its router saw them."""
+        self.outstanding += 1
+        self.queue_len += 1
+        req.routed_tokens = predicted_tokens
+        self.inflight_prefill_tokens += predicted_tokens
+        active = self.active_blocks
+        for b in req.blocks:
+            active[b] = active.get(b, 0) + 1
+
     def enqueue(self, req: LiveRequest, est_ms: float) -> None:
         req.est_ms = est_ms
         self.queue.append(req)
         self.queued_prefill_tokens += req.est_tokens
-        self.active_prefill_blocks += len(req.blocks)
         self.est_ms_sum += est_ms
 
     def _start(self, req: LiveRequest, now: float) -> float | None:
@@ -229,7 +241,7 @@ class Node:
             # finished requests are always a prefix of the FIFO queue (only the last piece of
             # an iteration can be partial)
             self.queue.popleft()
-            self.active_prefill_blocks -= len(req.blocks)
+            self.inflight_prefill_tokens -= req.routed_tokens
             self.est_ms_sum -= req.est_ms
             pool.reserved -= req.new_blocks
             new = req.blocks[req.hit + req.lower_blocks :]
@@ -246,12 +258,16 @@ class Node:
             self.pool.reserved += req.out_blocks
         else:
             req.out_blocks = 0
-        self.active_decode_blocks += len(req.blocks) + req.out_blocks
         return tpot
 
     def finish_decode(self, req: LiveRequest) -> None:
         self.running -= 1
         self.outstanding -= 1
         self.pool.reserved -= req.out_blocks
-        self.active_decode_blocks -= len(req.blocks) + req.out_blocks
+        active = self.active_blocks
+        for b in req.blocks:
+            if active[b] == 1:
+                del active[b]
+            else:
+                active[b] -= 1
         self.pool.release(req.blocks)

@@ -36,7 +36,7 @@ class _Job:
     prefill_end_ms: float
     decode_end_ms: float
     tokens: int  # uncached prompt tokens
-    blocks: int
+    chain: tuple[int, ...]  # its prompt's blocks
 
 
 class NodeModel:
@@ -75,8 +75,8 @@ class NodeModel:
             outstanding=len(jobs),
             queue_len=len(prefilling),
             queued_prefill_tokens=sum(j.tokens for j in prefilling),
-            active_prefill_blocks=sum(j.blocks for j in prefilling),
-            active_decode_blocks=sum(j.blocks for j in jobs if j.prefill_end_ms <= now_ms),
+            inflight_prefill_tokens=sum(j.tokens for j in prefilling),
+            active_blocks=frozenset(h for j in jobs for h in j.chain),
             kv_usage=len(self.cache) / self.capacity,
             est_queue_ms=max(self.free_at_ms - now_ms, 0.0),
         )
@@ -109,7 +109,7 @@ class NodeModel:
         start = max(now_ms, self.free_at_ms)
         self.free_at_ms = start + self.prefill.isolated_ms(uncached)
         decode_end = self.free_at_ms + output_tokens * self.decode_ms_per_token
-        self.jobs.append(_Job(start, self.free_at_ms, decode_end, uncached, len(chain)))
+        self.jobs.append(_Job(start, self.free_at_ms, decode_end, uncached, chain))
         self.requests += 1
         self.stored_blocks += len(stored)
         self.evicted_blocks += len(evicted)

@@ -10,7 +10,7 @@ hand-made cluster state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -37,13 +37,15 @@ class NodeLoad(Protocol):
         ...
 
     @property
-    def active_prefill_blocks(self) -> int:
-        """Blocks of requests waiting for or in prefill."""
+    def inflight_prefill_tokens(self) -> int:
+        """Uncached prompt tokens of the requests routed here and not yet past their first
+        token, as predicted when each was routed (its prompt less the node's cached prefix)."""
         ...
 
     @property
-    def active_decode_blocks(self) -> int:
-        """Blocks held by requests that are decoding."""
+    def active_blocks(self) -> Collection[int]:
+        """The distinct prompt blocks of the requests routed here and not finished (waiting,
+        prefilling or decoding)."""
         ...
 
     @property
@@ -65,8 +67,8 @@ class NodeSnapshot:
     outstanding: int = 0
     queue_len: int = 0
     queued_prefill_tokens: int = 0
-    active_prefill_blocks: int = 0
-    active_decode_blocks: int = 0
+    inflight_prefill_tokens: int = 0
+    active_blocks: Collection[int] = frozenset()
     kv_usage: float = 0.0
     est_queue_ms: float = 0.0
 

@@ -1,26 +1,36 @@
 """``dynamo_kv``: NVIDIA Dynamo's KV router cost function.
 
-Anchor: ai-dynamo/dynamo, KV router scheduler (``DefaultWorkerSelector``)::
+Anchor: ai-dynamo/dynamo, KV router (``docs/design_docs/router_design.md``: "Potential Active
+Blocks" and "Potential New Prefill Blocks"; the scheduler's ``DefaultWorkerSelector``)::
 
-    cost = prefill_load_scale x max(active_prefill_blocks + incoming_blocks - overlap, 0)
-           + active_decode_blocks
+    cost = overlap_score_weight x prefill_blocks + decode_blocks
+    prefill_blocks = (in-flight prefill tokens + input tokens - overlap x block_size)
+                     / block_size
+    decode_blocks  = active blocks + the request's blocks not already active
 
-with ``overlap`` the node's cached prefix (``match_blocks``) and ``incoming_blocks`` the
-request's block count. Dynamo calls ``prefill_load_scale`` ``--kv-overlap-score-weight``
-(default 1.0). At ``--router-temperature 0`` (the default) the lowest cost wins and ties are
-broken uniformly at random, here by a seeded RNG; above 0 a node is sampled with
-probability ``softmax(-(cost / (max_cost - min_cost)) / temperature)``, as Dynamo does.
+per worker, where ``overlap`` is the worker's cached prefix of the request (``match_blocks``),
+*in-flight prefill tokens* are the tokens the router predicted each request routed there to
+prefill (its prompt less that worker's cached prefix at routing), dropped at its first token,
+and *active blocks* are the distinct prompt blocks of the requests routed there and not
+finished (prefilling or decoding; blocks several share count once). DESIGN.md's
+``max(active_prefill_blocks + incoming_blocks - overlap, 0) + active_decode_blocks`` is this,
+read with Dynamo's meaning of each term. The weight is ``prefill_load_scale`` here (Dynamo's
+``--kv-overlap-score-weight``, default 1.0). At ``--router-temperature 0`` (the default) the
+lowest cost wins and ties are broken uniformly at random, here by a seeded RNG; above 0 a node
+is sampled with probability ``softmax(-(cost / (max_cost - min_cost)) / temperature)``, as
+Dynamo does.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 from pydantic import Field
 
 from kvcast.config import FrozenConfig
-from kvcast.simulator.policies.base import RoutingContext, RoutingDecision
+from kvcast.simulator.policies.base import NodeLoad, RoutingContext, RoutingDecision
 from kvcast.simulator.policies.registry import register_policy
 
 
@@ -45,13 +55,13 @@ class DynamoKv:
 
     def costs(self, ctx: RoutingContext) -> list[float]:
         """Per node (in ``ctx.nodes`` order) the router's cost of taking this request."""
-        scale = self.params.prefill_load_scale
-        incoming = ctx.num_blocks
-        match = ctx.match_blocks
+        scale, bt = self.params.prefill_load_scale, ctx.block_tokens
+        blocks, tokens, match = ctx.block_hashes, ctx.input_tokens, ctx.match_blocks
         out = []
         for i, node in enumerate(ctx.nodes):
-            prefill = node.active_prefill_blocks + incoming - match[i]
-            out.append(scale * (prefill if prefill > 0 else 0) + node.active_decode_blocks)
+            new_tokens = tokens - match[i] * bt
+            prefill = (node.inflight_prefill_tokens + (new_tokens if new_tokens > 0 else 0)) / bt
+            out.append(scale * prefill + len(node.active_blocks) + _not_active(blocks, node))
         return out
 
     def route(self, ctx: RoutingContext) -> RoutingDecision:
@@ -77,3 +87,8 @@ class DynamoKv:
             if u < acc:
                 return i
         return len(costs) - 1
+
+
+def _not_active(blocks: Sequence[int], node: NodeLoad) -> int:
+    """How many of ``blocks`` no unfinished request on the node holds already."""
+    return len(blocks) - sum(map(node.active_blocks.__contains__, blocks))

@@ -31,7 +31,7 @@ from kvcast.simulator.replicating_policy import ReplicatingPolicy
 from kvcast.simulator.replication_policies import make_policy
 
 runner = CliRunner()
-LOAD = 2.0  # the time-scale of the shadow run (enough load for the decider to act)
+LOAD = 1.5  # the time-scale of the shadow run (the decider acts, and some of its copies are used)
 
 
 class ScoreTap:

@@ -280,3 +280,38 @@ def test_goodput_counts_the_seconds_until_the_last_first_token_not_the_arrivals_
     assert res.summary["goodput_rps"] == pytest.approx(req["slo_ok"].sum() / window_s)
     burst = simulate(tiny_trace(rows[:2]), cfg, "round_robin")
     assert np.isfinite(burst.summary["goodput_rps"])
+
+
+class Watching(Scripted):
+    """Routes as scripted and keeps, at each routing, node 0's in-flight prefill tokens and
+    active blocks (what Dynamo's router reads)."""
+
+    def __init__(self, decisions: list[RoutingDecision]) -> None:
+        super().__init__(decisions)
+        self.loads: list[tuple[int, set[int]]] = []
+
+    def route(self, ctx: RoutingContext) -> RoutingDecision:
+        node = ctx.nodes[0]
+        self.loads.append((node.inflight_prefill_tokens, set(node.active_blocks)))
+        return super().route(ctx)
+
+
+def test_a_nodes_inflight_prefill_and_active_blocks_follow_its_requests() -> None:
+    """In-flight prefill tokens: those predicted at routing (the prompt less the node's cached
+    prefix then), until the first token; active blocks: every prompt block of the requests
+    routed and not finished, prefilling or decoding, each once."""
+    cfg = config(nodes=1, arrival_spread="off")
+    iso = cfg.node.prefill.isolated_ms(4000)
+    a, b = list(range(8)), [0, 1, 2, 3, 100, 101]
+    tr = tiny_trace([
+        (0.0, 4000, 2000, a),  # prefills until iso, then decodes 2,000 tokens (~60 s)
+        (1.0, 3000, 1, b),  # routed while A prefills: nothing cached yet
+        (iso + 5_000.0, 1000, 1, [7, 8]),  # A decodes, B is done
+        (600_000.0, 100, 1, [9]),  # all done
+    ])  # fmt: skip
+    router = Watching([RoutingDecision(node=0)] * 4)
+    simulate(tr, cfg, router)
+    assert router.loads[0] == (0, set())
+    assert router.loads[1] == (4000, set(a))
+    assert router.loads[2] == (0, set(a))  # A decoding: its blocks active, none in prefill
+    assert router.loads[3] == (0, set())

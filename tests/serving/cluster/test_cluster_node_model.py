@@ -43,9 +43,11 @@ def test_the_queue_is_fifo_and_its_depth_and_snapshot_follow_time() -> None:
     snap = node.snapshot(50.0)
     assert (snap.node_id, snap.outstanding, snap.queue_len) == (2, 3, 3)
     assert snap.est_queue_ms == pytest.approx(250.0) and snap.kv_usage == pytest.approx(3 / 8)
+    assert (snap.inflight_prefill_tokens, snap.active_blocks) == (3 * 16, {0, 1, 2})  # none done
     assert node.queue_depth(150.0) == 1  # request 2 started at 100, request 3 waits until 200
     later = node.snapshot(320.0)  # prefills ended at 100, 200, 300; decodes last 50 ms
-    assert (later.outstanding, later.queue_len, later.active_decode_blocks) == (1, 0, 1)
+    assert (later.outstanding, later.queue_len, later.inflight_prefill_tokens) == (1, 0, 0)
+    assert later.active_blocks == {2}  # the one still decoding
     assert node.snapshot(1000.0).outstanding == 0
 
 

@@ -1,4 +1,6 @@
-"""dynamo_kv: cost = scale x max(prefill + incoming - overlap, 0) + decode, lowest wins."""
+"""dynamo_kv (Dynamo's KV router): cost = scale x prefill blocks + decode blocks, lowest wins;
+prefill blocks = (in-flight prefill tokens + the request's uncached tokens) / block size, decode
+blocks = the node's distinct active blocks + the request's blocks not active there."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ def _policy(seed: int = 0, **params: object) -> DynamoKv:
     return DynamoKv(DynamoKvParams(**params), num_nodes=4, seed=seed)
 
 
-def _node(i: int, prefill: int = 0, decode: int = 0) -> NodeSnapshot:
-    return NodeSnapshot(node_id=i, active_prefill_blocks=prefill, active_decode_blocks=decode)
+def _node(i: int, prefill: int = 0, decode: int = 0, active: tuple[int, ...] = ()) -> NodeSnapshot:
+    """``prefill`` blocks' worth of in-flight prefill tokens; ``decode`` active blocks of other
+    chains than the tests' requests' (hashes from 1,000), and ``active`` blocks besides."""
+    blocks = frozenset(range(1_000, 1_000 + decode)) | frozenset(active)
+    return NodeSnapshot(node_id=i, inflight_prefill_tokens=512 * prefill, active_blocks=blocks)
 
 
 def test_defaults_are_dynamos_overlap_weight_1_and_temperature_0() -> None:
@@ -23,9 +28,21 @@ def test_defaults_are_dynamos_overlap_weight_1_and_temperature_0() -> None:
 
 
 def test_cost_is_the_anchor_formula(make_ctx: MakeCtx) -> None:
-    nodes = [_node(0, prefill=10, decode=20), _node(1, prefill=0, decode=3)]
-    ctx = make_ctx(nodes, match=[6, 0], num_blocks=8)
-    assert _policy(prefill_load_scale=2.0).costs(ctx) == [2.0 * (10 + 8 - 6) + 20, 2.0 * 8 + 3]
+    # the request: blocks 100..107, 8 x 512 tokens less 100 (its last block partial)
+    nodes = [_node(0, prefill=10, decode=20, active=(100, 101, 102)), _node(1, decode=3)]
+    ctx = make_ctx(nodes, match=[6, 0], num_blocks=8, input_tokens=8 * 512 - 100)
+    prefill = [10 + (8 * 512 - 100 - 6 * 512) / 512, (8 * 512 - 100) / 512]
+    decode = [(20 + 3) + (8 - 3), 3 + 8]  # active, then the request's blocks not active
+    assert _policy(prefill_load_scale=2.0).costs(ctx) == [
+        2.0 * p + d for p, d in zip(prefill, decode, strict=True)
+    ]
+
+
+def test_blocks_several_requests_hold_count_once_in_the_decode_term(make_ctx: MakeCtx) -> None:
+    # node 0's requests hold the request's first 5 blocks: it adds only 3 active blocks there
+    nodes = [_node(0, active=tuple(range(100, 105))), _node(1, decode=5)]
+    ctx = make_ctx(nodes, match=[0, 0], num_blocks=8)
+    assert _policy(prefill_load_scale=0.0).costs(ctx) == [5 + 3, 5 + 8]
 
 
 def test_overlap_reduces_cost_so_the_cached_node_wins_at_equal_load(make_ctx: MakeCtx) -> None:
@@ -39,9 +56,9 @@ def test_decode_load_can_outweigh_overlap(make_ctx: MakeCtx) -> None:
     assert _policy().route(make_ctx(nodes, match=[8, 0])).node == 1
 
 
-def test_prefill_term_is_clamped_at_zero(make_ctx: MakeCtx) -> None:
-    nodes = [_node(0, prefill=0, decode=5)]
-    assert _policy().costs(make_ctx(nodes, match=[12], num_blocks=8)) == [5.0]
+def test_a_cached_prefix_longer_than_the_prompt_prefills_nothing(make_ctx: MakeCtx) -> None:
+    nodes = [_node(0, prefill=0, decode=5, active=tuple(range(100, 108)))]
+    assert _policy().costs(make_ctx(nodes, match=[12], num_blocks=8)) == [13.0]
 
 
 def test_zero_prefill_scale_is_pure_decode_balancing(make_ctx: MakeCtx) -> None:

@@ -37,8 +37,8 @@ def _random_ctx(rng: random.Random, n: int = 8) -> RoutingContext:
             node_id=i,
             outstanding=rng.randint(0, 40),
             queue_len=rng.randint(0, 10),
-            active_prefill_blocks=rng.randint(0, 50),
-            active_decode_blocks=rng.randint(0, 50),
+            inflight_prefill_tokens=rng.randint(0, 50 * 512),
+            active_blocks=frozenset(rng.sample(range(10), rng.randint(0, 10))),
             kv_usage=rng.random(),
             est_queue_ms=rng.uniform(0, 500),
         )
