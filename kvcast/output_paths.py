@@ -1,14 +1,19 @@
 """Where a command writes, checked before it does any work: a file or a directory that can be
 written, never one of the command's own inputs, and an error that names the flag or key and
-the path in the way (not an errno after minutes of replay)."""
+the path in the way (not an errno after minutes of replay). The directories made for that are
+remembered, so that a command that then fails can remove those it left empty
+(:func:`remove_unused_dirs`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["output_dir", "output_file"]
+__all__ = ["forget_made_dirs", "output_dir", "output_file", "remove_unused_dirs"]
+
+_made: list[Path] = []  # directories output_dir made, in the order made
 
 
 def output_dir(out: Path, what: str = "--out") -> Path:
@@ -21,10 +26,12 @@ def output_dir(out: Path, what: str = "--out") -> Path:
             if not up.is_dir():
                 raise ValueError(f"{what}: {up} is a file, not a directory (in {out})")
             break
+    missing = [d for d in (out, *out.parents) if not d.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"{what}: cannot create {out}: {err.strerror}") from None
+    _made.extend(reversed(missing))  # outermost first
     if not os.access(out, os.W_OK):
         raise ValueError(f"{what}: {out} is not writable")
     return out
@@ -53,3 +60,16 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def remove_unused_dirs() -> None:
+    """Remove the directories :func:`output_dir` made that are still empty, innermost first
+    (a command that failed before writing leaves no empty ``--out`` behind); forget them."""
+    while _made:
+        with contextlib.suppress(OSError):  # not empty (written into), or gone already
+            _made.pop().rmdir()
+
+
+def forget_made_dirs() -> None:
+    """A command starts, or ended well: the directories made so far are not its to remove."""
+    _made.clear()

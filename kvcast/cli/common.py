@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kvcast.config import ConfigError
 from kvcast.data import trace_file
+from kvcast.output_paths import forget_made_dirs, remove_unused_dirs
 
 if TYPE_CHECKING:
     from kvcast.features.traces import Trace
@@ -42,11 +43,14 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        forget_made_dirs()
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as err:
+            remove_unused_dirs()  # an --out made for this run and never written into
             raise fail(str(err)) from None
         except KeyboardInterrupt:  # Ctrl-C: said, and the shell's status for SIGINT
+            remove_unused_dirs()
             console.print("interrupted")
             raise typer.Exit(130) from None
 

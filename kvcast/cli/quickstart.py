@@ -19,7 +19,14 @@ from typing import Annotated
 
 import typer
 
-from kvcast.cli.common import console, no_repeats, parse_floats, parse_names, user_errors
+from kvcast.cli.common import (
+    console,
+    fresh_summary,
+    no_repeats,
+    parse_floats,
+    parse_names,
+    user_errors,
+)
 from kvcast.cli.simulate import default_jobs, run_evaluation
 from kvcast.output_paths import output_dir
 from kvcast.simulator.config import SimConfig
@@ -56,7 +63,7 @@ def train_models(out: Path, track: bool, trace: str = TRACE) -> dict[str, str]:
             test = result.metrics["test"]
             console.print(
                 f"trained [bold]{kind}[/]: test PR-AUC {test['pr_auc']:.3f}, "
-                f"ECE {test['ece']:.3f} (equal-mass bins, ece_quantile "
+                f"ECE {test['ece']:.3f} (equal-width bins; equal-mass: "
                 f"{test['ece_quantile']:.3f}) -> {result.model_path}"
                 + (f" (MLflow {result.registered}, champion {result.champion})" if track else "")
             )
@@ -121,6 +128,7 @@ def quickstart_cmd(
     if not names:
         raise ValueError(f"--policies: nothing left to run ({policies!r})")
     output_dir(out)  # before the training: never an errno after it
+    fresh_summary(out)  # an earlier run's results go before the models they were judged on
     models = train_models(out, track, trace)
     run_evaluation(
         trace, "auto", SimConfig(), names, loads, capacity, out, models=models,

@@ -106,7 +106,7 @@ def test_quickstart_reports_each_models_equal_mass_ece_beside_its_ece(tmp_path: 
         test = json.loads((out / "train" / kind / "metrics.json").read_text())["test"]
         assert (
             f"trained {kind}: test PR-AUC {test['pr_auc']:.3f}, ECE {test['ece']:.3f} "
-            f"(equal-mass bins, ece_quantile {test['ece_quantile']:.3f})"
+            f"(equal-width bins; equal-mass: {test['ece_quantile']:.3f})"
         ) in text
 
 

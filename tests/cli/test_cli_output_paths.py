@@ -130,3 +130,27 @@ def test_an_input_named_another_way_is_still_refused(tmp_path: Path) -> None:
     refused(["trace", "synth", "--trace", str(trace), "--scale", "2", "--out", str(roundabout)],
             "is the input given as --trace")  # fmt: skip
     assert trace.read_text() == before
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["simulate", "--trace", "{missing}", "--policy", "round_robin"],
+        ["evaluate", "--trace", "{missing}", "--policies", "round_robin"],
+        ["features", "--trace", "{missing}"],
+    ],
+)
+def test_a_command_that_fails_leaves_no_empty_output_directory_it_made(
+    tmp_path: Path, cmd: list[str]
+) -> None:
+    """The directories made for ``--out`` (its parents too) go when the command fails before
+    writing into them; one that was there before stays."""
+    args = [a.replace("{missing}", str(tmp_path / "nope.jsonl")) for a in cmd]
+    made = tmp_path / "new" / "deeper"
+    r = CliRunner().invoke(app, [*args, "--out", str(made)])
+    assert r.exit_code == 2 and "no such trace" in r.output, r.output
+    assert not (tmp_path / "new").exists()
+    there = tmp_path / "there"
+    there.mkdir()
+    r = CliRunner().invoke(app, [*args, "--out", str(there)])
+    assert r.exit_code == 2 and there.is_dir()

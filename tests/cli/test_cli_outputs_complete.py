@@ -73,3 +73,20 @@ def test_features_interrupted_while_writing_leaves_no_summary(
     r = runner.invoke(app, ["features", "--trace", str(trace), "--out", str(out)])
     assert r.exit_code != 0
     assert not (out / "summary.json").exists()
+
+
+def test_quickstart_removes_an_earlier_runs_results_before_training_new_models(
+    tmp_path: Path,
+) -> None:
+    """An earlier run's summary and verdict go before the models they were judged on are
+    trained again: a run stopped during training (here a trace that fails to load) leaves
+    no summary naming models that are not the ones beside it."""
+    out = tmp_path / "qs"
+    out.mkdir()
+    for name in ("summary.json", "verdict.json"):
+        (out / name).write_text('{"from": "an earlier run"}\n')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": "many"}\n')
+    r = runner.invoke(app, ["quickstart", "--trace", str(bad), "--no-track", "--out", str(out)])
+    assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    assert not (out / "summary.json").exists() and not (out / "verdict.json").exists()
