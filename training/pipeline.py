@@ -37,7 +37,7 @@ from kvcast.training.export import ParityError, export_checked
 from kvcast.training.models.recency import fit_table
 from kvcast.training.publish import card, publish
 from kvcast.training.registry import model_kind
-from kvcast.training.tracking import STORE_ERRORS, Tracker, TrackingError
+from kvcast.training.tracking import STORE_ERRORS, Tracker, TrackingError, check_store
 
 Stage = Callable[[str], None]
 # what a run writes into its output folder (and logs to MLflow, with feature_spec.json)
@@ -75,6 +75,8 @@ def run_training(
     out = cfg.output_dir
     output_dir(out, "out_dir")  # before the data, not after a long replay
     files_fit_in(out)  # before anything is fitted or registered
+    if cfg.tracking.enabled and data is None:  # (a caller that read the data checked it)
+        check_store(cfg.tracking)  # before the data: a replay takes minutes
     say("data")
     data = data if data is not None else load_data(cfg)
     model_kind(cfg.kind)  # an unknown kind fails before any work

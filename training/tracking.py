@@ -14,10 +14,12 @@ import contextlib
 import io
 import logging
 import os
+import socket
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import mlflow
 import onnx
@@ -41,6 +43,39 @@ class TrackingError(OSError):
 
 def tracking_uri(cfg: TrackingConfig) -> str:
     return cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+REACH_TIMEOUT_S = 5.0  # a tracking server's port must answer within this
+
+
+def check_store(cfg: TrackingConfig) -> None:
+    """Refuse a store that cannot work, before the data is read (a replay takes minutes, and
+    MLflow's client retries an unreachable server for minutes more): a ``sqlite:///`` file in
+    a directory that does not exist (MLflow would make the directory and a new, empty store),
+    or an ``http(s)://`` server whose port does not answer within ``REACH_TIMEOUT_S``."""
+    uri = tracking_uri(cfg)
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise TrackingError(
+                f"MLflow store {uri}: its directory {folder} does not exist (a typo? create it "
+                "first for a new store); nothing was trained"
+            )
+    elif uri.startswith(("http://", "https://")):
+        url = urlsplit(uri)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((url.hostname or "", port), REACH_TIMEOUT_S).close()
+        except OSError as err:
+            raise TrackingError(
+                f"MLflow store {uri} could not be reached ({_reason(err)}); nothing was trained"
+            ) from None
+
+
+def _reason(err: BaseException) -> str:
+    """The first line of ``err``, at most 300 characters (cut ones end with an ellipsis)."""
+    line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return line if len(line) <= 300 else line[:299] + "\u2026"
 
 
 def _artifact_root(uri: str) -> str | None:
@@ -73,7 +108,7 @@ class Tracker:
 
     def failure(self, err: BaseException, kept: Path | None = None) -> TrackingError:
         """The one-line error for a store that failed mid-run: what failed, what was kept."""
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        reason = _reason(err)
         alias = (
             f"the {self.cfg.champion_alias!r} alias was moved to version {self.promoted}"
             if self.promoted
@@ -93,7 +128,7 @@ class Tracker:
         except STORE_ERRORS as err:
             raise TrackingError(
                 f"MLflow store {self.uri} could not be opened ({type(err).__name__}: "
-                f"{(str(err).strip().splitlines() or [''])[0][:300]}); nothing was trained"
+                f"{_reason(err)}); nothing was trained"
             ) from err
 
     def _start(self) -> Tracker:

@@ -42,6 +42,7 @@ def train_models(out: Path, track: bool, trace: str = TRACE) -> dict[str, str]:
     """Train every kind of :data:`KINDS` on one replay of the bundled trace -> ONNX paths."""
     from kvcast.training.config import TrainConfig
     from kvcast.training.pipeline import load_data, run_training
+    from kvcast.training.tracking import check_store
 
     models: dict[str, str] = {}
     data = None
@@ -56,6 +57,8 @@ def train_models(out: Path, track: bool, trace: str = TRACE) -> dict[str, str]:
                 }
             )
             if data is None:
+                if track:
+                    check_store(cfg.tracking)  # before the replay, not after it
                 data = load_data(cfg)
             result = run_training(
                 cfg, stage=lambda s, k=kind: status.update(f"train {k}: {s}"), data=data

@@ -110,3 +110,31 @@ def test_registering_versions_prints_none_of_mlflows_own_lines(
     assert [r.registered for r in runs] == ["kvcast-quiet/1", "kvcast-quiet/2"]
     err = capfd.readouterr().err
     assert "registered model" not in err.lower() and "created version" not in err.lower()
+
+
+def test_a_store_that_cannot_work_is_refused_before_the_data_is_read(
+    tiny_tables: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tracking server whose port does not answer (MLflow's client retried it for minutes,
+    after the replay), and a sqlite file in a directory that does not exist (MLflow made the
+    directory and a new, empty store): one line each, before the data is read."""
+    import socket
+
+    import kvcast.training.pipeline as pipeline
+
+    def no_data(*args: object) -> None:
+        raise AssertionError("the data was read before the store was checked")
+
+    monkeypatch.setattr(pipeline, "load_data", no_data)
+    with socket.socket() as closed:  # a port nothing listens on (bound, never listening)
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        for uri, says in (
+            (f"http://127.0.0.1:{port}/", "could not be reached"),
+            (f"sqlite:///{tmp_path / 'no' / 'such' / 'mlruns.db'}", "does not exist"),
+        ):
+            tracking = {"enabled": True, "tracking_uri": uri}
+            with pytest.raises(TrackingError) as err:
+                run_training(tiny_config("rule", tiny_tables, tmp_path / "out", tracking=tracking))
+            assert says in str(err.value) and "nothing was trained" in str(err.value)
+    assert not (tmp_path / "no").exists()
