@@ -38,8 +38,10 @@ Definitions (per judged decision; the copy is the last ``blocks_moved`` of ``blo
 - **TTFT saved**: ``saved_ms`` of the hits (``p_hit x saved_ms`` over all decisions is what
   the decider expected).
 - **go-live rule** (source document 000): lead time covers the transfer time; it passes when
-  at least ``min_covered`` of the hits (any node) have ``lead >= transfer``. The routes do
-  not change it: where a request went does not change when the copy would have landed.
+  at least ``min_covered`` of the hits (any node) have ``lead >= transfer``, and there are at
+  least ``min_hits`` hits to judge by (one hit covered is no evidence: a log replayed against
+  the wrong trace can get one by chance). The routes do not change it: where a request went
+  does not change when the copy would have landed.
 - **censored**: a miss whose TTL window runs past the last arrival (the trace cannot tell).
 """
 
@@ -70,6 +72,7 @@ from kvcast.predictor.shadow_routes import on_target, route_of_hits, wasted_off_
 class ShadowConfig:
     clock_offset_ms: float = 0.0  # the log's clock at trace time 0
     min_covered: float = 0.9  # go-live: this share of hits must have lead >= transfer
+    min_hits: int = 20  # go-live: and at least this many hits to judge by
     transfer_weight: float = 0.25  # the decider's costs.transfer_weight
     promote_transfer_weight: float = 0.2  # the decider's costs.promote_transfer_weight
 
@@ -247,7 +250,7 @@ def _summary(
     covered = float(hits["covered"].mean()) if k else math.nan
     bytes_total = int(out["bytes"].sum())
     wasted = int(out.loc[~out["hit"], "bytes"].sum())
-    passed = k > 0 and covered >= cfg.min_covered
+    passed = k > 0 and k >= cfg.min_hits and covered >= cfg.min_covered
     p_hit, saved = out["p_hit"].to_numpy(float), out["saved_ms"].to_numpy(float)
     unknown_p = int((~np.isfinite(p_hit)).sum())  # the decider's expectation is then unknown
     return {
@@ -272,8 +275,10 @@ def _summary(
         "decisions_without_p_hit": unknown_p,
         "lead_covers_transfer_fraction": _f(covered),
         "go_live": {
-            "rule": "lead time >= transfer time for at least min_covered of the hits",
+            "rule": "lead time >= transfer time for at least min_covered of the hits, "
+            "and at least min_hits hits",
             "min_covered": cfg.min_covered,
+            "min_hits": cfg.min_hits,
             "pass": passed,
         },
         "clock_offset_ms": cfg.clock_offset_ms,

@@ -17,6 +17,7 @@ from kvcast.cli.common import (
     check_time_scale,
     console,
     open_trace,
+    plural,
     png_path,
     progress_bar,
     user_errors,
@@ -143,6 +144,9 @@ def shadow_eval_cmd(
         float,
         typer.Option("--min-covered", help="Go-live: share of hits whose lead covers transfer."),
     ] = 0.9,
+    min_hits: Annotated[
+        int, typer.Option("--min-hits", help="Go-live: hits needed to judge the rule at all.")
+    ] = 20,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the summary here.")] = None,
     routes: Annotated[
@@ -192,6 +196,8 @@ def shadow_eval_cmd(
         raise ValueError(f"--clock-offset-ms must be a finite number, got {clock_offset_ms}")
     if not 0 <= min_covered <= 1:
         raise ValueError(f"--min-covered must be within [0, 1], got {min_covered}")
+    if min_hits < 1:
+        raise ValueError(f"--min-hits must be >= 1, got {min_hits}")
     quantum = _spread(spread)
     costs = load_decider_config(decider_config).costs
     given = [("--decisions", decisions), ("--routes", routes), ("--trace", Path(trace)),
@@ -218,7 +224,7 @@ def shadow_eval_cmd(
     if quantum != 0.0:
         tr = spread_quantized(tr, quantum, seed=seed)
     tr = scale_load(tr, time_scale, load_scaling, seed)  # type: ignore[arg-type]  # checked there
-    cfg = ShadowConfig(clock_offset_ms, min_covered, costs.transfer_weight,
+    cfg = ShadowConfig(clock_offset_ms, min_covered, min_hits, costs.transfer_weight,
                        costs.promote_transfer_weight)  # fmt: skip
     with progress_bar(None, "shadow-eval") as update:
         try:
@@ -248,8 +254,11 @@ def shadow_eval_cmd(
         covered = summary["lead_covers_transfer_fraction"]
         share = "no hits" if covered is None else f"{covered:.1%} of hits"
         verdict = "PASS" if passed else "FAIL"
+        hits = summary["hits"]
+        few = f"; {plural(hits, 'hit')}, {min_hits} needed to judge" if hits < min_hits else ""
         out_console.print(
-            f"go-live {verdict}: lead time >= transfer time for {share} (needs {min_covered:.0%})",
+            f"go-live {verdict}: lead time >= transfer time for {share} (needs "
+            f"{min_covered:.0%}){few}",
             highlight=False,
         )
         for path in written:

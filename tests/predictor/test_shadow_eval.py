@@ -167,10 +167,16 @@ def test_go_live_passes_only_when_enough_hits_have_lead_covering_transfer(
         evaluate_shadow(log, trace(), ShadowConfig(min_covered=0.9)).summary["go_live"]["pass"]
         is False
     )
+    s = evaluate_shadow(log, trace(), ShadowConfig(min_covered=0.75, min_hits=1)).summary
+    assert s["go_live"]["pass"] is True
+    hits = s["hits"]  # enough of them covered, but one fewer than needed to judge: no pass
+    fewer = ShadowConfig(min_covered=0.75, min_hits=hits + 1)
+    assert evaluate_shadow(log, trace(), fewer).summary["go_live"]["pass"] is False
     assert (
-        evaluate_shadow(log, trace(), ShadowConfig(min_covered=0.75)).summary["go_live"]["pass"]
-        is True
-    )
+        evaluate_shadow(log, trace(), ShadowConfig(min_covered=0.75)).summary["go_live"]["min_hits"]
+        == 20
+        > hits
+    )  # the default asks for more hits than this small log has
     none = read_decisions(write_log(log_path.with_name("none.parquet"), [LOG["C"]]))
     s = evaluate_shadow(none, trace(), ShadowConfig(min_covered=0.0)).summary
     assert s["hits"] == 0 and s["go_live"]["pass"] is False  # no hit proves nothing
@@ -403,7 +409,7 @@ def test_the_go_live_rule_and_the_any_node_figures_do_not_depend_on_the_routes(
     log_path: Path, routes: pd.Series
 ) -> None:
     log = read_decisions(log_path)
-    cfg = ShadowConfig(min_covered=0.75)
+    cfg = ShadowConfig(min_covered=0.75, min_hits=1)
     with_routes = evaluate_shadow(log, trace(), cfg, routes=routes).summary
     without = evaluate_shadow(log, trace(), cfg).summary
     assert with_routes["go_live"] == without["go_live"] and without["go_live"]["pass"] is True
