@@ -36,11 +36,13 @@ TRACE_EXPLORATION: list[Cell] = [
     md("""
 # Trace exploration: arrival bursts, reuse gaps, prefix trees
 
-The bundled samples are 10-minute excerpts of the Mooncake FAST'25 traces (`conversation`,
-`synthetic`): one row per request with its arrival, token counts and the hash of each
-512-token prompt block. A block is *bursty* when several requests that contain it arrive
-close together: that is what kvcast predicts (`burst(b, t) = 1` if at least `k` requests
-containing `b` arrive in `(t, t + H]`, H = 30 s by default).
+The bundled samples are excerpts of the Mooncake FAST'25 traces: `conversation` is the
+first 10 minutes of the conversation trace (1,750 requests), `synthetic` the first 1,000
+requests of the synthetic trace (about 4.5 minutes); see `kvcast/data/traces/NOTICE.md`. One
+row per request with its arrival, token counts and the hash of each 512-token prompt block.
+A block is *bursty* when several requests that contain it arrive close together: that is what
+kvcast predicts (`burst(b, t) = 1` if at least `k` requests containing `b` arrive in
+`(t, t + H]`, H = 30 s by default).
 
 To explore your own traces, set `TRACES` in the parameters cell below (or run the notebook with
 papermill: `papermill 01_trace_exploration.ipynb out.ipynb -p TRACES '["my.jsonl"]'`).
@@ -252,7 +254,12 @@ for name, tree in trees.items():
         label=f"{name}: requests per node",
     )
     ax2.hist(shared[name], bins=20, range=(0, 1), alpha=0.6, label=name)
-ax1.set(xlabel="depth (blocks)", yscale="log", title="prefix tree by depth")
+ax1.set(
+    xlabel="depth (blocks)",
+    ylabel="nodes (solid) / requests per node (dashed), log",
+    yscale="log",
+    title="prefix tree by depth",
+)
 ax2.set(
     xlabel="share of the prompt an earlier request computed",
     ylabel="requests",
@@ -493,6 +500,8 @@ POLICIES = [
     "predictive_recency",
 ]
 LOADS = [0.5, 1.0, 2.0]  # time-scales: 2 = twice the arrival rate
+# any registered policies (`kvcast policies`): the routers among them are the anchors, the
+# replicating ones (the oracle, predictive_*) are measured against them
 """),
     py("""
 import tempfile
@@ -508,6 +517,7 @@ from kvcast.features.traces import load_trace
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.evaluation import evaluate
 from kvcast.simulator.plots import plot_p99_vs_load, plot_ttft_cdf
+from kvcast.simulator.replication_policies import is_replicating
 
 %matplotlib inline
 
@@ -548,12 +558,12 @@ table.round(3)
 """),
     py("""
 p50 = table.pivot(index="policy", columns="load x", values="TTFT p50 ms").loc[POLICIES]
-anchors = ["round_robin", "dynamo_kv", "llmd_precise", "mooncake_conductor"]
-best = p50.loc[anchors].min()
-pd.concat(
-    {"TTFT p50 ms": p50.round(0), "vs best anchor": (p50 / best - 1).map(lambda x: f"{x:+.1%}")},
-    axis=1,
-)
+anchors = [p for p in POLICIES if not is_replicating(p)]  # the routers (the oracle replicates)
+if anchors:
+    vs_best = (p50 / p50.loc[anchors].min() - 1).map(lambda x: f"{x:+.1%}")
+else:  # no router among POLICIES: nothing to compare with
+    vs_best = p50.map(lambda x: "no anchor")
+pd.concat({"TTFT p50 ms": p50.round(0), "vs best anchor": vs_best}, axis=1)
 """),
     md("""
 ## Against the goal
@@ -574,7 +584,7 @@ pd.DataFrame(
         f"{p.label} on {p.router}": {c.name: f"{c.value} {MARK[c.met]}" for c in p.checks}
         for p in group.policies
     }
-)
+).fillna("n/a")  # a check that does not apply (the oracle's share of the oracle's gain)
 """),
     md("""
 ## Plots
@@ -589,19 +599,28 @@ with tempfile.TemporaryDirectory(prefix="kvcast-nb-") as tmp:  # Image reads eac
     display(Image(filename=str(plot_p99_vs_load(ev, plots / "p99_vs_load.png"))))
 """),
     py("""
-rep = table[table["policy"].isin(["oracle", "predictive_recency"])]
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-for name, rows in rep.groupby("policy"):
-    ax1.plot(rows["load x"], rows["replicated GB"], marker="o", label=f"{name}: replicated")
-    ax1.plot(rows["load x"], rows["wasted GB"], marker="x", linestyle="--", label=f"{name}: wasted")
-    ax2.plot(rows["load x"], rows["replication hit rate"], marker="o", label=name)
-ax1.set(xlabel="load x", ylabel="GB", title="speculative bytes")
-ax2.set(
-    xlabel="load x", ylabel="share of replications used", title="replication hit rate", ylim=(0, 1)
-)
-ax1.legend(fontsize=8)
-ax2.legend(fontsize=8)
-fig.tight_layout()
+replicating = [p for p in POLICIES if is_replicating(p)]
+rep = table[table["policy"].isin(replicating)]
+if rep.empty:
+    print("no replicating policy among POLICIES: nothing was replicated")
+else:
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, rows in rep.groupby("policy", sort=False):
+        ax1.plot(rows["load x"], rows["replicated GB"], marker="o", label=f"{name}: replicated")
+        ax1.plot(
+            rows["load x"], rows["wasted GB"], marker="x", linestyle="--", label=f"{name}: wasted"
+        )
+        ax2.plot(rows["load x"], rows["replication hit rate"], marker="o", label=name)
+    ax1.set(xlabel="load x", ylabel="GB", title="speculative bytes")
+    ax2.set(
+        xlabel="load x",
+        ylabel="share of replications used",
+        title="replication hit rate",
+        ylim=(0, 1),
+    )
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
 """),
 ]
 

@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import LogFormatter
+from matplotlib.ticker import Locator, MaxNLocator, NullFormatter
 
 from kvcast.simulator.evaluation import Evaluation, task_key, task_label
 
@@ -31,20 +31,56 @@ def _by_label(ev: Evaluation) -> dict[str, list[dict[str, Any]]]:
     return {k: sorted(v, key=lambda s: s["time_scale"]) for k, v in by.items()}
 
 
-class _PlainLog(LogFormatter):
-    """matplotlib's choice of which log ticks to label, each written as ``%g`` ("0.1", "12")."""
+# the mantissas of a log axis's labelled ticks, sparsest first: the first giving
+# _MIN_LABELS ticks in view is used
+_MANTISSAS = (
+    (1,),
+    (1, 3),
+    (1, 2, 5),
+    (1, 1.5, 2, 3, 5, 7),
+    (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9),
+    (*(1 + i / 10 for i in range(10)), 2, 2.2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9),
+)
+_MIN_LABELS = 5
 
-    def __call__(self, x: float, pos: int | None = None) -> str:
-        return f"{x:g}" if super().__call__(x, pos) else ""
+
+class _SecondsTicks(Locator):
+    """The labelled ticks of a log axis: ``m x 10^k`` for the sparsest set of mantissas ``m``
+    that puts at least five ticks in view (1, 10, 100 over decades; 12, 15, 20, 30 within one),
+    so that every part of the plotted range has a label near it. matplotlib's own picked 20,
+    30, 40 for a view of 10.3 to 48 s, leaving the curves at 11 to 19 s unlabelled."""
+
+    def __call__(self) -> list[float]:
+        lo, hi = self.axis.get_view_interval()
+        return self.tick_values(lo, hi)
+
+    def tick_values(self, vmin: float, vmax: float) -> list[float]:
+        lo, hi = sorted((vmin, vmax))
+        if not (lo > 0 and math.isfinite(hi)):
+            return []
+        ticks: list[float] = []
+        for mantissas in _MANTISSAS:
+            ticks = [t for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                     for m in mantissas if lo <= (t := float(f"{m:g}e{k}")) <= hi]  # fmt: skip
+            if len(ticks) >= _MIN_LABELS:
+                return ticks
+        if len(ticks) >= 2:
+            return ticks
+        return [float(f"{t:.6g}") for t in MaxNLocator(4).tick_values(lo, hi) if lo <= t <= hi]
+
+
+def _plain(x: float, pos: int | None = None) -> str:
+    return f"{x:g}"
 
 
 def _log_seconds(ax: Any, which: str) -> None:
     """A log scale on ``ax``'s ``which`` ("x" or "y") axis, labelled in plain numbers ("12",
-    "0.5"), not "1.2 x 10^1"."""
+    "0.5", not "1.2 x 10^1") densely enough that each part of the plotted range has one."""
     getattr(ax, f"set_{which}scale")("log")
     axis = ax.xaxis if which == "x" else ax.yaxis
-    axis.set_major_formatter(_PlainLog())
-    axis.set_minor_formatter(_PlainLog(labelOnlyBase=False))  # labelled within a decade
+    axis.set_major_locator(_SecondsTicks())
+    axis.set_major_formatter(_plain)
+    axis.set_minor_formatter(NullFormatter())  # the minor ticks: marks between the labels
 
 
 LINE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))  # one per 10 colours
@@ -149,6 +185,13 @@ def lead_time_s(s: dict[str, Any]) -> float:
     return lead / 1e3 if lead is not None and rate else float("nan")
 
 
+def wasted_share(s: dict[str, Any]) -> float:
+    """The share of a run's replicated bytes that were wasted, NaN (not drawn) when it copied
+    nothing: no copy wasted nothing, but it is no evidence of a policy that wastes little."""
+    copied = s.get("bytes_replicated")
+    return s["bytes_wasted"] / copied if copied else float("nan")
+
+
 def _replicating(ev: Evaluation) -> dict[str, list[dict[str, Any]]]:
     return {k: v for k, v in _by_label(ev).items() if any(s["bytes_replicated"] for s in v)}
 
@@ -163,8 +206,7 @@ def plot_replication(ev: Evaluation, path: Path) -> Path | None:
     style = line_styles(list(_by_label(ev)))  # each policy as in the other plots
     for name, rows in groups.items():
         xs = [s["time_scale"] for s in rows]
-        waste = [s["bytes_wasted"] / s["bytes_replicated"] if s["bytes_replicated"] else 0.0
-                 for s in rows]  # fmt: skip
+        waste = [wasted_share(s) for s in rows]
         look = style[name]
         rates = [s["replication_hit_rate"] for s in rows]
         axes[0].plot(xs, [math.nan if r is None else r for r in rates], label=name, **look)

@@ -3,8 +3,10 @@ absent otherwise."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kvcast.simulator.evaluation import Evaluation
@@ -126,3 +128,62 @@ def test_the_ttft_cdf_says_which_requests_it_leaves_out(
     assert ax.get_ylabel() == "fraction of served requests"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["mooncake_conductor (3 of 10 rejected)", "dynamo_kv"]
+
+
+def _labelled_ticks(ax) -> tuple[tuple[float, float], list[float]]:
+    """The y axis's view and the values of its ticks in view that carry a label."""
+    lo, hi = ax.get_ylim()
+    ticks = [*ax.yaxis.get_major_ticks(), *ax.yaxis.get_minor_ticks()]
+    shown = sorted(t.get_loc() for t in ticks if t.label1.get_text() and lo <= t.get_loc() <= hi)
+    return (lo, hi), shown
+
+
+@pytest.mark.parametrize(
+    "p99_s",
+    [(11.0, 19.0, 45.0), (11.5, 18.0), (0.4, 12.0, 45.0), (2.0, 300.0), (11.5, 13.2, 16.0, 51.2)],
+)
+def test_every_part_of_the_p99_log_axis_has_a_label_near_it(
+    p99_s: tuple[float, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Curves at 11-19 s on an axis up to 48 s had no label below 20 s (matplotlib labelled
+    only 20, 30, 40 of the decade): at least three labels in view, none further than a quarter
+    of the axis (in log units) from the next label or the axis's ends."""
+    import kvcast.simulator.plots as plots
+
+    figs: list = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)
+    ev = Evaluation(summaries=[
+        summary("dynamo_kv", float(i + 1), ttft_ms={"p50": 90.0, "p99": p * 1e3},
+                slo_attainment=0.8, goodput_rps=2.0)
+        for i, p in enumerate(p99_s)
+    ])  # fmt: skip
+    plots.plot_p99_vs_load(ev, tmp_path / "p99.png")
+    figs[0].canvas.draw()
+    (lo, hi), shown = _labelled_ticks(figs[0].axes[0])
+    assert len(shown) >= 3, shown
+    edges = np.log10([lo, *shown, hi])
+    assert np.diff(edges).max() <= (edges[-1] - edges[0]) / 4, shown
+    if min(p99_s) >= 11 and max(p99_s) < 50:
+        assert [v for v in shown if 11 <= v <= 19], shown  # where the curves sit
+
+
+def test_a_run_that_copied_nothing_draws_no_wasted_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No byte copied is no byte wasted, but not a policy that wastes nothing: the waste panel
+    leaves the point out (NaN), as the hit-rate panel beside it does, instead of drawing 0.0."""
+    import kvcast.simulator.plots as plots
+
+    figs: list = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)
+    copied = {"bytes_replicated": 1000, "bytes_wasted": 200, "replication_hit_rate": 0.5,
+              "mean_lead_time_ms": 800.0}  # fmt: skip
+    none = {"bytes_replicated": 0, "bytes_wasted": 0, "replication_hit_rate": None,
+            "mean_lead_time_ms": None}  # fmt: skip
+    ev = Evaluation(summaries=[summary("oracle", 1.0, **copied), summary("oracle", 2.0, **none)])
+    assert plots.plot_replication(ev, tmp_path / "replication.png") is not None
+    hit, _, waste = (ax.get_lines()[0].get_ydata() for ax in figs[0].axes)
+    assert np.isnan(hit[1]) and hit[0] == 0.5
+    assert waste[0] == pytest.approx(0.2)
+    assert np.isnan(waste[1]), waste
+    assert math.isnan(plots.wasted_share(none))
