@@ -214,7 +214,7 @@ class Simulator(ReplicationHooks):
         local = match[d.node]
         hit = min(local, max(nb - 1, 0))
         req = LiveRequest(r, blocks, inp, max(inp - hit * bt, 1), out_tokens, out_blocks)
-        node.route_in(req, max(inp - local * bt, 0))
+        node.route_in(req, max(inp - local * bt, 0), self._prefill_ms(req.est_tokens))
         # the replicas the router counted as its cached prefix are held for it until its
         # prefill reads them (a pull below adds to that prefix on landing; it claims nothing)
         if hit and node.pool.spec:
@@ -260,7 +260,7 @@ class Simulator(ReplicationHooks):
     def _ready(self, req: LiveRequest) -> None:
         node = self.nodes[self.log.node[req.idx]]
         self.log.ready[req.idx] = self.now
-        node.enqueue(req, self.cfg.node.prefill.isolated_ms(req.est_tokens))
+        node.enqueue(req)
         self._kick(node)
 
     def _pull_done(self, payload: tuple[LiveRequest, int, list[int]]) -> None:

@@ -133,8 +133,9 @@ class Node:
 
     def est_queue_ms_at(self, now: float) -> float:
         """What a request arriving now would wait: the running iteration's time left, then
-        every queued request's estimate, less the part of it the running iteration does
-        (``est_ms_sum`` holds the whole estimate of a request until it finishes)."""
+        the estimate of every request routed here and not done (queued, or waiting for its
+        pull to land), less the part of it the running iteration does (``est_ms_sum`` holds
+        the whole estimate of a request until it finishes)."""
         # floating sums of added and removed estimates can leave -1e-13: clamp at zero
         queued = max(self.est_ms_sum, 0.0)
         if not self.batch:
@@ -146,22 +147,26 @@ class Node:
         return max(self.busy_until - now, 0.0) + max(queued - done, 0.0)
 
     # -- queue -------------------------------------------------------------------------------
-    def route_in(self, req: LiveRequest, predicted_tokens: int) -> None:
+    def route_in(self, req: LiveRequest, predicted_tokens: int, est_ms: float) -> None:
         """A request was routed here (it may wait for a pull before :meth:`enqueue`), with
-        ``predicted_tokens`` uncached prompt tokens as its router saw them."""
+        ``predicted_tokens`` uncached prompt tokens as its router saw them and ``est_ms`` its
+        estimated prefill time, counted in the queue estimate from now on: a request waiting
+        for its pull to land is work the node has been given (a router that pulls, as
+        Mooncake's conductor, would otherwise send the next ones to the same node)."""
         self.outstanding += 1
         self.queue_len += 1
+        req.est_ms = est_ms
+        self.est_ms_sum += est_ms
         req.routed_tokens = predicted_tokens
         self.inflight_prefill_tokens += predicted_tokens
         active = self.active_blocks
         for b in req.blocks:
             active[b] = active.get(b, 0) + 1
 
-    def enqueue(self, req: LiveRequest, est_ms: float) -> None:
-        req.est_ms = est_ms
+    def enqueue(self, req: LiveRequest) -> None:
+        """The request is ready (its pull, if any, landed): into the prefill queue."""
         self.queue.append(req)
         self.queued_prefill_tokens += req.est_tokens
-        self.est_ms_sum += est_ms
 
     def _start(self, req: LiveRequest, now: float) -> float | None:
         """Match, pin and allocate for a request's first piece; returns tier load ms or None."""

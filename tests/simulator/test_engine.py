@@ -315,3 +315,18 @@ def test_a_nodes_inflight_prefill_and_active_blocks_follow_its_requests() -> Non
     assert router.loads[1] == (4000, set(a))
     assert router.loads[2] == (0, set(a))  # A decoding: its blocks active, none in prefill
     assert router.loads[3] == (0, set())
+
+
+def test_a_request_waiting_for_its_pull_counts_in_its_nodes_queue_estimate() -> None:
+    """A router that pulls (Mooncake's conductor) has given the node that work: the next
+    request routed while the pull is in flight sees its estimate in the node's queue."""
+    cfg = config(nodes=2, arrival_spread="off")
+    a = list(range(10))
+    tr = tiny_trace([(0.0, 10 * 512, 1, a), (10_000.0, 10 * 512, 1, a), (10_000.5, 512, 1, [99])])
+    pull = RoutingDecision(node=0, pull_from=1, pull_blocks=10)
+    router = Scripted([RoutingDecision(node=1), pull, RoutingDecision(node=1)])
+    rq = simulate(tr, cfg, router).requests
+    assert rq["transferred_blocks"].iloc[1] == 10
+    assert rq["arrival_ms"].iloc[2] < rq["prefill_start_ms"].iloc[1]  # the pull still in flight
+    waiting = cfg.node.prefill.isolated_ms(10 * 512)  # its estimate, made as it was routed
+    assert router.seen[2] == pytest.approx(waiting)  # node 0 (idle otherwise): that estimate
