@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.markup import escape
 
@@ -118,6 +119,7 @@ def simulate_cmd(
             raise ValueError(f"--shadow-log: {shadow_log} is a directory; give a Parquet file")
         output_dir(shadow_log.parent, "--shadow-log")
     tr = open_trace(trace, format, skip_bad=skip_bad)
+    note_spread(tr, cfg)
     if policy not in policy_names():
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(policy_names())}")
     unused_models(models, [policy])
@@ -139,6 +141,27 @@ def simulate_cmd(
     out_console.print(summary_table([res.summary], f"{tr.name}: {plural(len(tr), 'request')}"))
     warn_rejections([res.summary])
     out_console.print(escape(f"wrote {out}/summary.json, requests.parquet, timeline.parquet"))
+
+
+def note_spread(tr: Trace, cfg: SimConfig) -> None:
+    """Say so when ``arrival_spread: auto`` finds the trace's timestamps quantised and will
+    spread each timestamp's requests over the quantum (a trace with real bursts on a coarse
+    clock has them spread out: ``off`` replays them as recorded)."""
+    from kvcast.features.traces.dequantize import detect_quantum_ms
+
+    if cfg.arrival_spread != "auto":
+        return
+    arrivals = tr.requests["arrival_ms"].to_numpy(dtype=float)
+    quantum = detect_quantum_ms(arrivals)
+    if quantum is not None:
+        counts = np.unique(arrivals, return_counts=True)[1]
+        shared = counts[counts > 1].sum() / len(arrivals)
+        console.print(
+            escape(f"note: {shared:.0%} of the requests share a timestamp with another: each "
+                   f"timestamp's requests are spread over the {quantum:,.0f} ms grid step "
+                   "(arrival_spread: auto; off replays them as recorded)"),
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
 
 
 def warn_rejections(summaries: list[dict[str, Any]]) -> None:
@@ -204,6 +227,7 @@ def run_evaluation(
     no_repeats(quotas_gib or [], "--quota-gib")
     output_dir(out)
     tr = open_trace(tr_spec, fmt, skip_bad=skip_bad)
+    note_spread(tr, cfg)
     total = count_steps(policies, scales, len(slos or []), len(quotas_gib or []))
     done = 0
     with progress_bar(None if capacity else total, "evaluate") as update:

@@ -254,3 +254,23 @@ def test_no_rejection_warning_when_every_request_is_served(tmp_path: Path) -> No
     r = runner.invoke(app, args)
     assert r.exit_code == 0 and json.loads((out / "summary.json").read_text())["rejected"] == 0
     assert "rejected" not in r.output
+
+
+def test_simulate_says_when_it_spreads_a_quantised_traces_arrivals(tmp_path: Path) -> None:
+    """``arrival_spread: auto`` rewrites same-timestamp arrivals (a real burst on a coarse
+    clock too): said, with the grid step; ``off`` replays them as recorded, silently."""
+    lines = [
+        json.dumps({"timestamp": t, "input_length": 600, "output_length": 4, "hash_ids": [i, 99]})
+        for i, t in enumerate([0, 0, 0, 0, 2000, 2000, 4000, 4000, 4500])
+    ]
+    trace = tmp_path / "grid.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    args = ["simulate", "--trace", str(trace), "--policy", "round_robin"]
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a")])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "note: 89% of the requests share a timestamp" in text and "2,000 ms grid step" in text
+    off = tmp_path / "off.yaml"
+    off.write_text("arrival_spread: off\n")
+    r = CliRunner().invoke(app, [*args, "--config", str(off), "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0 and "share a timestamp" not in r.output, r.output
