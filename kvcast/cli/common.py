@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -186,9 +187,28 @@ def open_trace(spec: str, fmt: str = "auto", *, skip_bad: bool = False) -> Trace
     return trace
 
 
+PLAIN_PROGRESS_EVERY_S = 30.0  # without a terminal: a progress line at most this often
+
+
 @contextmanager
 def progress_bar(total: int | None, label: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr; yields ``update(done, total)``."""
+    """A rich progress bar on stderr; yields ``update(done, total)``. Without a terminal (CI
+    logs, ``nohup``), where the bar draws nothing, a plain line instead at most every
+    ``PLAIN_PROGRESS_EVERY_S`` (a long run is seen to be alive)."""
+    if not console.is_terminal:
+        started = last = time.monotonic()
+
+        def plain(done: int, total_now: int) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= PLAIN_PROGRESS_EVERY_S:
+                last = now
+                of = f"/{total_now:,}" if total_now else ""
+                console.print(f"{label}: {done:,}{of} done, {now - started:,.0f} s",
+                              highlight=False)  # fmt: skip
+
+        yield plain
+        return
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

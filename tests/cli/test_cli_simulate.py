@@ -274,3 +274,18 @@ def test_simulate_says_when_it_spreads_a_quantised_traces_arrivals(tmp_path: Pat
     off.write_text("arrival_spread: off\n")
     r = CliRunner().invoke(app, [*args, "--config", str(off), "--out", str(tmp_path / "b")])
     assert r.exit_code == 0 and "share a timestamp" not in r.output, r.output
+
+
+def test_without_a_terminal_long_work_prints_plain_progress_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a progress bar draws nothing (CI logs, nohup), a plain line says how far the
+    work is, at most every PLAIN_PROGRESS_EVERY_S (here: every update)."""
+    import kvcast.cli.common as common
+
+    monkeypatch.setattr(common, "PLAIN_PROGRESS_EVERY_S", 0.0)
+    r = CliRunner().invoke(app, ["simulate", "--trace", "bundled:conversation", "--policy",
+                                 "round_robin", "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if x.startswith("simulate round_robin: ")]
+    assert lines and lines[-1].split(": ")[1].startswith("1,750/1,750 done"), r.output[-2000:]
