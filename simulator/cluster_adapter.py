@@ -143,6 +143,7 @@ class SimulatorView:
                 prefill,
                 sim.transfer_estimate_ms,
                 slo_ms=sim.slo_ms(tokens),
+                routed_blocks=sim.routed.match(chain),  # a copy is not in the router's own
             )
             return router.route(ctx).node
 

@@ -41,6 +41,7 @@ from kvcast.simulator.policies import create_policy
 from kvcast.simulator.policies.base import RoutingContext, RoutingPolicy
 from kvcast.simulator.replication import Replicator
 from kvcast.simulator.replication_hooks import ReplicationHooks
+from kvcast.simulator.routed_index import RoutedIndex
 
 Observer = Callable[[Event], None]
 ArrivalHook = Callable[[int, Sequence[int], float], None]  # node, blocks, now (ms)
@@ -86,6 +87,7 @@ class Simulator(ReplicationHooks):
         # copies' outcomes) is told so at every accepted arrival, without the event stream
         self._on_arrival: ArrivalHook | None = getattr(replicator, "on_arrival", None)
         self.holders: dict[int, int] = {}
+        self.routed = RoutedIndex(cfg.nodes)  # what the router knows from its own routing
         self.network = Network(cfg.network, cfg.nodes)
         cap = cfg.kv_capacity_bytes() // self.block_bytes
         gib = 1 << 30
@@ -204,12 +206,14 @@ class Simulator(ReplicationHooks):
             self._transfer_ms,
             session=tr.session_col[r],
             slo_ms=slo,
+            routed_blocks=self.routed.match(blocks),
         )
         d = self.policy.route(ctx)
         log.node[r] = d.node
         if d.reject or nb + out_blocks > nodes[d.node].pool.capacity:
             log.rejected[r] = True
             return
+        self.routed.note(d.node, blocks)
         node = nodes[d.node]
         local = match[d.node]
         hit = min(local, max(nb - 1, 0))

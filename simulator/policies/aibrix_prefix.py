@@ -3,6 +3,9 @@
 Anchor: vllm-project/aibrix ``pkg/plugins/gateway/algorithms/prefix_cache.go``, with the
 thresholds its Helm chart deploys (``AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT
 =16``, ``AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR=2``). Running requests = outstanding.
+A node's prefix match is read from the gateway's own table of the prefixes it routed there
+(``AddPrefix`` as it routes: :mod:`kvcast.simulator.routed_index`), as the anchor does;
+``prefix_view: engine`` reads the engines' caches instead.
 
 1. If ``max_running - min_running > imbalance_abs_count``: least running requests.
 2. Else the nodes with a prefix match, sorted by match descending then running ascending
@@ -14,6 +17,7 @@ thresholds its Helm chart deploys (``AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMB
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import Field
 
@@ -24,6 +28,11 @@ from kvcast.simulator.policies.registry import register_policy
 
 
 class AibrixPrefixParams(FrozenConfig):
+    # Which prefixes a node is taken to hold: "router", those this router sent there (the
+    # gateway's prefix hash table, updated as it routes by AddPrefix: the anchor's own view,
+    # so a burst sharing a prefix goes to one node and a replica another component placed
+    # is not seen), or "engine": the engines' caches (KV events).
+    prefix_view: Literal["router", "engine"] = "router"
     # Load imbalance gate: max - min running requests above this routes to the least
     # loaded node (AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT, chart: 16).
     imbalance_abs_count: int = Field(16, ge=0)
@@ -50,7 +59,7 @@ class AibrixPrefix:
         mean = sum(loads) / n
         var = sum((x - mean) ** 2 for x in loads) / (n - 1) if n > 1 else 0.0
         limit = mean + self.params.stddev_factor * math.sqrt(var)
-        match = ctx.match_blocks
+        match = ctx.prefix_view(self.params.prefix_view)
         best: tuple[int, int, int] | None = None  # (-match, running, node id): smallest wins
         for i, node in enumerate(nodes):
             m = match[i]

@@ -91,6 +91,16 @@ class RoutingContext:
     session: str | None = None
     slo_ms: float = float("inf")
     """This request's TTFT SLO (used by policies that reject over the SLO)."""
+    routed_blocks: Sequence[int] | None = None
+    """Per node: longest prefix of ``block_hashes`` among the blocks the router itself sent
+    there (:mod:`kvcast.simulator.routed_index`), for the rules that index prefixes as they
+    route; None where no such index is kept (they then read ``match_blocks``)."""
+
+    def prefix_view(self, view: str) -> Sequence[int]:
+        """``routed_blocks`` for ``view="router"`` (when kept), else ``match_blocks``."""
+        if view == "router" and self.routed_blocks is not None:
+            return self.routed_blocks
+        return self.match_blocks
 
     @property
     def num_blocks(self) -> int:

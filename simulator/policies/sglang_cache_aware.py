@@ -2,7 +2,10 @@
 
 Anchor: sgl-project/sglang ``sgl-router/src/policies/cache_aware.rs`` (defaults from the
 router's CLI, ``--cache-threshold 0.3 --balance-abs-threshold 64 --balance-rel-threshold
-1.5``). The load of a node is its outstanding request count.
+1.5``). The load of a node is its outstanding request count. A node's prefix match is read from
+the router's own index of the prefixes it routed there (its approximate radix tree, updated as
+it routes: :mod:`kvcast.simulator.routed_index`), as the anchor does; ``prefix_view: engine``
+reads the engines' caches instead.
 
 1. Imbalanced (``max_load - min_load > abs`` and ``max_load > rel x min_load``): shortest
    queue.
@@ -15,6 +18,8 @@ router's CLI, ``--cache-threshold 0.3 --balance-abs-threshold 64 --balance-rel-t
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from kvcast.config import FrozenConfig
@@ -24,6 +29,11 @@ from kvcast.simulator.policies.registry import register_policy
 
 
 class SglangCacheAwareParams(FrozenConfig):
+    # Which prefixes a node is taken to hold: "router", those this router sent there (the
+    # router's approximate radix tree per worker, updated as it routes: the anchor's own
+    # view, so a burst sharing a prefix goes to one node and a replica another component
+    # placed is not seen), or "engine": the engines' caches (KV events).
+    prefix_view: Literal["router", "engine"] = "router"
     # Route to the best-matching node only when its prefix match rate is above this
     # (sgl-router --cache-threshold, default 0.3).
     cache_threshold: float = Field(0.3, ge=0.0, le=1.0)
@@ -45,7 +55,7 @@ class SglangCacheAware:
     def route(self, ctx: RoutingContext) -> RoutingDecision:
         p = self.params
         nodes = ctx.nodes
-        match = ctx.match_blocks
+        match = ctx.prefix_view(self.params.prefix_view)
         first = nodes[0]
         min_load = max_load = best_load = first.outstanding
         best_match = match[0]

@@ -330,3 +330,17 @@ def test_a_request_waiting_for_its_pull_counts_in_its_nodes_queue_estimate() -> 
     assert rq["arrival_ms"].iloc[2] < rq["prefill_start_ms"].iloc[1]  # the pull still in flight
     waiting = cfg.node.prefill.isolated_ms(10 * 512)  # its estimate, made as it was routed
     assert router.seen[2] == pytest.approx(waiting)  # node 0 (idle otherwise): that estimate
+
+
+@pytest.mark.parametrize(("policy", "view"), [("sglang_cache_aware", "router"),
+                                               ("aibrix_prefix", "router"),
+                                               ("sglang_cache_aware", "engine")])  # fmt: skip
+def test_a_burst_on_one_prefix_follows_the_routers_own_index(policy: str, view: str) -> None:
+    """Four requests 5 ms apart on a 12-block prefix: a router that indexes prefixes as it
+    routes sends them all where it sent the first (none computed yet); read from the
+    engines' caches (empty until a prefill ends) they spread over the idle nodes."""
+    cfg = config(nodes=4, arrival_spread="off", routing={policy: {"prefix_view": view}})
+    prefix = list(range(12))
+    tr = tiny_trace([(5.0 * i, 13 * 512, 1, [*prefix, 100 + i]) for i in range(4)])
+    nodes = simulate(tr, cfg, policy).requests["node"].tolist()
+    assert nodes == ([0, 0, 0, 0] if view == "router" else [0, 1, 2, 3])

@@ -54,3 +54,14 @@ def test_no_eligible_matched_node_falls_back_to_least_running(
 
 def test_no_match_anywhere_goes_to_least_running(make_ctx: MakeCtx, loads: Loads) -> None:
     assert _policy().route(make_ctx(loads(4, 2, 2, 9))).node == 1
+
+
+def test_the_router_reads_its_own_index_of_routed_prefixes_unless_told_the_engines(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    """The anchor matches against its prefix table of routed requests (routed_blocks), not
+    the engines' caches (match_blocks)."""
+    ctx = make_ctx(loads(3, 3, 3, 3), match=[8, 0, 0, 0])
+    ctx.routed_blocks = [0, 0, 0, 6]
+    assert _policy().route(ctx).node == 3
+    assert _policy(prefix_view="engine").route(ctx).node == 0

@@ -79,3 +79,14 @@ def test_best_match_ties_go_to_the_less_loaded_node(make_ctx: MakeCtx, loads: Lo
 def test_thresholds_are_configurable(make_ctx: MakeCtx, loads: Loads) -> None:
     ctx = make_ctx(loads(100, 10, 50), match=[8, 0, 0])
     assert _policy(balance_abs_threshold=200).route(ctx).node == 0
+
+
+def test_the_router_reads_its_own_index_of_routed_prefixes_unless_told_the_engines(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    """The anchor matches against the prefixes it routed (routed_blocks), not the engines'
+    caches (match_blocks): node 2 was sent the prefix, node 0 holds it now."""
+    ctx = make_ctx(loads(3, 3, 3), match=[8, 0, 0])
+    ctx.routed_blocks = [0, 0, 8]
+    assert _policy().route(ctx).node == 2
+    assert _policy(prefix_view="engine").route(ctx).node == 0

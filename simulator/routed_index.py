@@ -1,0 +1,41 @@
+"""What a router knows of the nodes' caches from its own decisions: the blocks it sent where.
+
+SGLang's router (``sgl-router``'s ``cache_aware``: an approximate radix tree per worker, the
+request inserted as it is routed) and AIBrix's gateway (``prefix_cache.go``: a prefix hash
+table, ``AddPrefix`` on routing) match a request against the prefixes they *routed* to each
+node, not against what the engines report. So a burst of requests sharing a prefix goes to
+one node (the first one's prefix is in the index at once, before any engine computed it),
+the index keeps blocks an engine has since evicted, and it never learns of a copy another
+component placed (a kvcast replica): those routers do not follow replicas.
+
+The simulator keeps one index per run, noted at every accepted routing, and hands each
+router the longest prefix of the request per node (:attr:`RoutingContext.routed_blocks`);
+a policy chooses which view it reads. Memory grows with the trace's distinct blocks per node
+(the anchors' own bounds, e.g. SGLang's ``--max-tree-size`` of 2^26 characters, are far
+above a trace's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class RoutedIndex:
+    def __init__(self, nodes: int) -> None:
+        self._routed: list[set[int]] = [set() for _ in range(nodes)]
+
+    def note(self, node: int, blocks: Sequence[int]) -> None:
+        """The router sent a request of ``blocks`` to ``node``."""
+        self._routed[node].update(blocks)
+
+    def match(self, blocks: Sequence[int]) -> list[int]:
+        """Per node, the longest prefix of ``blocks`` routed there."""
+        out = []
+        for routed in self._routed:
+            n = 0
+            for b in blocks:
+                if b not in routed:
+                    break
+                n += 1
+            out.append(n)
+        return out
