@@ -143,7 +143,8 @@ class SimulatorView:
                 prefill,
                 sim.transfer_estimate_ms,
                 slo_ms=sim.slo_ms(tokens),
-                routed_blocks=sim.routed.match(chain),  # a copy is not in the router's own
+                # a copy is not in the router's own index
+                routed_blocks=sim.routed.match(chain) if sim.routed is not None else None,
             )
             return router.route(ctx).node
 

@@ -39,6 +39,7 @@ from kvcast.simulator.network import Network
 from kvcast.simulator.node import LiveRequest, Node
 from kvcast.simulator.policies import create_policy
 from kvcast.simulator.policies.base import RoutingContext, RoutingPolicy
+from kvcast.simulator.policies.registry import reads_routed_index
 from kvcast.simulator.replication import Replicator
 from kvcast.simulator.replication_hooks import ReplicationHooks
 from kvcast.simulator.routed_index import RoutedIndex
@@ -87,7 +88,10 @@ class Simulator(ReplicationHooks):
         # copies' outcomes) is told so at every accepted arrival, without the event stream
         self._on_arrival: ArrivalHook | None = getattr(replicator, "on_arrival", None)
         self.holders: dict[int, int] = {}
-        self.routed = RoutedIndex(cfg.nodes)  # what the router knows from its own routing
+        # what the router knows from its own routing, kept for a router that reads it (the
+        # base router of a replicating policy: its name, and its parameters from cfg.routing)
+        router = getattr(self.policy, "base_router", getattr(self.policy, "name", ""))
+        self.routed = RoutedIndex(cfg.nodes) if reads_routed_index(router, cfg.routing) else None
         self.network = Network(cfg.network, cfg.nodes)
         cap = cfg.kv_capacity_bytes() // self.block_bytes
         gib = 1 << 30
@@ -206,14 +210,15 @@ class Simulator(ReplicationHooks):
             self._transfer_ms,
             session=tr.session_col[r],
             slo_ms=slo,
-            routed_blocks=self.routed.match(blocks),
+            routed_blocks=self.routed.match(blocks) if self.routed is not None else None,
         )
         d = self.policy.route(ctx)
         log.node[r] = d.node
         if d.reject or nb + out_blocks > nodes[d.node].pool.capacity:
             log.rejected[r] = True
             return
-        self.routed.note(d.node, blocks)
+        if self.routed is not None:
+            self.routed.note(d.node, blocks)
         node = nodes[d.node]
         local = match[d.node]
         hit = min(local, max(nb - 1, 0))

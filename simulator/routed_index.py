@@ -10,23 +10,35 @@ component placed (a kvcast replica): those routers do not follow replicas.
 
 The simulator keeps one index per run, noted at every accepted routing, and hands each
 router the longest prefix of the request per node (:attr:`RoutingContext.routed_blocks`);
-a policy chooses which view it reads. Memory grows with the trace's distinct blocks per node
-(the anchors' own bounds, e.g. SGLang's ``--max-tree-size`` of 2^26 characters, are far
-above a trace's).
+a policy chooses which view it reads. Each node's part keeps its ``per_node`` most recently
+routed blocks (LRU), as the anchors bound theirs: the default, 32,768 blocks of 512 tokens,
+is SGLang's ``--max-tree-size`` of 2^26 characters at ~4 characters per token.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+
+PER_NODE = 32_768  # blocks remembered per node (SGLang's tree bound, in 512-token blocks)
 
 
 class RoutedIndex:
-    def __init__(self, nodes: int) -> None:
-        self._routed: list[set[int]] = [set() for _ in range(nodes)]
+    def __init__(self, nodes: int, per_node: int = PER_NODE) -> None:
+        if per_node < 1:
+            raise ValueError(f"per_node must be >= 1, got {per_node}")
+        self.per_node = per_node
+        self._routed: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(nodes)]
 
     def note(self, node: int, blocks: Sequence[int]) -> None:
-        """The router sent a request of ``blocks`` to ``node``."""
-        self._routed[node].update(blocks)
+        """The router sent a request of ``blocks`` to ``node`` (they become its newest; the
+        least recently routed go beyond ``per_node``)."""
+        routed = self._routed[node]
+        for b in blocks:
+            routed[b] = None
+            routed.move_to_end(b)
+        while len(routed) > self.per_node:
+            routed.popitem(last=False)
 
     def match(self, blocks: Sequence[int]) -> list[int]:
         """Per node, the longest prefix of ``blocks`` routed there."""

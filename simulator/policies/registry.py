@@ -99,3 +99,15 @@ def create_policy(
             f"expected {spec.params_cls.__name__}"
         )
     return spec.create(params, num_nodes=num_nodes, seed=seed)
+
+
+def reads_routed_index(name: str, routing_cfg: RoutingConfig | None = None) -> bool:
+    """Whether the policy ``name`` (a registered router), with its parameters from
+    ``routing_cfg``, matches requests against the router's own index of what it routed
+    (``prefix_view: router``; :mod:`kvcast.simulator.routed_index`)."""
+    if name not in _REGISTRY:
+        return False
+    params = getattr(routing_cfg, name, None) if routing_cfg is not None else None
+    if params is None:
+        params = _REGISTRY[name].params_cls()
+    return getattr(params, "prefix_view", None) == "router"
