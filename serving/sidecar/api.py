@@ -247,8 +247,12 @@ def _reads(sc: Sidecar) -> APIRouter:
     async def get_mode() -> ModeState:
         return ModeState(mode=sc.mode)
 
-    @router.get("/v1/model")
+    @router.get(
+        "/v1/model", dependencies=[Security(bearer_scheme)], responses=error_responses(401, 403)
+    )
     async def get_model() -> ModelState:
+        """The model being served (its source: a path on this host or a registry URI): the
+        shared token's when one is configured."""
         return _model_state(sc)
 
     @router.get("/healthz")
@@ -293,7 +297,8 @@ def build_app(sc: Sidecar) -> FastAPI:
         sc.tenant_refusals["route"] += 1
 
     looked_up = {route.path for route in lookups.routes}  # type: ignore[attr-defined]
-    for protected, methods in ((set(GUARDED), {"POST"}), (looked_up, None)):
+    # GET /v1/model too: its source is a path on this host or a registry URI
+    for protected, methods in ((set(GUARDED), {"POST"}), (looked_up | {"/v1/model"}, None)):
         app.add_middleware(
             BearerTokenGuard, token=sc.cfg.token_value, protected=protected,
             on_refused=refused, methods=methods, tenant_tokens=sc.tenant_tokens,

@@ -25,7 +25,7 @@ from kvcast.features.spec import build_spec
 from kvcast.serving.cluster.summary import parse_metrics
 
 
-def test_every_post_and_every_block_lookup_needs_the_token_the_other_gets_stay_open(
+def test_every_post_block_lookup_and_the_model_need_the_token_the_other_gets_stay_open(
     tmp_path, run
 ) -> None:
     async def main() -> None:
@@ -44,8 +44,11 @@ def test_every_post_and_every_block_lookup_needs_the_token_the_other_gets_stay_o
             assert (await client.post("/v1/requests", json=batch)).status_code == 401
             kv = {"node": 0, "events": [{"type": "AllBlocksCleared"}]}
             assert (await client.post("/v1/kv-events", json=kv)).status_code == 401
-            for path in ("/v1/mode", "/v1/model", "/healthz", "/metrics"):
+            for path in ("/v1/mode", "/healthz", "/metrics"):
                 assert (await client.get(path)).status_code == 200, path
+            # the model's source is a path on the sidecar's host or a registry URI
+            assert (await client.get("/v1/model")).status_code == 401
+            assert (await client.get("/v1/model", headers=AUTH)).status_code == 200
             # which tenant's blocks are where (as an agent's inventory): not for anyone
             lookups = ("/v1/decisions", "/v1/decisions?kind=replicate", "/v1/blocks/7",
                        "/v1/blocks/0x00ff", "/v1/blocks/not-a-hash")  # fmt: skip
@@ -55,9 +58,9 @@ def test_every_post_and_every_block_lookup_needs_the_token_the_other_gets_stay_o
                     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
             assert (await client.get("/v1/decisions", headers=AUTH)).status_code == 200
             assert (await client.get("/v1/blocks/7", headers=AUTH)).status_code == 404
-            assert sc.auth_failures == 4 + 3 * len(lookups)
+            assert sc.auth_failures == 5 + 3 * len(lookups)
             text = (await client.get("/metrics")).text
-            assert f"kvcast_sidecar_auth_failures_total {4 + 3 * len(lookups)}.0" in text
+            assert f"kvcast_sidecar_auth_failures_total {5 + 3 * len(lookups)}.0" in text
 
     run(main())
 
@@ -202,7 +205,7 @@ def test_get_model_names_the_registry_version_of_a_models_uri(
     async def main() -> None:
         cfg = sidecar_config(tmp_path, model=str(model_path), token=TOKEN)
         async with open_sidecar(cfg) as (_, client):
-            state = (await client.get("/v1/model")).json()
+            state = (await client.get("/v1/model", headers=AUTH)).json()
             assert state["loaded"] and state["registry_version"] is None  # a plain path
             for source, kind, version in (
                 ("models:/kvcast-reg@champion", "reg-two", "2"),
@@ -210,7 +213,7 @@ def test_get_model_names_the_registry_version_of_a_models_uri(
             ):
                 r = await client.post("/v1/model", json={"source": source}, headers=AUTH)
                 assert r.status_code == 200, r.text
-                state = (await client.get("/v1/model")).json()
+                state = (await client.get("/v1/model", headers=AUTH)).json()
                 assert state["source"] == source and state["kind"] == kind
                 assert state["registry_version"] == version
             r = await client.post("/v1/model", json={"source": str(model_path)}, headers=AUTH)

@@ -26,7 +26,7 @@ def test_reload_swaps_the_model_without_dropping_events(tmp_path, run, model_pat
     async def main() -> None:
         cfg = sidecar_config(tmp_path, model=str(model_path), token=TOKEN)
         async with open_sidecar(cfg) as (sc, client):
-            first = (await client.get("/v1/model")).json()
+            first = (await client.get("/v1/model", headers=AUTH)).json()
             assert first["loaded"] and first["kind"] == "recency-test" and first["loads"] == 1
 
             async def post_events() -> int:
@@ -64,7 +64,7 @@ def test_a_model_with_a_different_feature_spec_is_refused_naming_the_features(
             detail = r.json()["detail"]
             assert "feature spec differs" in detail
             assert "heat_30s" in detail and "heat_300s" in detail and "heat_60s" in detail
-            state = (await client.get("/v1/model")).json()
+            state = (await client.get("/v1/model", headers=AUTH)).json()
             assert state["kind"] == "recency-test" and state["refused"] == 1
             missing = str(tmp_path / "missing.onnx")
             r = await client.post("/v1/model", json={"source": missing})
@@ -96,7 +96,7 @@ def test_a_model_for_another_horizon_than_the_decider_window_is_refused(
             assert r.status_code == 409
             assert "within 120000 ms" in r.json()["detail"]
             assert "window_ms is 30000" in r.json()["detail"]
-            state = (await client.get("/v1/model")).json()
+            state = (await client.get("/v1/model", headers=AUTH)).json()
             assert state["kind"] == "recency-test" and state["refused"] == 1
 
     run(main())
@@ -111,7 +111,7 @@ def test_a_sequence_model_is_refused_and_the_running_one_kept(tmp_path, run, mod
         async with open_sidecar(sidecar_config(tmp_path, model=str(model_path))) as (_, client):
             r = await client.post("/v1/model", json={"source": str(seq)})
             assert r.status_code == 400 and "a sequence model (window 4" in r.json()["detail"]
-            state = (await client.get("/v1/model")).json()
+            state = (await client.get("/v1/model", headers=AUTH)).json()
             assert state["kind"] == "recency-test" and state["refused"] == 1
 
     run(main())

@@ -60,11 +60,12 @@ def test_sidecar_process_serves_guards_posts_and_stops_cleanly(tmp_path, model_p
                 time.sleep(0.02)
             assert where.json()["gpu"] == ["gpu-1"]
             # where a block lives, and which tenant's chains went where: the token's too
-            for path in ("/v1/blocks/7", "/v1/decisions"):
+            # and the model's source (a path on this host): the token's too
+            for path in ("/v1/blocks/7", "/v1/decisions", "/v1/model"):
                 assert http.get(path).status_code == 401, path
                 assert http.get(path, headers={"Authorization": "Bearer x"}).status_code == 401
             assert http.get("/v1/decisions", headers=auth).status_code == 200
-            assert http.get("/v1/model").json()["kind"] == "recency-test"
+            assert http.get("/v1/model", headers=auth).json()["kind"] == "recency-test"
             assert "/v1/requests" in http.get("/openapi.json").json()["paths"]
         assert proc.stop(signal.SIGINT) == 0, "".join(proc.log)
     finally:
