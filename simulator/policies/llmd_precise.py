@@ -9,12 +9,15 @@ max-score-picker). Per node::
     queue  = (max_q - q) / (max_q - min_q) over queue_len, 1.0 for all when max_q == min_q
     score  = w_prefix x prefix + w_kv x kv + w_queue x queue
 
-The highest score wins; ties go to the lowest node id (the anchor's picker shuffles ties).
+The highest score wins; ties are broken uniformly at random by a seeded RNG, as the anchor's
+max-score picker shuffles them (the lowest id would send every request of an idle cluster to
+node 0, an affinity the anchor does not have).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from typing import Literal
 
 from pydantic import Field
@@ -45,6 +48,7 @@ class LlmdPrecise:
 
     def __init__(self, params: LlmdPreciseParams, *, num_nodes: int, seed: int) -> None:
         self.params = params
+        self._rng = random.Random(seed)
 
     def prefix_scores(self, ctx: RoutingContext) -> list[float]:
         """Per node the prefix scorer's value in [0, 1]."""
@@ -74,9 +78,10 @@ class LlmdPrecise:
         ]
 
     def route(self, ctx: RoutingContext) -> RoutingDecision:
-        best_score = -math.inf
-        best_id = 0
+        best_score, best = -math.inf, []
         for node, score in zip(ctx.nodes, self.scores(ctx), strict=True):
-            if score > best_score or (score == best_score and node.node_id < best_id):
-                best_score, best_id = score, node.node_id
-        return RoutingDecision(node=best_id)
+            if score > best_score:
+                best_score, best = score, [node.node_id]
+            elif score == best_score:
+                best.append(node.node_id)
+        return RoutingDecision(node=best[0] if len(best) == 1 else self._rng.choice(best))

@@ -59,9 +59,18 @@ def test_queue_score_is_min_max_normalised(make_ctx: MakeCtx) -> None:
     assert scores == [1.0, 0.0, 0.5]
 
 
-def test_ties_go_to_the_lowest_node_id(make_ctx: MakeCtx) -> None:
-    nodes = [_node(2), _node(0), _node(1)]
-    assert _policy().route(make_ctx(nodes)).node == 0
+def test_ties_are_shuffled_by_the_seeded_rng_as_the_anchors_picker_does(
+    make_ctx: MakeCtx,
+) -> None:
+    nodes = [_node(2), _node(0), _node(1), _node(3, q=1)]  # node 3: a lower queue score
+    ctx = make_ctx(nodes)
+
+    def picks(seed: int) -> list[int]:
+        policy = LlmdPrecise(LlmdPreciseParams(), num_nodes=4, seed=seed)
+        return [policy.route(ctx).node for _ in range(40)]
+
+    assert set(picks(5)) == {0, 1, 2}  # every tied node, never the lower score
+    assert picks(5) == picks(5) and picks(5) != picks(6)
 
 
 def test_minmax_prefix_normalisation_matches_the_scorer(make_ctx: MakeCtx) -> None:
