@@ -133,8 +133,8 @@ def summarise(sim: Simulator, df: pd.DataFrame, wall_s: float) -> dict[str, Any]
     hits = sum(p.spec_hits for p in pools)
     wasted = sum(p.spec_wasted for p in pools)
     placed = sim._placed
-    total_blocks = int(df["blocks"].sum())
-    reused = int((served["cached_blocks"] + served["lower_tier_blocks"]).sum())
+    total_blocks = int(served["blocks"].sum())  # of the requests served (a rejected one
+    reused = int((served["cached_blocks"] + served["lower_tier_blocks"]).sum())  # reads none)
     return {
         "policy": sim.policy.name,
         "trace": sim.trace.name,
@@ -154,7 +154,7 @@ def summarise(sim: Simulator, df: pd.DataFrame, wall_s: float) -> dict[str, Any]
         "slo": sim.cfg.slo.as_summary(),
         "slo_attainment": float(df["slo_ok"].mean()) if n else float("nan"),
         "goodput_rps": float(df["slo_ok"].sum() / dur_s) if dur_s > 0 else float("nan"),
-        "prefix_hit_ratio": reused / total_blocks if total_blocks else 0.0,
+        "prefix_hit_ratio": reused / total_blocks if total_blocks else float("nan"),
         "recomputed_tokens": int(served["recomputed_tokens"].sum()),
         "bytes_pulled": int(sim.replication["bytes_pulled"]),
         "bytes_replicated": placed * bb,

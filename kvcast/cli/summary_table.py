@@ -66,7 +66,7 @@ def summary_table(summaries: Sequence[dict[str, Any]], title: str) -> Table:
             _ms(s["ttft_ms"]["p99"]),
             _share(s["slo_attainment"], ".1%"),
             _share(s["goodput_rps"], ".2f"),  # a trace spanning no time: no rate
-            f"{s['prefix_hit_ratio']:.1%}",
+            _share(s["prefix_hit_ratio"], ".1%"),  # none served: no ratio
             f"{s['bytes_pulled'] / 1e9:.0f}",
             f"{s['bytes_replicated'] / 1e9:.0f} ({s['bytes_replicated_used'] / 1e9:.0f})",
         ]

@@ -344,3 +344,15 @@ def test_a_burst_on_one_prefix_follows_the_routers_own_index(policy: str, view: 
     tr = tiny_trace([(5.0 * i, 13 * 512, 1, [*prefix, 100 + i]) for i in range(4)])
     nodes = simulate(tr, cfg, policy).requests["node"].tolist()
     assert nodes == ([0, 0, 0, 0] if view == "router" else [0, 1, 2, 3])
+
+
+def test_the_prefix_hit_ratio_is_over_the_served_requests_blocks() -> None:
+    """A rejected request reads no cache: its blocks are not in the ratio's denominator
+    (they were, which lowered every policy's ratio by the rejections it made)."""
+    cfg = config(nodes=1, arrival_spread="off", node={"kv_capacity_gib": 1.0})
+    five = list(range(5))
+    tr = tiny_trace([(0.0, 5 * 512, 1, five), (60_000.0, 5 * 512, 1, five),
+                     (60_001.0, 512 * 20, 1, list(range(100, 120)))])  # fmt: skip
+    res = simulate(tr, cfg, "round_robin")
+    assert res.requests["rejected"].tolist() == [False, False, True]
+    assert res.summary["prefix_hit_ratio"] == pytest.approx(4 / 10)  # 4 of 5 read, twice 5
