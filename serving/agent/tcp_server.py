@@ -17,12 +17,15 @@ that body; any other first frame, or a longer one, is refused from its header al
 another protocol version is refused from its header too, in an ``Error`` frame of its own
 version where that version can read it (version 1), and counted. At most ``max_connections``
 authenticated peers are served at once (another gets a ``BUSY`` error once its Hello is
-read). Connections whose Hello is not yet in are a pool of their own, at most ``max_hellos``:
-a new one closes the oldest of them (counted in ``hellos_dropped``), so that peers that
-connect and send nothing cannot take the slots of those that authenticate, and a peer with a
-token gets through as long as its Hello comes in before ``max_hellos`` others connect. A
-peer that sends no complete ``Hello`` and request, or takes no bytes of the pull, for
-``request_timeout_s`` is cut off (:mod:`~kvcast.serving.agent.peer_writes`).
+read). Connections whose Hello is not yet in are a pool of their own, at most ``max_hellos``,
+so that peers that connect and send nothing cannot take the slots of those that authenticate:
+a new connection to a full pool closes the oldest waiting one if that one has waited
+``HELLO_GRACE_S`` (counted in ``hellos_dropped``), else it is refused ``BUSY`` itself (the
+puller retries). A peer's Hello follows its connect within a round trip, so it is read long
+before the grace ends, even on an event loop held up for a moment (which accepts a batch of
+connections before it reads any). A peer that sends no complete ``Hello`` and request, or
+takes no bytes of the pull, for ``request_timeout_s`` is cut off
+(:mod:`~kvcast.serving.agent.peer_writes`).
 Over TLS, a peer whose handshake is not done ``tls_handshake_timeout_s`` after its connection
 was accepted is cut off first (asyncio's ``ssl_handshake_timeout``; its default, 60 s,
 otherwise): until its handshake is done a connection is neither served nor counted among the
@@ -91,6 +94,7 @@ _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once 
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256  # authenticated peers served at once
 MAX_HELLOS = 64  # connections waiting for their Hello (a new one closes the oldest)
+HELLO_GRACE_S = 1.0  # a connection waiting this long for its Hello may be closed for a new one
 _REFUSAL_LOG_PERIOD_S = 10.0  # at most one log line per period per kind of refusal
 _T = TypeVar("_T")
 
@@ -162,8 +166,10 @@ class TransferServer:
             )
         self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
         self.max_connections, self.max_hellos = max_connections, max_hellos
-        # connections whose Hello is not in yet, oldest first
-        self._hellos: OrderedDict[asyncio.Task[None], asyncio.StreamWriter] = OrderedDict()
+        # connections whose Hello is not in yet, oldest first, with when each was accepted
+        self._hellos: OrderedDict[asyncio.Task[None], tuple[asyncio.StreamWriter, float]] = (
+            OrderedDict()
+        )
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self.tokens = KnownTokens(token, tenant_tokens)
         self.tenant_pulls = TenantPulls(len(tenant_tokens or ()), tenant_pull_caps)
@@ -216,13 +222,14 @@ class TransferServer:
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
         hellos = self._hellos
-        hellos[task] = writer
-        if len(hellos) > self.max_hellos:  # the oldest waiting goes: it had its time
-            _, oldest = hellos.popitem(last=False)
-            self.stats.hellos_dropped += 1
-            oldest.transport.abort()
         try:
-            await self._converse(reader, writer, task)
+            if self._admitted(task, writer):
+                await self._converse(reader, writer, task)
+            else:  # every waiting connection still in its grace: this one is told to retry
+                self.stats.busy_refused += 1
+                busy = f"busy: {self.max_hellos} connections wait for their Hello; retry later"
+                with contextlib.suppress(ConnectionError):
+                    await self._send_error(writer, ErrorCode.BUSY, "", busy)
             await self._close(writer)
         except asyncio.CancelledError:
             writer.transport.abort()
@@ -233,6 +240,20 @@ class TransferServer:
             self.stats.aborted += 1
         finally:
             hellos.pop(task, None)
+
+    def _admitted(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> bool:
+        """Into the pool of connections waiting for their Hello, closing its oldest when full
+        and that one has waited ``HELLO_GRACE_S``; False (not admitted) when none has."""
+        hellos, now = self._hellos, time.monotonic()
+        if len(hellos) >= self.max_hellos:
+            oldest, (its_writer, since) = next(iter(hellos.items()))
+            if now - since < HELLO_GRACE_S:
+                return False
+            del hellos[oldest]  # it had its time
+            self.stats.hellos_dropped += 1
+            its_writer.transport.abort()
+        hellos[task] = (writer, now)
+        return True
 
     async def _converse(
         self, reader: FrameSource, writer: asyncio.StreamWriter, task: asyncio.Task[None]
