@@ -67,8 +67,9 @@ class AgentConfig(FiniteConfig):
     # authenticated peers the transfer server serves at once (more are refused, busy, once
     # their Hello is read)
     max_transfer_connections: int = Field(MAX_CONNECTIONS, ge=1)
-    # connections waiting for their Hello, a pool of their own: a new one closes the oldest,
-    # so peers that connect and send nothing cannot keep those with a token out. Of each it
+    # connections waiting for their Hello, a pool of their own: a new one closes the oldest
+    # if that one has waited HELLO_GRACE_S (else it is refused busy), so peers that connect
+    # and send nothing cannot keep those with a token out. Of each it
     # takes at most 4108 bytes from the socket (a header and a 4 KiB Hello), and checks the
     # Hello's token before any request: the rest waits in the kernel
     max_transfer_hellos: int = Field(MAX_HELLOS, ge=1)
