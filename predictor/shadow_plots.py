@@ -45,8 +45,12 @@ def calibration(outcomes: pd.DataFrame, bins: int = CALIBRATION_BINS) -> pd.Data
     return pd.DataFrame(rows, columns=["p_mean", "hit_rate", "decisions"])
 
 
-def plot_shadow(outcomes: pd.DataFrame, path: Path, min_covered: float, title: str = "") -> Path:
-    """Write the three panels of the module doc to ``path`` (PNG)."""
+def plot_shadow(
+    outcomes: pd.DataFrame, path: Path, min_covered: float, title: str = "", min_hits: int = 1
+) -> Path:
+    """Write the three panels of the module doc to ``path`` (PNG); the verdict in the first
+    one's title is the go-live rule's (``min_covered`` of the hits covered, at least
+    ``min_hits`` hits)."""
     fig, (ax_lead, ax_cdf, ax_cal) = plt.subplots(1, 3, figsize=(15, 4.4))
     hits = outcomes[outcomes["hit"].to_numpy(bool)]
     lead = hits["lead_ms"].to_numpy(float)
@@ -59,9 +63,11 @@ def plot_shadow(outcomes: pd.DataFrame, path: Path, min_covered: float, title: s
         ax_lead.plot([lo, hi], [lo, hi], color="black", lw=1, label="lead = transfer")
         ax_lead.set_xscale("log")
         ax_lead.set_yscale("log")
-        verdict = "pass" if covered >= min_covered else "fail"
+        verdict = "pass" if covered >= min_covered and len(hits) >= min_hits else "fail"
+        few = f", {min_hits:,} hits" if len(hits) < min_hits else ""
         ax_lead.set_title(
-            f"{covered:.0%} of {len(hits):,} hits covered (needs {min_covered:.0%}): {verdict}",
+            f"{covered:.0%} of {len(hits):,} hits covered (needs {min_covered:.0%}{few}): "
+            f"{verdict}",
             fontsize=10,
         )
         ax_lead.legend(fontsize=8, loc="lower right")

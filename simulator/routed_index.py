@@ -34,8 +34,8 @@ class RoutedIndex:
         """The router sent a request of ``blocks`` to ``node`` (they become its newest; the
         least recently routed go beyond ``per_node``)."""
         routed = self._routed[node]
-        for b in blocks:
-            routed[b] = None
+        for b in reversed(blocks):  # the head last: the newest, so forgotten last (as a
+            routed[b] = None  # radix tree drops leaves, not the prefix they hang from)
             routed.move_to_end(b)
         while len(routed) > self.per_node:
             routed.popitem(last=False)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import mlflow
 import onnx
@@ -52,7 +53,9 @@ def check_store(cfg: TrackingConfig) -> None:
     """Refuse a store that cannot work, before the data is read (a replay takes minutes, and
     MLflow's client retries an unreachable server for minutes more): a ``sqlite:///`` file in
     a directory that does not exist (MLflow would make the directory and a new, empty store),
-    or an ``http(s)://`` server whose port does not answer within ``REACH_TIMEOUT_S``."""
+    or an ``http(s)://`` server whose port does not answer within ``REACH_TIMEOUT_S`` (not
+    checked when a proxy, ``HTTP(S)_PROXY``, stands between: MLflow's client goes through
+    it)."""
     uri = tracking_uri(cfg)
     if uri.startswith("sqlite:///"):
         folder = Path(uri.removeprefix("sqlite:///")).parent
@@ -63,6 +66,8 @@ def check_store(cfg: TrackingConfig) -> None:
             )
     elif uri.startswith(("http://", "https://")):
         url = urlsplit(uri)
+        if url.scheme in getproxies() and not proxy_bypass(url.hostname or ""):
+            return  # reached through a proxy, as MLflow's client does: not directly
         port = url.port or (443 if url.scheme == "https" else 80)
         try:
             socket.create_connection((url.hostname or "", port), REACH_TIMEOUT_S).close()

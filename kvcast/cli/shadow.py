@@ -245,7 +245,7 @@ def shadow_eval_cmd(
         from kvcast.predictor.shadow_plots import plot_shadow
 
         title = f"shadow-eval: {decisions.name} vs {tr.name} (x{time_scale:g})"
-        written.append(plot_shadow(res.outcomes, plot, min_covered, title))
+        written.append(plot_shadow(res.outcomes, plot, min_covered, title, min_hits))
     passed = summary["go_live"]["pass"]
     if json_out:
         typer.echo(json.dumps(summary, indent=2))

@@ -103,7 +103,7 @@ async def run_agent(
                 config.node_id, "https" if tls else "http", http, transfer, held,
                 "token" if config.token else "off", "mutual" if tls else "off", config.device,
             )  # fmt: skip
-            if open_to := reachable_without_token(config.token, [http, transfer]):
+            if open_to := reachable_without_token(config.token, [http, transfer], tls is not None):
                 log.warning(
                     "no token (KVCAST_TOKEN) and listening on %s: anyone who can reach it "
                     "can send this agent commands that move and delete KV data",

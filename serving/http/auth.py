@@ -81,11 +81,14 @@ def request_identity(request: Request) -> Identity:
 Who = Annotated[Identity, Depends(request_identity)]
 
 
-def reachable_without_token(token: object, addresses: Iterable[str]) -> list[str]:
+def reachable_without_token(
+    token: object, addresses: Iterable[str], mutual_tls: bool = False
+) -> list[str]:
     """Those of ``addresses`` (HOST:PORT, as bound) that others than this host reach, when
-    ``token`` is None (none when a token is set): a service listening there without a token
-    takes commands that move and delete KV data from anyone who can reach it."""
-    if token is not None:
+    ``token`` is None (none when a token is set, or when ``mutual_tls`` admits only peers with
+    a certificate of the cluster's CA): a service listening there without either takes
+    commands that move and delete KV data from anyone who can reach it."""
+    if token is not None or mutual_tls:
         return []
     return [a for a in addresses if not _loopback(a.rpartition(":")[0].strip("[]"))]
 

@@ -88,7 +88,8 @@ async def run_sidecar(
                 "token" if config.token else "off", _tls_mode(api_tls),
                 "mutual" if tls else "off",
             )  # fmt: skip
-            if open_to := reachable_without_token(config.token, [http]):
+            mutual = api_tls is not None and api_tls.mutual
+            if open_to := reachable_without_token(config.token, [http], mutual):
                 log.warning(
                     "no token (KVCAST_TOKEN) and listening on %s: anyone who can reach it "
                     "can send this sidecar commands that move and delete KV data",

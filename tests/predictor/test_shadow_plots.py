@@ -62,3 +62,20 @@ def test_the_calibration_legend_leaves_the_points_clear(
     box = ax.get_legend().get_window_extent()
     centres = ax.transData.transform(ax.collections[0].get_offsets())
     assert not [c for c in centres if box.contains(*c)]
+
+
+def test_the_plots_verdict_is_the_go_live_rules_min_hits_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every hit covered but fewer than min_hits of them: the figure says fail, as the CLI's
+    go-live line does (it said pass)."""
+    import kvcast.predictor.shadow_plots as shadow_plots
+
+    figs: list = []
+    monkeypatch.setattr(shadow_plots.plt, "close", figs.append)
+    o = outcomes([0.5, 0.5], [True, True])
+    plot_shadow(o, tmp_path / "a.png", 0.9, min_hits=20)
+    plot_shadow(o, tmp_path / "b.png", 0.9, min_hits=2)
+    titles = [fig.axes[0].get_title() for fig in figs]
+    assert titles[0].endswith("(needs 90%, 20 hits): fail"), titles[0]
+    assert titles[1].endswith("(needs 90%): pass"), titles[1]

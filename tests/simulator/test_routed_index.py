@@ -36,3 +36,12 @@ def test_the_index_is_kept_for_a_router_that_reads_it_and_only_then() -> None:
     engine = config(routing={"sglang_cache_aware": {"prefix_view": "engine"}}).routing
     assert not reads_routed_index("sglang_cache_aware", engine)
     assert not reads_routed_index("dynamo_kv") and not reads_routed_index("no_such_router")
+
+
+def test_a_chains_tail_is_forgotten_before_its_head() -> None:
+    """As a radix tree drops leaves: what is left of a chain is its prefix, still matched
+    (dropping the head first left blocks no request's match could reach)."""
+    index = RoutedIndex(1, per_node=4)
+    index.note(0, [1, 2, 3, 4])
+    index.note(0, [9])
+    assert index.match([1, 2, 3, 4]) == [3]

@@ -138,3 +138,21 @@ def test_a_store_that_cannot_work_is_refused_before_the_data_is_read(
                 run_training(tiny_config("rule", tiny_tables, tmp_path / "out", tracking=tracking))
             assert says in str(err.value) and "nothing was trained" in str(err.value)
     assert not (tmp_path / "no").exists()
+
+
+def test_a_tracking_server_behind_a_proxy_is_not_checked_directly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MLflow's client reaches the server through HTTP(S)_PROXY: a name only the proxy
+    resolves is not refused by a direct connection attempt."""
+    from kvcast.training.config import TrackingConfig
+    from kvcast.training.tracking import check_store
+
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    check_store(TrackingConfig(tracking_uri="http://mlflow.only-the-proxy-knows.invalid:5000"))
+    monkeypatch.delenv("HTTP_PROXY")
+    monkeypatch.delenv("http_proxy", raising=False)
+    with pytest.raises(TrackingError, match="could not be reached"):
+        check_store(TrackingConfig(tracking_uri="http://mlflow.only-the-proxy-knows.invalid:5000"))

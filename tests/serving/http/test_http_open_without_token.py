@@ -49,3 +49,4 @@ def test_reachable_addresses_are_those_off_loopback_when_no_token_is_set() -> No
                  "10.0.0.7:6", "gpu-0.cluster:7"]  # fmt: skip
     assert reachable_without_token(None, addresses) == addresses[3:]
     assert reachable_without_token("token", addresses) == []
+    assert reachable_without_token(None, addresses, mutual_tls=True) == []  # certificates
