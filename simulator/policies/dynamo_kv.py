@@ -15,8 +15,9 @@ and *active blocks* are the distinct prompt blocks of the requests routed there 
 finished (prefilling or decoding; blocks several share count once). The design document's
 ``max(active_prefill_blocks + incoming_blocks - overlap, 0) + active_decode_blocks`` names
 the same two terms; this reads each as Dynamo computes it (the decode term includes the new
-request's blocks not already active, which Dynamo's "potential active blocks" counts). The weight is ``prefill_load_scale`` here (Dynamo's
-``--kv-overlap-score-weight``, default 1.0). At ``--router-temperature 0`` (the default) the
+request's blocks not already active, which Dynamo's "potential active blocks" counts). The
+weight is ``prefill_load_scale`` here (Dynamo's ``--kv-overlap-score-weight``, default 1.0).
+At ``--router-temperature 0`` (the default) the
 lowest cost wins and ties are broken uniformly at random, here by a seeded RNG; above 0 a node
 is sampled with probability ``softmax(-(cost / (max_cost - min_cost)) / temperature)``, as
 Dynamo does.
