@@ -19,10 +19,10 @@ def test_a_nodes_match_is_the_longest_prefix_routed_there() -> None:
 def test_beyond_its_bound_a_node_forgets_the_least_recently_routed_blocks() -> None:
     index = RoutedIndex(1, per_node=4)
     index.note(0, [1, 2, 3])
-    index.note(0, [1, 7])  # 1 routed again: the newest; 2 is now the oldest
+    index.note(0, [1, 7])  # 1 routed again: the newest; 3 (the first chain's tail) the oldest
     index.note(0, [9])
-    assert index.match([1]) == [1] and index.match([2]) == [0]
-    assert index.match([3]) == [1] and index.match([7]) == [1]
+    assert index.match([1, 2, 3]) == [2] and index.match([1, 7]) == [2]
+    assert index.match([9]) == [1]
     with pytest.raises(ValueError, match="per_node"):
         RoutedIndex(1, per_node=0)
 
