@@ -20,13 +20,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-from urllib.request import getproxies, proxy_bypass
 
 import mlflow
 import onnx
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
+from requests.utils import get_environ_proxies, select_proxy
 from sqlalchemy.exc import SQLAlchemyError
 
 from kvcast.predictor.model_uri import URI_VARIABLES
@@ -66,8 +66,8 @@ def check_store(cfg: TrackingConfig) -> None:
             )
     elif uri.startswith(("http://", "https://")):
         url = urlsplit(uri)
-        if url.scheme in getproxies() and not proxy_bypass(url.hostname or ""):
-            return  # reached through a proxy, as MLflow's client does: not directly
+        if select_proxy(uri, get_environ_proxies(uri)):  # requests' rule, MLflow's client's
+            return  # reached through a proxy: not directly
         port = url.port or (443 if url.scheme == "https" else 80)
         try:
             socket.create_connection((url.hostname or "", port), REACH_TIMEOUT_S).close()

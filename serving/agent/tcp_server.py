@@ -19,12 +19,14 @@ version where that version can read it (version 1), and counted. At most ``max_c
 authenticated peers are served at once (another gets a ``BUSY`` error once its Hello is
 read). Connections whose Hello is not yet in are a pool of their own, at most ``max_hellos``,
 so that peers that connect and send nothing cannot take the slots of those that authenticate:
-a new connection to a full pool closes the oldest waiting one if that one has waited
-``HELLO_GRACE_S`` (counted in ``hellos_dropped``), else it is refused ``BUSY`` itself (the
-puller retries). A peer's Hello follows its connect within a round trip, so it is read long
-before the grace ends, even on an event loop held up for a moment (which accepts a batch of
-connections before it reads any). A peer that sends no complete ``Hello`` and request, or
-takes no bytes of the pull, for ``request_timeout_s`` is cut off
+a new connection always gets a place, and a full pool closes its oldest connection that has
+no bytes waiting in the kernel (else its oldest; counted in ``hellos_dropped``). A peer's
+Hello follows its connect within a round trip, so it is read long before ``max_hellos``
+newer connections arrive; and on an event loop held up for a moment (which accepts a batch of
+connections before it reads any) a Hello already in the kernel is what marks its connection
+as one to keep. A flood of silent connections therefore takes no slot and closes only its own
+kind. A peer that sends no complete ``Hello`` and request, or takes no bytes of the pull, for
+``request_timeout_s`` is cut off
 (:mod:`~kvcast.serving.agent.peer_writes`).
 Over TLS, a peer whose handshake is not done ``tls_handshake_timeout_s`` after its connection
 was accepted is cut off first (asyncio's ``ssl_handshake_timeout``; its default, 60 s,
@@ -48,9 +50,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import math
 import ssl
+import sys
+import termios
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Collection, Mapping, Sequence
@@ -94,7 +99,6 @@ _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once 
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256  # authenticated peers served at once
 MAX_HELLOS = 64  # connections waiting for their Hello (a new one closes the oldest)
-HELLO_GRACE_S = 1.0  # a connection waiting this long for its Hello may be closed for a new one
 _REFUSAL_LOG_PERIOD_S = 10.0  # at most one log line per period per kind of refusal
 _T = TypeVar("_T")
 
@@ -115,6 +119,16 @@ async def read_hello(reader: FrameSource) -> Hello:
     hello = decode_body(mtype, await reader.readexactly(length))
     assert isinstance(hello, Hello)
     return hello
+
+
+def _bytes_waiting(writer: asyncio.StreamWriter) -> int:
+    """Bytes the peer sent that sit in the kernel, not read yet (0 where it cannot tell)."""
+    sock = writer.get_extra_info("socket")
+    try:
+        got = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, AttributeError, ValueError):
+        return 0
+    return int.from_bytes(got, sys.byteorder, signed=True)
 
 
 @dataclass(slots=True)
@@ -166,10 +180,8 @@ class TransferServer:
             )
         self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
         self.max_connections, self.max_hellos = max_connections, max_hellos
-        # connections whose Hello is not in yet, oldest first, with when each was accepted
-        self._hellos: OrderedDict[asyncio.Task[None], tuple[asyncio.StreamWriter, float]] = (
-            OrderedDict()
-        )
+        # connections whose Hello is not in yet, oldest first
+        self._hellos: OrderedDict[asyncio.Task[None], asyncio.StreamWriter] = OrderedDict()
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self.tokens = KnownTokens(token, tenant_tokens)
         self.tenant_pulls = TenantPulls(len(tenant_tokens or ()), tenant_pull_caps)
@@ -222,14 +234,9 @@ class TransferServer:
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
         hellos = self._hellos
+        self._admit(task, writer)
         try:
-            if self._admitted(task, writer):
-                await self._converse(reader, writer, task)
-            else:  # every waiting connection still in its grace: this one is told to retry
-                self.stats.busy_refused += 1
-                busy = f"busy: {self.max_hellos} connections wait for their Hello; retry later"
-                with contextlib.suppress(ConnectionError):
-                    await self._send_error(writer, ErrorCode.BUSY, "", busy)
+            await self._converse(reader, writer, task)
             await self._close(writer)
         except asyncio.CancelledError:
             writer.transport.abort()
@@ -241,19 +248,18 @@ class TransferServer:
         finally:
             hellos.pop(task, None)
 
-    def _admitted(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> bool:
-        """Into the pool of connections waiting for their Hello, closing its oldest when full
-        and that one has waited ``HELLO_GRACE_S``; False (not admitted) when none has."""
-        hellos, now = self._hellos, time.monotonic()
+    def _admit(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> None:
+        """Into the pool of connections waiting for their Hello; when it is full, close its
+        oldest connection with no bytes waiting in the kernel (its peer sent nothing the
+        loop has not read: a Hello in the kernel is kept), or its oldest."""
+        hellos = self._hellos
         if len(hellos) >= self.max_hellos:
-            oldest, (its_writer, since) = next(iter(hellos.items()))
-            if now - since < HELLO_GRACE_S:
-                return False
-            del hellos[oldest]  # it had its time
+            victim = next((t for t, w in hellos.items() if not _bytes_waiting(w)), None)
+            if victim is None:
+                victim = next(iter(hellos))
             self.stats.hellos_dropped += 1
-            its_writer.transport.abort()
-        hellos[task] = (writer, now)
-        return True
+            hellos.pop(victim).transport.abort()
+        hellos[task] = writer
 
     async def _converse(
         self, reader: FrameSource, writer: asyncio.StreamWriter, task: asyncio.Task[None]

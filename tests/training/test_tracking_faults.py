@@ -140,19 +140,32 @@ def test_a_store_that_cannot_work_is_refused_before_the_data_is_read(
     assert not (tmp_path / "no").exists()
 
 
+@pytest.mark.parametrize(
+    ("env", "proxied"),
+    [
+        ({"HTTP_PROXY": "http://127.0.0.1:9"}, True),
+        ({"ALL_PROXY": "http://127.0.0.1:9"}, True),
+        ({"HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": ".invalid"}, False),
+        ({}, False),
+    ],
+)
 def test_a_tracking_server_behind_a_proxy_is_not_checked_directly(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], proxied: bool
 ) -> None:
-    """MLflow's client reaches the server through HTTP(S)_PROXY: a name only the proxy
-    resolves is not refused by a direct connection attempt."""
+    """MLflow's client (requests) reaches the server through the proxy the environment names,
+    unless NO_PROXY says otherwise: the check is made where the client would connect
+    directly, by the client's own rule."""
     from kvcast.training.config import TrackingConfig
     from kvcast.training.tracking import check_store
 
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
-    check_store(TrackingConfig(tracking_uri="http://mlflow.only-the-proxy-knows.invalid:5000"))
-    monkeypatch.delenv("HTTP_PROXY")
-    monkeypatch.delenv("http_proxy", raising=False)
-    with pytest.raises(TrackingError, match="could not be reached"):
-        check_store(TrackingConfig(tracking_uri="http://mlflow.only-the-proxy-knows.invalid:5000"))
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    store = TrackingConfig(tracking_uri="http://mlflow.only-the-proxy-knows.invalid:5000")
+    if proxied:
+        check_store(store)
+    else:
+        with pytest.raises(TrackingError, match="could not be reached"):
+            check_store(store)
