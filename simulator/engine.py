@@ -40,6 +40,7 @@ from kvcast.simulator.node import LiveRequest, Node
 from kvcast.simulator.policies import create_policy
 from kvcast.simulator.policies.base import RoutingContext, RoutingPolicy
 from kvcast.simulator.policies.registry import reads_routed_index
+from kvcast.simulator.pulls import InflightPulls
 from kvcast.simulator.replication import Replicator
 from kvcast.simulator.replication_hooks import ReplicationHooks
 from kvcast.simulator.routed_index import RoutedIndex
@@ -93,6 +94,7 @@ class Simulator(ReplicationHooks):
         router = getattr(self.policy, "base_router", getattr(self.policy, "name", ""))
         self.routed = RoutedIndex(cfg.nodes) if reads_routed_index(router, cfg.routing) else None
         self.network = Network(cfg.network, cfg.nodes)
+        self.pulls = InflightPulls(cfg.nodes)  # reactive pulls under way, per target node
         cap = cfg.kv_capacity_bytes() // self.block_bytes
         gib = 1 << 30
         quota = replicator.speculative_quota_bytes // self.block_bytes if replicator else 0
@@ -245,8 +247,12 @@ class Simulator(ReplicationHooks):
             )
         if d.pull_from is not None and d.pull_from != d.node and d.pull_blocks > local:
             src = nodes[d.pull_from].pool
-            moved = []
+            moved, waited, ready_at = [], 0, now
             for b in blocks[local : min(d.pull_blocks, nb)]:  # only a consecutive prefix helps
+                lands = self.pulls.landing(d.node, b, now)
+                if lands is not None:  # on its way there already: waited for, not pulled again
+                    waited, ready_at = waited + 1, max(ready_at, lands)
+                    continue
                 if not src.in_hbm(b):
                     break
                 moved.append(b)
@@ -254,9 +260,12 @@ class Simulator(ReplicationHooks):
                 src.pin(moved, now)
                 nbytes = len(moved) * self.block_bytes
                 done = self.network.reserve(d.pull_from, d.node, nbytes, now)
+                self.pulls.note(d.node, moved, done)
                 self.replication["bytes_pulled"] += nbytes
-                log.transferred_blocks[r] = len(moved)
-                self._push(done, PULL, (req, d.pull_from, moved))
+                ready_at = max(ready_at, done)  # (its pins on the source go then too)
+            if moved or waited:
+                log.transferred_blocks[r] = len(moved) + waited
+                self._push(ready_at, PULL, (req, d.pull_from, moved))
                 return
         self._ready(req)
 

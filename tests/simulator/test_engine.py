@@ -356,3 +356,21 @@ def test_the_prefix_hit_ratio_is_over_the_served_requests_blocks() -> None:
     res = simulate(tr, cfg, "round_robin")
     assert res.requests["rejected"].tolist() == [False, False, True]
     assert res.summary["prefix_hit_ratio"] == pytest.approx(4 / 10)  # 4 of 5 read, twice 5
+
+
+def test_a_prefix_already_on_its_way_to_a_node_is_waited_for_not_pulled_again() -> None:
+    """Two requests on one prefix routed 5 ms apart to node 0, each told to pull it from node
+    1 (Mooncake's conductor would): the second waits for the first's pull, which moves the
+    blocks once (they were pulled once per request)."""
+    cfg = config(nodes=2, arrival_spread="off")
+    a = list(range(10))
+    tr = tiny_trace([(0.0, 10 * 512, 1, a), (10_000.0, 11 * 512, 1, [*a, 50]),
+                     (10_005.0, 11 * 512, 1, [*a, 51])])  # fmt: skip
+    pull = RoutingDecision(node=0, pull_from=1, pull_blocks=10)
+    res = simulate(tr, cfg, Scripted([RoutingDecision(node=1), pull, pull]))
+    rq = res.requests
+    block = cfg.block_bytes(512)
+    assert res.summary["bytes_pulled"] == 10 * block  # once, not twice
+    assert rq["transferred_blocks"].tolist()[1:] == [10, 10]
+    assert rq["ready_ms"].iloc[2] == pytest.approx(rq["ready_ms"].iloc[1])  # when it landed
+    assert rq["cached_blocks"].tolist()[1:] == [10, 10]  # both read the pulled prefix

@@ -1,0 +1,26 @@
+"""Blocks on their way to each node by a reactive pull (Mooncake's conductor), and when each
+lands: a request routed to a node that a pull is already filling with its prefix waits for
+those blocks instead of pulling them again (a burst on one prefix moves it once)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class InflightPulls:
+    def __init__(self, nodes: int) -> None:
+        self._landing: list[dict[int, float]] = [{} for _ in range(nodes)]
+
+    def landing(self, node: int, block: int, now: float) -> float | None:
+        """When ``block`` lands on ``node`` by a pull under way at ``now``; None if none is
+        (one that landed is forgotten)."""
+        on_its_way = self._landing[node]
+        at = on_its_way.get(block)
+        if at is not None and at <= now:
+            del on_its_way[block]
+            return None
+        return at
+
+    def note(self, node: int, blocks: Iterable[int], lands_at: float) -> None:
+        """A pull of ``blocks`` to ``node`` lands at ``lands_at``."""
+        self._landing[node].update(dict.fromkeys(blocks, lands_at))
