@@ -112,6 +112,12 @@ async def run_agent(
             if config.tenant_tokens:  # the shared token keeps every right beside them
                 tenants = sorted({t for e in config.tenant_tokens for t in e.tenants})
                 log.info("tenant tokens: %d, for tenants %s", len(config.tenant_tokens), tenants)
+                if uncapped := [e.token_env for e in config.tenant_tokens if e.max_bytes is None]:
+                    log.warning(
+                        "tenant tokens without max_bytes (%s): their uploads may fill this "
+                        "agent and evict other tenants' cached blocks",
+                        ", ".join(uncapped),
+                    )
             await serve_until_stopped(service.http, stop)
             log.info("agent %s stopping", config.node_id)
         finally:

@@ -89,6 +89,8 @@ def test_a_real_agent_process_enforces_its_tenant_tokens(tmp_path) -> None:
             r = http.get(f"{base}/v1/inventory", headers={"Authorization": "Bearer nope"})
             assert r.status_code == 401
         assert "tenant tokens: 1, for tenants ['acme']" in "".join(agent.log)
+        # no max_bytes: its uploads may evict other tenants' blocks, and it is said
+        assert "tenant tokens without max_bytes (KT_ACME)" in "".join(agent.log)
         assert acme not in "".join(agent.log) and shared not in "".join(agent.log)
     finally:
         agent.kill()
