@@ -13,6 +13,7 @@ configured every route is open.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -42,10 +43,15 @@ def presented_token(header: bytes | None) -> bytes:
     return presented.strip() if scheme.lower() == b"bearer" else b""
 
 
+def digest(token: bytes) -> bytes:
+    """What a token is compared by: its SHA-256 (32 bytes whatever its length), so that a
+    comparison's time tells neither where two tokens differ nor how long the secret is."""
+    return hashlib.sha256(token).digest()
+
+
 def token_matches(header: bytes | None, token: bytes) -> bool:
     """Whether an ``Authorization`` header value carries ``token`` (constant-time)."""
-    # compare_digest takes time independent of where the bytes differ
-    return hmac.compare_digest(presented_token(header), token)
+    return hmac.compare_digest(digest(presented_token(header)), digest(token))
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,20 +147,21 @@ class KnownTokens:
     ) -> None:
         if tenant_tokens and not token:  # nothing would guard what they may not do
             raise ValueError("tenant tokens need a shared token: it guards the other routes")
-        self._token = token.encode() if token else None
+        self._token = digest(token.encode()) if token else None
         self._tenants = tuple(
-            (secret.encode(), Identity(frozenset(tenants), i))
+            (digest(secret.encode()), Identity(frozenset(tenants), i))
             for i, (secret, tenants) in enumerate((tenant_tokens or {}).items())
         )
 
     def identify(self, presented: bytes) -> Identity | None:
         """Whom ``presented`` speaks for (None: no known token). Every known token is
-        compared, in constant time each, whichever matches."""
+        compared, in constant time each (by :func:`digest`), whichever matches."""
         if self._token is None:
             return ADMIN
-        found = ADMIN if hmac.compare_digest(presented, self._token) else None
+        mine = digest(presented)
+        found = ADMIN if hmac.compare_digest(mine, self._token) else None
         for secret, identity in self._tenants:
-            if hmac.compare_digest(presented, secret):  # tokens differ: one matches at most
+            if hmac.compare_digest(mine, secret):  # tokens differ: one matches at most
                 found = identity
         return found
 

@@ -194,3 +194,30 @@ def test_every_route_in_the_schema_but_probes_and_scrapes_refuses_a_request_with
             assert len(control.agent.store) == 1  # nothing moved
 
     run(scenario())
+
+
+def test_tokens_are_compared_by_fixed_length_digests_so_time_tells_no_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """compare_digest's time does not depend on where two strings differ, but it does on
+    their lengths: every comparison is of 32-byte SHA-256 digests, whatever was presented."""
+    import hmac
+
+    from kvcast.serving.http.auth import KnownTokens
+
+    lengths: list[tuple[int, int]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        lengths.append((len(a), len(b)))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    known = KnownTokens(TOKEN, {"t" * 50: ["acme"]})
+    for presented in (b"", b"x", TOKEN.encode(), b"t" * 50, b"y" * 3000):
+        known.identify(presented)
+    assert known.identify(TOKEN.encode()) is not None
+    assert known.identify(b"t" * 50).tenants == frozenset({"acme"})
+    assert known.identify(b"t" * 49) is None
+    token_matches(b"Bearer short", TOKEN.encode())
+    assert lengths and set(lengths) == {(32, 32)}
