@@ -30,7 +30,8 @@ def block_tokens(input_tokens: Num, pos: Num, block_size: int) -> Num:
 def whole_blocks(input_tokens: int, n_blocks: int, block_size: int) -> int:
     """How many of a request's ``n_blocks`` blocks are full, the blocks an engine caches and
     reuses (a trailing partial block never is): its tokens' whole blocks; without a token
-    count (0), all but the last."""
+    count (0), all but the last. Every path counts a request's blocks with repeats removed
+    (first kept): a request naming a block twice is bad input (counted), read one way."""
     if input_tokens > 0:
         return min(input_tokens // block_size, n_blocks)
     return max(n_blocks - 1, 0)

@@ -20,6 +20,7 @@ import numpy as np
 from kvcast.features.block_meta import whole_blocks
 from kvcast.features.events import RequestArrived
 from kvcast.features.online.chain_codes import Cover
+from kvcast.features.validate import unique_blocks
 from kvcast.predictor.cluster_view import ChainCandidates
 
 Key = tuple[str, tuple[int, ...]]
@@ -38,8 +39,12 @@ class RecentChains:
 
     def add(self, ev: RequestArrived, cover: Cover | None = None) -> None:
         """Note the request's chain; ``cover``: the runs the feature state cut the request's
-        blocks into (kept with the chain for the tick's reading of it), or None."""
-        chain = full_blocks(ev.block_hashes, ev.input_tokens, self.block_tokens)
+        blocks into (kept with the chain for the tick's reading of it: given only for the
+        request's own tuple of blocks, which then has no repeat), or None. Blocks a request
+        names twice count once, before its full ones are taken (as the feature state, and the
+        offline rows, take them)."""
+        hashes = ev.block_hashes if cover is not None else unique_blocks(ev.block_hashes)[0]
+        chain = full_blocks(hashes, ev.input_tokens, self.block_tokens)
         if not chain:
             return
         key = (ev.tenant, chain)

@@ -126,3 +126,14 @@ def test_a_repeated_chain_without_a_cover_keeps_the_one_noted_before() -> None:
     second: list = [([1.0], 0, 2)]
     chains.add(_arrival(300.0, (1, 2), 32), second)
     assert chains.covered(400.0, 0)[1] == (second,)
+
+
+def test_a_chain_counts_a_repeated_block_once_as_the_feature_state_does() -> None:
+    """(1, 2, 1, 3) with three blocks' worth of tokens and a few more: its blocks once each
+    are (1, 2, 3), of which the first three are full by the token count, as the feature
+    state (and the offline rows) read it; the candidates are the same blocks."""
+    keeper = _keeper()
+    keeper.apply([_arrival(1_000.0, (1, 2, 1, 3), 3 * 16 + 5)])
+    cands, covers = keeper.chains.covered(2_000.0, 0)
+    assert cands.chains == ((1, 2, 3),) and covers == (None,)  # a new tuple: no cover
+    assert sorted(keeper.state.candidates(2_000.0)) == [1, 2, 3]
