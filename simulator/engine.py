@@ -283,6 +283,7 @@ class Simulator(ReplicationHooks):
 
     def _pull_done(self, payload: tuple[LiveRequest, int, list[int]]) -> None:
         req, src, moved = payload
+        self.pulls.landed(self.log.node[req.idx], moved, self.now)
         self.nodes[src].pool.release(moved)
         self._kick(self.nodes[src])  # a request there may have waited for these pins to go
         target = self.nodes[self.log.node[req.idx]].pool

@@ -24,3 +24,14 @@ class InflightPulls:
     def note(self, node: int, blocks: Iterable[int], lands_at: float) -> None:
         """A pull of ``blocks`` to ``node`` lands at ``lands_at``."""
         self._landing[node].update(dict.fromkeys(blocks, lands_at))
+
+    def landed(self, node: int, blocks: Iterable[int], now: float) -> None:
+        """``blocks`` of a pull to ``node`` are in (forgotten: memory follows the pulls under
+        way, not the trace), unless a later pull is bringing them again."""
+        on_its_way = self._landing[node]
+        for b in blocks:
+            if on_its_way.get(b, float("inf")) <= now:
+                del on_its_way[b]
+
+    def __len__(self) -> int:
+        return sum(map(len, self._landing))

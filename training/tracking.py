@@ -65,10 +65,14 @@ def check_store(cfg: TrackingConfig) -> None:
                 "first for a new store); nothing was trained"
             )
     elif uri.startswith(("http://", "https://")):
-        url = urlsplit(uri)
-        if select_proxy(uri, get_environ_proxies(uri)):  # requests' rule, MLflow's client's
+        try:
+            url = urlsplit(uri)
+            port = url.port or (443 if url.scheme == "https" else 80)
+            proxied = select_proxy(uri, get_environ_proxies(uri))  # requests' rule (MLflow's)
+        except ValueError as err:  # a port that is no number, or out of range
+            raise TrackingError(f"MLflow store {uri}: {err}; nothing was trained") from None
+        if proxied:
             return  # reached through a proxy: not directly
-        port = url.port or (443 if url.scheme == "https" else 80)
         try:
             socket.create_connection((url.hostname or "", port), REACH_TIMEOUT_S).close()
         except OSError as err:

@@ -86,6 +86,10 @@ class BoundedReader:
         self._left = shortfall
         self._scratch = bytearray(min(shortfall, MAX_READ))
 
+    def buffered(self) -> bytes:
+        """What has been taken from the socket and not read yet (a copy)."""
+        return bytes(self._buffer)
+
     def get_buffer(self) -> memoryview:
         """Where the transport's next read goes: the allowance, up to one scratch area."""
         return memoryview(self._scratch)[: self._left]

@@ -374,3 +374,10 @@ def test_a_prefix_already_on_its_way_to_a_node_is_waited_for_not_pulled_again() 
     assert rq["transferred_blocks"].tolist()[1:] == [10, 10]
     assert rq["ready_ms"].iloc[2] == pytest.approx(rq["ready_ms"].iloc[1])  # when it landed
     assert rq["cached_blocks"].tolist()[1:] == [10, 10]  # both read the pulled prefix
+
+
+def test_the_pulls_under_way_are_forgotten_once_they_land(bundled_head: Trace) -> None:
+    """What the simulator keeps of reactive pulls follows those under way, not the trace."""
+    sim = Simulator(bundled_head, SimConfig(), "mooncake_conductor", time_scale=2.0)
+    sim.run()
+    assert sim.replication["bytes_pulled"] > 0 and len(sim.pulls) == 0

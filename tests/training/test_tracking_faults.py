@@ -169,3 +169,12 @@ def test_a_tracking_server_behind_a_proxy_is_not_checked_directly(
     else:
         with pytest.raises(TrackingError, match="could not be reached"):
             check_store(store)
+
+
+def test_a_tracking_uri_with_a_bad_port_is_one_line() -> None:
+    from kvcast.training.config import TrackingConfig
+    from kvcast.training.tracking import check_store
+
+    for uri in ("http://mlflow:99999", "http://mlflow:abc"):
+        with pytest.raises(TrackingError, match="nothing was trained"):
+            check_store(TrackingConfig(tracking_uri=uri))

@@ -13,6 +13,7 @@ import contextlib
 import socket
 import time
 
+import pytest
 from transfer_peer import TOKEN, until
 
 from kvcast.serving.agent import Agent, HostBuffer, checksum
@@ -127,10 +128,14 @@ def test_connections_that_send_no_hello_cannot_keep_out_a_peer_with_a_token(
     run(scenario(), timeout=30.0)
 
 
-def test_a_hello_in_before_a_burst_of_silent_connections_is_served(run, config) -> None:
+@pytest.mark.parametrize("sent", [b"", b"\0", HELLO[:8]], ids=["nothing", "a byte", "part"])
+def test_a_hello_in_before_a_burst_of_silent_connections_is_served(
+    run, config, sent: bytes
+) -> None:
     """A peer's Hello is in the kernel when the event loop, held up for a moment, accepts it
-    together with a burst of silent connections that fill the pool: its bytes waiting mark it
-    as one to keep (the oldest silent one is closed instead), and its pull is served."""
+    together with a burst of connections that fill the pool, sending nothing, a byte or part
+    of a Hello: its whole Hello waiting marks it as one to keep (the oldest of the others is
+    closed instead), and its pull is served."""
 
     async def scenario() -> None:
         async with Agent(config(token=TOKEN, max_transfer_hellos=4)) as agent:
@@ -141,6 +146,8 @@ def test_a_hello_in_before_a_burst_of_silent_connections_is_served(run, config) 
             peer.sendall(HELLO + encode(PullRequest("c", "t", (1,))))
             time.sleep(0.05)  # the loop held up: nothing accepted meanwhile
             burst = [socket.create_connection((host, int(port))) for _ in range(4)]
+            for sock in burst:
+                sock.sendall(sent)
             await until(lambda: agent.server.stats.pulls_served == 1)
             assert agent.server.stats.hellos_dropped == 1  # a silent one
             for sock in (peer, *burst):
