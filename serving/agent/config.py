@@ -68,8 +68,8 @@ class AgentConfig(FiniteConfig):
     # their Hello is read)
     max_transfer_connections: int = Field(MAX_CONNECTIONS, ge=1)
     # connections waiting for their Hello, a pool of their own: a new one closes the oldest
-    # that has no bytes waiting (a Hello in the kernel is kept), so peers that connect and
-    # send nothing cannot keep those with a token out. Of each it
+    # without a whole Hello waiting to be read (one with a Hello in is kept), so peers that
+    # connect and send nothing cannot keep those with a token out. Of each it
     # takes at most 4108 bytes from the socket (a header and a 4 KiB Hello), and checks the
     # Hello's token before any request: the rest waits in the kernel
     max_transfer_hellos: int = Field(MAX_HELLOS, ge=1)
