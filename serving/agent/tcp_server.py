@@ -18,14 +18,8 @@ another protocol version is refused from its header too, in an ``Error`` frame o
 version where that version can read it (version 1), and counted. At most ``max_connections``
 authenticated peers are served at once (another gets a ``BUSY`` error once its Hello is
 read). Connections whose Hello is not yet in are a pool of their own, at most ``max_hellos``,
-so that peers that connect and send nothing cannot take the slots of those that authenticate:
-a new connection always gets a place, and a full pool closes its oldest connection without a
-whole Hello waiting to be read (else its oldest; counted in ``hellos_dropped``). A peer's
-Hello follows its connect within a round trip, so it is read long before ``max_hellos``
-newer connections arrive; and on an event loop held up for a moment (which accepts a batch of
-connections before it reads any) a whole Hello already in is what marks its connection as
-one to keep (a byte or part of a frame does not). A flood of connections that send no whole
-Hello takes no slot, and closes such connections before any peer's. A peer that sends no
+where a new connection always gets a place and a full pool closes one that sent no whole Hello
+(:mod:`~kvcast.serving.agent.hello_pool`; counted in ``hellos_dropped``). A peer that sends no
 complete ``Hello`` and request, or takes no bytes of the pull, for ``request_timeout_s`` is
 cut off (:mod:`~kvcast.serving.agent.peer_writes`).
 Over TLS, a peer whose handshake is not done ``tls_handshake_timeout_s`` after its connection
@@ -50,23 +44,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import math
-import os
-import socket
 import ssl
-import sys
-import termios
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
 from kvcast.serving.agent.block_store import BlockStore
 from kvcast.serving.agent.blocks import StoredBlock
-from kvcast.serving.agent.bounded_reader import BoundedReader, FrameSource, PeerProtocol
+from kvcast.serving.agent.bounded_reader import FrameSource, PeerProtocol
+from kvcast.serving.agent.hello_pool import HelloPool
 from kvcast.serving.agent.peer_writes import PeerStalled, close, drain
 from kvcast.serving.agent.tenant_pulls import TenantPulls
 from kvcast.serving.http.auth import Identity, KnownTokens
@@ -123,24 +112,6 @@ async def read_hello(reader: FrameSource) -> Hello:
     return hello
 
 
-def _whole_hello(reader: FrameSource, writer: asyncio.StreamWriter) -> bool:
-    """Whether a whole Hello frame has come from the peer and waits to be read (taken from the
-    socket, in the kernel, or both): a peer that sent one is about to be served or refused,
-    where a peer that sent part of one, or anything else, is not."""
-    taken = reader.buffered() if isinstance(reader, BoundedReader) else b""
-    fd = getattr(writer.get_extra_info("socket"), "fileno", lambda: -1)()
-    try:
-        waiting = int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
-        head = taken
-        if len(head) < HEADER_SIZE and waiting:
-            with socket.socket(fileno=os.dup(fd)) as peer:  # a duplicate: closing it is harmless
-                head += peer.recv(HEADER_SIZE - len(head), socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        mtype, length = decode_header(head[:HEADER_SIZE])
-    except (OSError, ValueError, ProtocolError, VersionMismatch):
-        return False
-    return mtype is MsgType.HELLO and len(taken) + waiting >= HEADER_SIZE + length
-
-
 @dataclass(slots=True)
 class ServerStats:
     pulls_served: int = 0
@@ -191,9 +162,7 @@ class TransferServer:
         self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
         self.max_connections, self.max_hellos = max_connections, max_hellos
         # connections whose Hello is not in yet, oldest first
-        self._hellos: OrderedDict[asyncio.Task[None], tuple[FrameSource, asyncio.StreamWriter]] = (
-            OrderedDict()
-        )
+        self.hellos = HelloPool(max_hellos)  # connections whose Hello is not in yet
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self.tokens = KnownTokens(token, tenant_tokens)
         self.tenant_pulls = TenantPulls(len(tenant_tokens or ()), tenant_pull_caps)
@@ -245,8 +214,8 @@ class TransferServer:
         assert task is not None
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
-        hellos = self._hellos
-        self._admit(task, reader, writer)
+        if self.hellos.admit(task, reader, writer):
+            self.stats.hellos_dropped += 1
         try:
             await self._converse(reader, writer, task)
             await self._close(writer)
@@ -258,22 +227,7 @@ class TransferServer:
             # makes asyncio's stream callback log a CancelledError traceback on Python 3.11)
             self.stats.aborted += 1
         finally:
-            hellos.pop(task, None)
-
-    def _admit(
-        self, task: asyncio.Task[None], reader: FrameSource, writer: asyncio.StreamWriter
-    ) -> None:
-        """Into the pool of connections waiting for their Hello; when it is full, close its
-        oldest connection without a whole Hello waiting to be read (one that sent a Hello is
-        about to be served or refused: it is kept), or its oldest."""
-        hellos = self._hellos
-        if len(hellos) >= self.max_hellos:
-            victim = next((t for t, (r, w) in hellos.items() if not _whole_hello(r, w)), None)
-            if victim is None:
-                victim = next(iter(hellos))
-            self.stats.hellos_dropped += 1
-            hellos.pop(victim)[1].transport.abort()
-        hellos[task] = (reader, writer)
+            self.hellos.settled(task)
 
     async def _converse(
         self, reader: FrameSource, writer: asyncio.StreamWriter, task: asyncio.Task[None]
@@ -286,10 +240,10 @@ class TransferServer:
             try:
                 hello = await self._before(deadline, read_hello(reader))
             except (asyncio.IncompleteReadError, ConnectionError):
-                if task in self._hellos:
+                if task in self.hellos:
                     raise
                 return  # closed for a newer connection (counted in hellos_dropped)
-            self._hellos.pop(task, None)  # its Hello is in: out of the pool that waits for one
+            self.hellos.settled(task)  # its Hello is in: out of the pool that waits for one
             who_is = self.identify(hello)
             if who_is is None:  # nothing of a pull request has been parsed
                 self.stats.auth_refused += 1
