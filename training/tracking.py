@@ -54,11 +54,11 @@ def check_store(cfg: TrackingConfig) -> None:
     MLflow's client retries an unreachable server for minutes more): a ``sqlite:///`` file in
     a directory that does not exist (MLflow would make the directory and a new, empty store),
     or an ``http(s)://`` server whose port does not answer within ``REACH_TIMEOUT_S`` (not
-    checked when a proxy, ``HTTP(S)_PROXY``, stands between: MLflow's client goes through
-    it)."""
+    checked when the environment routes it through a proxy by requests' rule, ``HTTP(S)_PROXY``,
+    ``ALL_PROXY`` and ``NO_PROXY``: MLflow's client goes through it)."""
     uri = tracking_uri(cfg)
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent
+    if (db := _sqlite_file(uri)) is not None:
+        folder = db.parent
         if not folder.is_dir():
             raise TrackingError(
                 f"MLflow store {uri}: its directory {folder} does not exist (a typo? create it "
@@ -87,12 +87,15 @@ def _reason(err: BaseException) -> str:
     return line if len(line) <= 300 else line[:299] + "\u2026"
 
 
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` store (None for another store)."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def _artifact_root(uri: str) -> str | None:
     """For a sqlite store: ``mlruns/`` beside the database file (absolute file URI)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    db = Path(uri.removeprefix("sqlite:///"))
-    return (db.resolve().parent / "mlruns").as_uri()
+    db = _sqlite_file(uri)
+    return None if db is None else (db.resolve().parent / "mlruns").as_uri()
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:

@@ -79,7 +79,7 @@ def full_accesses(table: EventTable, acc: Accesses, block_tokens: int) -> np.nda
 
 
 def candidate_ranges(
-    acc: Accesses, lookback_ms: float, full: np.ndarray | None = None
+    acc: Accesses, lookback_ms: float, full: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per access: the first tick of its rows and how many rows it has; ``full``
     (:func:`full_accesses`): an access of a block that is not full has none, and ends the
@@ -89,8 +89,7 @@ def candidate_ranges(
     hi = np.full(n, len(acc.ticks))
     hi[:-1] = np.where(acc.has_next[:-1], lo[1:], len(acc.ticks))  # rank(min(a, b)): min
     np.minimum(hi, acc.rank_of(acc.r_ts + lookback_ms), out=hi)
-    if full is not None:
-        hi[~full] = lo[~full]
+    hi[~full] = lo[~full]
     return lo, np.maximum(hi - lo, 0)
 
 

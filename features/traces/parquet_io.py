@@ -173,8 +173,6 @@ def read_parquet(
         raise TraceError(f"{p}: contains no requests")  # columns may be typed null)
     for column in given:
         _check_column(p, table, column)
-    if len(table) == 0:
-        raise TraceError(f"{p}: contains no requests")
     arrival = table.column("arrival_ms").to_numpy().astype(np.float64)
     counts = {c: table.column(c).to_numpy() for c in ("input_tokens", "output_tokens")}
     _check_values(p, arrival, counts)

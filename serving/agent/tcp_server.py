@@ -89,7 +89,7 @@ LOOKAHEAD = HEADER_SIZE + MAX_HELLO_BODY
 _CHUNK_BYTES = 1 << 20  # a large block is written a chunk at a time, each once the last is sent
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256  # authenticated peers served at once
-MAX_HELLOS = 64  # connections waiting for their Hello (a new one closes the oldest)
+MAX_HELLOS = 64  # connections waiting for their Hello (see hello_pool.py)
 _REFUSAL_LOG_PERIOD_S = 10.0  # at most one log line per period per kind of refusal
 _T = TypeVar("_T")
 
@@ -149,19 +149,15 @@ class TransferServer:
         tenant_tokens: Mapping[str, Collection[str]] | None = None,
         tenant_pull_caps: Sequence[int] = (), max_hellos: int = MAX_HELLOS,
     ) -> None:  # fmt: skip
-        if max_connections < 1 or max_hellos < 1:
-            raise ValueError(
-                f"max_connections and max_hellos must be >= 1, got {max_connections} and "
-                f"{max_hellos}"
-            )
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         if not 0 < tls_handshake_timeout_s < math.inf:  # NaN too
             raise ValueError(
                 f"tls_handshake_timeout_s must be a positive number of seconds, "
                 f"got {tls_handshake_timeout_s!r}"
             )
         self.store, self.request_timeout_s, self.ssl_context = store, request_timeout_s, ssl_context
-        self.max_connections, self.max_hellos = max_connections, max_hellos
-        # connections whose Hello is not in yet, oldest first
+        self.max_connections = max_connections
         self.hellos = HelloPool(max_hellos)  # connections whose Hello is not in yet
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self.tokens = KnownTokens(token, tenant_tokens)

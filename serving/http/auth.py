@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -25,6 +24,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from pydantic import AfterValidator, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from kvcast.serving.cluster.ports import is_loopback
 
 
 def _not_blank(token: SecretStr) -> SecretStr:
@@ -96,16 +97,7 @@ def reachable_without_token(
     commands that move and delete KV data from anyone who can reach it."""
     if token is not None or mutual_tls:
         return []
-    return [a for a in addresses if not _loopback(a.rpartition(":")[0].strip("[]"))]
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name: it may resolve to anything
-        return False
+    return [a for a in addresses if not is_loopback(a.rpartition(":")[0])]
 
 
 def token_from_env(value: str | None, name: str) -> str | None:

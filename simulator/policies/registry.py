@@ -90,15 +90,20 @@ def create_policy(
     spec = policy_spec(name)
     if num_nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
-    params = getattr(routing_cfg, name, None) if routing_cfg is not None else None
+    return spec.create(_params(spec, routing_cfg), num_nodes=num_nodes, seed=seed)
+
+
+def _params(spec: PolicySpec, routing_cfg: RoutingConfig | None) -> FrozenConfig:
+    """The policy's parameters: the field of its name in ``routing_cfg``, else its defaults."""
+    params = getattr(routing_cfg, spec.name, None) if routing_cfg is not None else None
     if params is None:
-        params = spec.params_cls()
-    elif not isinstance(params, spec.params_cls):
+        return spec.params_cls()
+    if not isinstance(params, spec.params_cls):
         raise TypeError(
-            f"routing config for {name!r} is a {type(params).__name__}, "
+            f"routing config for {spec.name!r} is a {type(params).__name__}, "
             f"expected {spec.params_cls.__name__}"
         )
-    return spec.create(params, num_nodes=num_nodes, seed=seed)
+    return params
 
 
 def reads_routed_index(name: str, routing_cfg: RoutingConfig | None = None) -> bool:
@@ -107,7 +112,4 @@ def reads_routed_index(name: str, routing_cfg: RoutingConfig | None = None) -> b
     (``prefix_view: router``; :mod:`kvcast.simulator.routed_index`)."""
     if name not in _REGISTRY:
         return False
-    params = getattr(routing_cfg, name, None) if routing_cfg is not None else None
-    if params is None:
-        params = _REGISTRY[name].params_cls()
-    return getattr(params, "prefix_view", None) == "router"
+    return getattr(_params(_REGISTRY[name], routing_cfg), "prefix_view", None) == "router"
