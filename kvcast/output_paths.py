@@ -19,14 +19,16 @@ _made: list[Path] = []  # directories output_dir made, in the order made
 def output_dir(out: Path, what: str = "--out") -> Path:
     """``out`` as a directory ready to write into, checked before any long work: the error
     names ``what`` (the flag or key) and the path in the way."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{what}: {out} exists and is not a directory")
-    for up in out.parents:  # a file where a directory of the path must be
-        if up.exists():
-            if not up.is_dir():
-                raise ValueError(f"{what}: {up} is a file, not a directory (in {out})")
-            break
-    missing = [d for d in (out, *out.parents) if not d.exists()]
+    missing: list[Path] = []  # the directories to make, innermost first
+    for d in (out, *out.parents):  # up to the first that exists: a file where one must be?
+        if not d.exists():
+            missing.append(d)
+            continue
+        if not d.is_dir():
+            if d == out:
+                raise ValueError(f"{what}: {out} exists and is not a directory")
+            raise ValueError(f"{what}: {d} is a file, not a directory (in {out})")
+        break
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

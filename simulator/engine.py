@@ -247,15 +247,8 @@ class Simulator(ReplicationHooks):
             )
         if d.pull_from is not None and d.pull_from != d.node and d.pull_blocks > local:
             src = nodes[d.pull_from].pool
-            moved, waited, ready_at = [], 0, now
-            for b in blocks[local : min(d.pull_blocks, nb)]:  # only a consecutive prefix helps
-                lands = self.pulls.landing(d.node, b, now)
-                if lands is not None:  # on its way there already: waited for, not pulled again
-                    waited, ready_at = waited + 1, max(ready_at, lands)
-                    continue
-                if not src.in_hbm(b):
-                    break
-                moved.append(b)
+            wanted = blocks[local : min(d.pull_blocks, nb)]
+            moved, waited, ready_at = self.pulls.split(d.node, wanted, src.in_hbm, now)
             if moved:
                 src.pin(moved, now)
                 nbytes = len(moved) * self.block_bytes
@@ -283,10 +276,11 @@ class Simulator(ReplicationHooks):
 
     def _pull_done(self, payload: tuple[LiveRequest, int, list[int]]) -> None:
         req, src, moved = payload
-        self.pulls.landed(self.log.node[req.idx], moved, self.now)
+        node = self.log.node[req.idx]
+        self.pulls.landed(node, moved, self.now)
         self.nodes[src].pool.release(moved)
         self._kick(self.nodes[src])  # a request there may have waited for these pins to go
-        target = self.nodes[self.log.node[req.idx]].pool
+        target = self.nodes[node].pool
         fresh = [b for b in moved if not target.in_hbm(b)]
         if fresh and target.make_room(len(fresh), self.now):
             target.add_active(fresh)

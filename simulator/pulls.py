@@ -4,12 +4,31 @@ those blocks instead of pulling them again (a burst on one prefix moves it once)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 class InflightPulls:
     def __init__(self, nodes: int) -> None:
         self._landing: list[dict[int, float]] = [{} for _ in range(nodes)]
+
+    def split(
+        self, node: int, wanted: Iterable[int], held: Callable[[int], bool], now: float
+    ) -> tuple[list[int], int, float]:
+        """Of a prefix ``wanted`` on ``node`` (only a consecutive one helps), the blocks to
+        pull (``held`` by the source), how many are on their way there already (waited for,
+        not pulled again) and when those land (``now`` for none); up to the first block
+        neither."""
+        moved: list[int] = []
+        waited, ready_at = 0, now
+        for b in wanted:
+            lands = self.landing(node, b, now)
+            if lands is not None:
+                waited, ready_at = waited + 1, max(ready_at, lands)
+            elif held(b):
+                moved.append(b)
+            else:
+                break
+        return moved, waited, ready_at
 
     def landing(self, node: int, block: int, now: float) -> float | None:
         """When ``block`` lands on ``node`` by a pull under way at ``now``; None if none is
