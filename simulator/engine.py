@@ -3,10 +3,10 @@ replication ticks and telemetry, in simulated milliseconds. The replication tick
 commands they return are carried out by :mod:`kvcast.simulator.replication_hooks`.
 
 Walk of one request: ``_arrive`` matches its block chain against every node's HBM through the
-shared ``holders`` index, asks the routing policy for a node (and maybe a pull of KV from
-another node), claims the speculative replicas of the cached prefix it was routed for (held
-until its prefill starts and reads them), and either enqueues it at once or when the pull
-lands (``_pull_done``). The
+shared ``holders`` index (:mod:`kvcast.simulator.holders`), asks the routing policy for a node
+(and maybe a pull of KV from another node, booked by :mod:`kvcast.simulator.pulls`), claims
+the speculative replicas of the cached prefix it was routed for (held until its prefill starts
+and reads them), and either enqueues it at once or when the pull lands (``_pull_done``). The
 node's scheduler (:mod:`kvcast.simulator.node`) runs prefill iterations; when its prefill ends
 the first token is out (TTFT) and decode begins; when decode ends its blocks are released to
 the node's LRU. Every step can be watched through the event stream of
@@ -20,8 +20,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from kvcast.features.events import (
     BlockRemoved,
     BlockStored,
@@ -33,14 +31,21 @@ from kvcast.features.traces.table import Trace
 from kvcast.simulator.block_pool import BlockPool
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.event_kinds import DECODE, ITER, PROMOTE, PULL, REPL, TELEM, TICK
-from kvcast.simulator.load import MAX_TELEMETRY_PERIODS, LoadOutOfRange, check_ticks, load_scaled
+from kvcast.simulator.holders import hbm_prefixes
+from kvcast.simulator.load import (
+    MAX_TELEMETRY_PERIODS,
+    LoadOutOfRange,
+    TraceArrays,
+    check_ticks,
+    load_scaled,
+)
 from kvcast.simulator.metrics import RequestLog, SimResult, Timeline
 from kvcast.simulator.network import Network
 from kvcast.simulator.node import LiveRequest, Node
 from kvcast.simulator.policies import create_policy
 from kvcast.simulator.policies.base import RoutingContext, RoutingPolicy
 from kvcast.simulator.policies.registry import reads_routed_index
-from kvcast.simulator.pulls import InflightPulls
+from kvcast.simulator.pulls import Pull, ReactivePulls
 from kvcast.simulator.replication import Replicator
 from kvcast.simulator.replication_hooks import ReplicationHooks
 from kvcast.simulator.routed_index import RoutedIndex
@@ -94,7 +99,6 @@ class Simulator(ReplicationHooks):
         router = getattr(self.policy, "base_router", getattr(self.policy, "name", ""))
         self.routed = RoutedIndex(cfg.nodes) if reads_routed_index(router, cfg.routing) else None
         self.network = Network(cfg.network, cfg.nodes)
-        self.pulls = InflightPulls(cfg.nodes)  # reactive pulls under way, per target node
         cap = cfg.kv_capacity_bytes() // self.block_bytes
         gib = 1 << 30
         quota = replicator.speculative_quota_bytes // self.block_bytes if replicator else 0
@@ -124,10 +128,10 @@ class Simulator(ReplicationHooks):
                     cfg.shared_pool.bandwidth_gbps,
                 )
             )
+        self.pulls = ReactivePulls([n.pool for n in self.nodes], self.network, self.block_bytes)
         self.now = 0.0
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
-        self._full_mask = (1 << cfg.nodes) - 1
         self.log = RequestLog(len(self.trace))
         self.timeline = Timeline()
         self.replication = {"replications": 0, "blocks_moved": 0, "bytes_pulled": 0}
@@ -163,25 +167,7 @@ class Simulator(ReplicationHooks):
 
     def match(self, blocks: Sequence[int]) -> list[int]:
         """Per node, the longest prefix of ``blocks`` resident in its HBM."""
-        n = self.cfg.nodes
-        out = [0] * n
-        alive = self._full_mask
-        holders = self.holders
-        for i, b in enumerate(blocks):
-            h = holders.get(b, 0) & alive
-            gone = alive & ~h
-            while gone:
-                low = gone & -gone
-                out[low.bit_length() - 1] = i
-                gone ^= low
-            alive = h
-            if not alive:
-                return out
-        while alive:
-            low = alive & -alive
-            out[low.bit_length() - 1] = len(blocks)
-            alive ^= low
-        return out
+        return hbm_prefixes(self.holders, blocks, self.cfg.nodes)
 
     # -- request path ------------------------------------------------------------------------
     def _arrive(self, r: int) -> None:
@@ -245,22 +231,13 @@ class Simulator(ReplicationHooks):
                     tuple(blocks),
                 )
             )
-        if d.pull_from is not None and d.pull_from != d.node and d.pull_blocks > local:
-            src = nodes[d.pull_from].pool
-            wanted = blocks[local : min(d.pull_blocks, nb)]
-            moved, waited, ready_at = self.pulls.split(d.node, wanted, src.in_hbm, now)
-            if moved:
-                src.pin(moved, now)
-                nbytes = len(moved) * self.block_bytes
-                done = self.network.reserve(d.pull_from, d.node, nbytes, now)
-                self.pulls.note(d.node, moved, done)
-                self.replication["bytes_pulled"] += nbytes
-                ready_at = max(ready_at, done)  # (its pins on the source go then too)
-            if moved or waited:
-                log.transferred_blocks[r] = len(moved) + waited
-                self._push(ready_at, PULL, (req, d.pull_from, moved))
-                return
-        self._ready(req)
+        pull = self.pulls.book(d, blocks, local, now)
+        if pull is None:
+            self._ready(req)
+            return
+        self.replication["bytes_pulled"] += pull.nbytes
+        log.transferred_blocks[r] = pull.blocks
+        self._push(pull.ready_at, PULL, (req, pull))
 
     def _prefill_ms(self, n: int) -> float:
         return self.cfg.node.prefill.isolated_ms(n)
@@ -274,18 +251,11 @@ class Simulator(ReplicationHooks):
         node.enqueue(req)
         self._kick(node)
 
-    def _pull_done(self, payload: tuple[LiveRequest, int, list[int]]) -> None:
-        req, src, moved = payload
-        node = self.log.node[req.idx]
-        self.pulls.landed(node, moved, self.now)
-        self.nodes[src].pool.release(moved)
-        self._kick(self.nodes[src])  # a request there may have waited for these pins to go
-        target = self.nodes[node].pool
-        fresh = [b for b in moved if not target.in_hbm(b)]
-        if fresh and target.make_room(len(fresh), self.now):
-            target.add_active(fresh)
-            target.release(fresh)
-            self._stored(target.node_id, fresh)
+    def _pull_done(self, payload: tuple[LiveRequest, Pull]) -> None:
+        req, pull = payload
+        self.pulls.landed(pull, self.now)
+        self._kick(self.nodes[pull.source])  # a request there may have waited for these pins
+        self._stored(pull.target, self.pulls.place(pull, self.now))
         self._ready(req)
 
     def _kick(self, node: Node) -> None:
@@ -370,7 +340,7 @@ class Simulator(ReplicationHooks):
     # -- main loop ---------------------------------------------------------------------------
     def run(self, progress: Progress | None = None) -> SimResult:
         t0 = time.perf_counter()
-        self._tr = _TraceArrays(self.trace)
+        self._tr = TraceArrays(self.trace)
         self._n = len(self.trace)
         self._next = 0
         self._live = 0
@@ -410,26 +380,6 @@ class Simulator(ReplicationHooks):
         if progress is not None:
             progress(n, n)
         return SimResult.build(self, time.perf_counter() - t0)
-
-
-class _TraceArrays:
-    """Column views of the trace for the hot loop; a request's block list is converted to
-    Python ints only when it arrives, so the simulator's own memory follows live requests."""
-
-    __slots__ = ("arrivals", "block_col", "ids", "inputs", "outputs", "session_col", "tenants")
-
-    def __init__(self, trace: Trace) -> None:
-        df = trace.requests
-        self.arrivals = df["arrival_ms"].to_numpy(dtype=np.float64)
-        self.inputs = df["input_tokens"].to_numpy()
-        self.outputs = df["output_tokens"].to_numpy()
-        self.block_col = df["block_hashes"].to_numpy()
-        self.ids = df["request_id"].to_numpy(dtype=object)
-        self.tenants = df["tenant"].to_numpy(dtype=object)
-        self.session_col = df["session"].to_numpy(dtype=object, na_value=None)
-
-    def blocks(self, r: int) -> list[int]:
-        return list(map(int, self.block_col[r]))
 
 
 def simulate(

@@ -1,6 +1,7 @@
 """The trace as the simulator plays it at one load (``time_scale``): the arrival spread, then
-the load scaling (compressed arrivals, or sessions drawn), and the loads a trace cannot be
-played at (:class:`LoadOutOfRange`: a capacity search stops there)."""
+the load scaling (compressed arrivals, or sessions drawn), the loads a trace cannot be
+played at (:class:`LoadOutOfRange`: a capacity search stops there), and its columns as the
+event loop reads them (:class:`TraceArrays`)."""
 
 from __future__ import annotations
 
@@ -122,3 +123,23 @@ def load_scaled(trace: Trace, time_scale: float, cfg: SimConfig) -> Trace:
             "larger time-scale or a longer trace"
         )
     return scaled
+
+
+class TraceArrays:
+    """Column views of the trace for the hot loop; a request's block list is converted to
+    Python ints only when it arrives, so the simulator's own memory follows live requests."""
+
+    __slots__ = ("arrivals", "block_col", "ids", "inputs", "outputs", "session_col", "tenants")
+
+    def __init__(self, trace: Trace) -> None:
+        df = trace.requests
+        self.arrivals = df["arrival_ms"].to_numpy(dtype=np.float64)
+        self.inputs = df["input_tokens"].to_numpy()
+        self.outputs = df["output_tokens"].to_numpy()
+        self.block_col = df["block_hashes"].to_numpy()
+        self.ids = df["request_id"].to_numpy(dtype=object)
+        self.tenants = df["tenant"].to_numpy(dtype=object)
+        self.session_col = df["session"].to_numpy(dtype=object, na_value=None)
+
+    def blocks(self, r: int) -> list[int]:
+        return list(map(int, self.block_col[r]))

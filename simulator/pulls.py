@@ -1,10 +1,100 @@
-"""Blocks on their way to each node by a reactive pull (Mooncake's conductor), and when each
-lands: a request routed to a node that a pull is already filling with its prefix waits for
-those blocks instead of pulling them again (a burst on one prefix moves it once)."""
+"""Reactive pulls (Mooncake's conductor): a router may send a request to a node that lacks
+part of its prefix and have that node pull the missing blocks from a holder before prefill.
+
+:class:`ReactivePulls` books the pull a routing decision asks for: of the blocks the request's
+node lacks, it waits for those already on their way there, pins on the source and puts on the
+link those the source holds, up to the first block neither, and when the pull lands it unpins
+them and copies them into the node's HBM. :class:`InflightPulls` keeps the blocks on their way
+to each node and when each lands: a request routed to a node that a pull is already filling
+with its prefix waits for those blocks instead of pulling them again (a burst on one prefix
+moves it once).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvcast.simulator.block_pool import BlockPool
+    from kvcast.simulator.network import Network
+    from kvcast.simulator.policies.base import RoutingDecision
+
+
+@dataclass(frozen=True, slots=True)
+class Pull:
+    """A reactive pull booked for one request, from node ``source`` to node ``target``: the
+    blocks ``moved`` over the link (``nbytes``; pinned on the source until it lands), how many
+    more of the prefix an earlier pull is already bringing (``waited``), and when they are all
+    in (``ready_at``)."""
+
+    source: int
+    target: int
+    moved: list[int]
+    waited: int
+    ready_at: float
+    nbytes: int
+
+    @property
+    def blocks(self) -> int:
+        """The blocks of the prefix the request waits for, moved by this pull or an earlier
+        one."""
+        return len(self.moved) + self.waited
+
+
+class ReactivePulls:
+    """The reactive pulls of one cluster (``pools``, one per node, joined by ``network``):
+    books each on the link and lands it; ``len`` counts the blocks on their way, all nodes."""
+
+    def __init__(self, pools: Sequence[BlockPool], network: Network, block_bytes: int) -> None:
+        self._pools = pools
+        self._network = network
+        self._block_bytes = block_bytes
+        self.inflight = InflightPulls(len(pools))
+
+    def book(
+        self, d: RoutingDecision, blocks: Sequence[int], local: int, now: float
+    ) -> Pull | None:
+        """The pull that ``d`` asks for at ``now``, of a request's ``blocks`` whose node holds
+        the first ``local`` in HBM, booked: its source's blocks pinned and reserved on the
+        link. None when ``d`` asks for no pull (none, from its own node, or of no more than
+        ``local`` blocks) or its first block is neither on its way nor held by the source:
+        the request is ready at once."""
+        if d.pull_from is None or d.pull_from == d.node or d.pull_blocks <= local:
+            return None
+        src = self._pools[d.pull_from]
+        wanted = blocks[local : min(d.pull_blocks, len(blocks))]
+        moved, waited, ready_at = self.inflight.split(d.node, wanted, src.in_hbm, now)
+        nbytes = len(moved) * self._block_bytes
+        if moved:
+            src.pin(moved, now)
+            done = self._network.reserve(d.pull_from, d.node, nbytes, now)
+            self.inflight.note(d.node, moved, done)
+            ready_at = max(ready_at, done)  # (its pins on the source go then too)
+        if not (moved or waited):
+            return None
+        return Pull(d.pull_from, d.node, moved, waited, ready_at, nbytes)
+
+    def landed(self, pull: Pull, now: float) -> None:
+        """``pull`` is in at ``now``: forgotten, and its blocks unpinned on its source."""
+        self.inflight.landed(pull.target, pull.moved, now)
+        self._pools[pull.source].release(pull.moved)
+
+    def place(self, pull: Pull, now: float) -> list[int]:
+        """Copy the blocks of a landed ``pull`` that its target lacks into the target's HBM,
+        as cached blocks, if it can make room for all of them; returns those placed (none
+        when it cannot)."""
+        target = self._pools[pull.target]
+        fresh = [b for b in pull.moved if not target.in_hbm(b)]
+        if fresh and target.make_room(len(fresh), now):
+            target.add_active(fresh)
+            target.release(fresh)
+            return fresh
+        return []
+
+    def __len__(self) -> int:
+        return len(self.inflight)
 
 
 class InflightPulls:
