@@ -12,7 +12,7 @@ chain kept); the decider makes a :class:`ChainPlan` only for the few chains it a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 
@@ -25,7 +25,7 @@ PADDED = 2  # chains padded to the longest when that is at most twice their bloc
 
 
 def prefix_lengths(
-    blocks: tuple[int, ...], n: int, hbm: Mapping[int, int], pending: Mapping[int, int] | None
+    blocks: Sequence[int], n: int, hbm: Mapping[int, int], pending: Mapping[int, int] | None
 ) -> list[int]:
     """Per node, the longest prefix of ``blocks`` it holds (``pending`` counts as held)."""
     out = [0] * n

@@ -3,7 +3,7 @@ replication ticks and telemetry, in simulated milliseconds. The replication tick
 commands they return are carried out by :mod:`kvcast.simulator.replication_hooks`.
 
 Walk of one request: ``_arrive`` matches its block chain against every node's HBM through the
-shared ``holders`` index (:mod:`kvcast.simulator.holders`), asks the routing policy for a node
+shared ``holders`` index (block -> bitmask of nodes), asks the routing policy for a node
 (and maybe a pull of KV from another node, booked by :mod:`kvcast.simulator.pulls`), claims
 the speculative replicas of the cached prefix it was routed for (held until its prefill starts
 and reads them), and either enqueues it at once or when the pull lands (``_pull_done``). The
@@ -28,10 +28,10 @@ from kvcast.features.events import (
     TelemetrySample,
 )
 from kvcast.features.traces.table import Trace
+from kvcast.predictor.chains import prefix_lengths
 from kvcast.simulator.block_pool import BlockPool
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.event_kinds import DECODE, ITER, PROMOTE, PULL, REPL, TELEM, TICK
-from kvcast.simulator.holders import hbm_prefixes
 from kvcast.simulator.load import (
     MAX_TELEMETRY_PERIODS,
     LoadOutOfRange,
@@ -167,7 +167,7 @@ class Simulator(ReplicationHooks):
 
     def match(self, blocks: Sequence[int]) -> list[int]:
         """Per node, the longest prefix of ``blocks`` resident in its HBM."""
-        return hbm_prefixes(self.holders, blocks, self.cfg.nodes)
+        return prefix_lengths(blocks, self.cfg.nodes, self.holders, None)
 
     # -- request path ------------------------------------------------------------------------
     def _arrive(self, r: int) -> None:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import random
+
+from kvcast.predictor.chains import prefix_lengths
 from kvcast.simulator.block_pool import BlockPool
 
 
@@ -260,3 +263,22 @@ def test_a_claimed_replica_is_evicted_for_room_after_cached_and_held_ones() -> N
     assert p.make_room(4, 10.0)  # a request being served wins over a claim, as last resort
     assert p.spec_evicted == [9, 7, 8] and p.spec_claimed_evicted == 1
     assert p.spec_active_evictions == 0
+
+
+def test_the_shared_index_gives_each_pools_longest_prefix() -> None:
+    """The simulator matches a chain against every node at once through the ``holders`` dict
+    the pools keep (bit k: pool k): the prefix read there is each pool's own."""
+    rng = random.Random(0)
+    holders: dict[int, int] = {}
+    pools = [BlockPool(k, 64, holders) for k in range(5)]
+    for p in pools:
+        fill_cached(p, [b for b in range(40) if rng.random() < 0.8])
+    for _ in range(50):
+        chain = rng.sample(range(40), rng.randint(0, 12))
+        expected = []
+        for p in pools:
+            n = 0
+            while n < len(chain) and p.in_hbm(chain[n]):
+                n += 1
+            expected.append(n)
+        assert prefix_lengths(chain, len(pools), holders, None) == expected
