@@ -153,12 +153,16 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
              "agent tenant token over max_pulls {{instance}}"),
             (f"sum by (instance) (rate(kvcast_agent_http_tenant_rate_limited_total{RATE}))",
              "agent tenant token over its rate {{instance}}"),
-        ), "ops", "Requests without a known token (KVCAST_TOKEN or a tenant token): refused "
-           "with 401; a tenant token on another route or tenant: 403 (route, tenant; on an "
-           "agent also state: an active upload), or a pull of another tenant's blocks (agent "
-           "tenant token pull); over its arrival rate: 429 (rate), over its share of the "
-           "sidecar's ingestion queue: 429 (queue_share), or a batch over its burst: 400 "
-           "(burst)."),
+            (f"rate(kvcast_sidecar_ingest_refusals_total{RATE})", "sidecar ingest token: route"),
+            (f"sum by (instance) (rate(kvcast_agent_http_ingest_refusals_total{RATE}))",
+             "agent ingest token: route {{instance}}"),
+        ), "ops", "Requests without a known token (KVCAST_TOKEN, KVCAST_INGEST_TOKEN or a "
+           "tenant token): refused with 401; a tenant token on another route or tenant: 403 "
+           "(route, tenant; on an agent also state: an active upload), or a pull of another "
+           "tenant's blocks (agent tenant token pull); over its arrival rate: 429 (rate), over "
+           "its share of the sidecar's ingestion queue: 429 (queue_share), or a batch over its "
+           "burst: 400 (burst); the ingest token on a route other than its reports (arrivals, "
+           "KV events, engine stats): 403 (ingest token: route)."),
         Panel("HTTP connections cut", (
             (f"sum by (reason) (rate(kvcast_sidecar_http_connections_cut_total{RATE}))",
              "sidecar {{reason}}"),

@@ -46,6 +46,13 @@ TLS_HELP = (
 TokenEnv = Annotated[
     str, typer.Option("--token-env", help="Environment variable holding the shared token.")
 ]
+IngestTokenEnv = Annotated[
+    str,
+    typer.Option(
+        "--ingest-token-env",
+        help="Environment variable holding the ingest token (reports only; unset: none).",
+    ),
+]
 
 
 def _size(flag: str, text: str) -> int:
@@ -72,6 +79,7 @@ def _layout_table(layout: Any) -> Table:
 def up_cmd(
     agents: Annotated[int, typer.Option("--agents", min=1, max=64, help="Agents (nodes).")] = 3,
     token_env: TokenEnv = "KVCAST_TOKEN",
+    ingest_token_env: IngestTokenEnv = "KVCAST_INGEST_TOKEN",
     mode: Annotated[str, typer.Option("--mode", help="shadow|active.")] = "shadow",
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     workdir: Annotated[
@@ -87,7 +95,12 @@ def up_cmd(
     tick_ms: Annotated[float, typer.Option("--tick-ms", min=1.0, help="Decision tick.")] = 250.0,
     tls: Annotated[bool, typer.Option("--tls", help=TLS_HELP)] = False,
 ) -> None:
-    """Start a sidecar and N agents on 127.0.0.1 as separate processes; Ctrl-C stops them."""
+    """Start a sidecar and N agents on 127.0.0.1 as separate processes; Ctrl-C stops them.
+
+    Each process reads the shared token from the --token-env variable and the ingest token
+    (reports only: arrivals, KV events, engine stats) from the --ingest-token-env variable,
+    when they are set; cluster.json names both variables, never a token, for cluster replay.
+    """
     from kvcast.serving.cluster.model_choice import choose_model
     from kvcast.serving.cluster.supervisor import (
         ClusterSpec,
@@ -98,7 +111,8 @@ def up_cmd(
 
     spec = ClusterSpec(
         model=choose_model(model), agents=agents, workdir=workdir, mode=mode,
-        token_env=token_env, capacity_bytes=_size("--capacity", capacity),
+        token_env=token_env, ingest_token_env=ingest_token_env,
+        capacity_bytes=_size("--capacity", capacity),
         speculative_quota_bytes=_size("--speculative-quota", speculative_quota),
         block_bytes=_size("--block-bytes", block_bytes), tick_ms=tick_ms, tls=tls,
     )  # fmt: skip
@@ -184,6 +198,7 @@ def replay_cmd(
     agents: Annotated[str | None, typer.Option("--agents", help="Agent URLs, node order.")] = None,
     engines: Annotated[str | None, typer.Option("--engines", help=ENGINES_HELP)] = None,
     token_env: TokenEnv = "KVCAST_TOKEN",
+    ingest_token_env: IngestTokenEnv = "KVCAST_INGEST_TOKEN",
     start_s: Annotated[float, typer.Option("--start-s", min=0.0, help="Window start.")] = 0.0,
     window_s: Annotated[float, typer.Option("--window-s", min=0.001, help="Window length.")] = (
         120.0
@@ -226,7 +241,12 @@ def replay_cmd(
     A sidecar and agents at https:// (`cluster up --tls`) are called with the client
     certificate named in the cluster's cluster.json, or, with --sidecar and --agents, the files
     KVCAST_TLS_CERT/KEY/CA name (without them, an https:// sidecar is verified against the
-    default trust store, or SSL_CERT_FILE)."""
+    default trust store, or SSL_CERT_FILE).
+
+    The router's arrivals, the engines' KV events and their queue depths carry the ingest
+    token when there is one (with --cluster, when cluster up was started with one; else the
+    --ingest-token-env variable), the block bytes the engines store and evict the shared token.
+    """
     from kvcast.serving.cluster.config_gen import DECIDER_FILE, DECISION_LOG
     from kvcast.serving.cluster.layout import ReplayTargets, read_layout
     from kvcast.serving.cluster.replay import (
@@ -238,6 +258,7 @@ def replay_cmd(
         write_played,
     )
     from kvcast.serving.http.auth import token_from_env
+    from kvcast.serving.http.ingest_token import check_ingest_token
     from kvcast.serving.tls import tls_from_env
 
     for flag, path in (("--out", out_file), ("--played", played_file)):
@@ -247,13 +268,18 @@ def replay_cmd(
     if layout is not None and layout.token_env:
         token_env = layout.token_env
     token = token_from_env(os.environ.get(token_env), token_env)
+    # a cluster up without an ingest token has none: its services would not know one
+    ingest_env = ingest_token_env if layout is None else layout.ingest_token_env
+    ingest = None if ingest_env is None else token_from_env(os.environ.get(ingest_env), ingest_env)
+    if ingest_env is not None:
+        check_ingest_token(ingest, token, (), ingest_env, token_env)
     if layout is not None:
-        targets = ReplayTargets.from_layout(layout, token)
+        targets = ReplayTargets.from_layout(layout, token, ingest)
     elif sidecar and agents:
         urls = tuple(parse_names(agents))
         pubs = None if not engines else tuple((p, None) for p in parse_names(engines))
         names = tuple(f"node-{i}" for i in range(len(urls)))
-        targets = ReplayTargets(sidecar, urls, names, pubs, token, tls_from_env())
+        targets = ReplayTargets(sidecar, urls, names, pubs, token, tls_from_env(), ingest)
     else:
         raise ValueError("give --cluster DIR, or --sidecar URL and --agents URL,URL,...")
     default_bytes = str(layout.block_bytes) if layout is not None else "64KiB"

@@ -16,6 +16,11 @@ serve_app = typer.Typer(
     help="Run kvcast's long-running services.", no_args_is_help=True, add_completion=False
 )
 LOG_LEVELS = ("debug", "info", "warning", "error")
+TOKEN_ENV_HELP = "Environment variable holding the shared token."
+INGEST_ENV_HELP = (
+    "Environment variable holding the ingest token: reports only (it needs the shared token "
+    "and must differ from it and from every tenant token)."
+)
 
 
 def flag_size(flag: str, text: str) -> int:
@@ -39,17 +44,37 @@ def settings_source(config: Path | None, flags: list[str]) -> str:
     return f"{config} with {given}" if flags else str(config)
 
 
+def env_tokens(data: dict[str, Any], token_env: str, ingest_env: str) -> None:
+    """Set ``data``'s ``token`` and ``ingest_token`` from the variables ``token_env`` and
+    ``ingest_env`` when they are set (over the config file's keys); a ValueError naming the
+    variable (or the key) when one is set but blank, or when the ingest token has no shared
+    token beside it or equals it (:func:`~kvcast.serving.http.ingest_token.check_ingest_token`).
+    Never a secret in a message."""
+    from kvcast.serving.http.auth import token_from_env
+    from kvcast.serving.http.ingest_token import check_ingest_token
+
+    names = {"token": "the config's token", "ingest_token": "the config's ingest_token"}
+    for key, env in (("token", token_env), ("ingest_token", ingest_env)):
+        if (value := token_from_env(os.environ.get(env), env)) is not None:
+            data[key], names[key] = value, env
+    ingest, shared = data.get("ingest_token"), data.get("token")
+    if isinstance(ingest, str) and (shared is None or isinstance(shared, str)):  # else: types
+        shared_name = names["token"] if shared is not None else token_env
+        check_ingest_token(ingest, shared, (), names["ingest_token"], shared_name)
+
+
 def agent_settings(
     config: Path | None,
     flags: dict[str, Any],
     sizes: dict[str, tuple[str, str | None]],
     token_env: str,
+    ingest_env: str = "KVCAST_INGEST_TOKEN",
 ) -> Any:
     """The :class:`AgentConfig` from ``config`` (YAML), overridden by ``flags`` and ``sizes``
-    (``--capacity 64GiB``) when given, the token from the environment variable ``token_env``."""
+    (``--capacity 64GiB``) when given, the shared token and the ingest token from the
+    environment variables ``token_env`` and ``ingest_env`` (:func:`env_tokens`)."""
     from kvcast.config import ConfigError, option, parse_config, read_yaml
     from kvcast.serving.agent.config import AgentConfig
-    from kvcast.serving.http.auth import token_from_env
 
     data = read_yaml(config) if config is not None else {}
     if not isinstance(data, dict):
@@ -67,8 +92,7 @@ def agent_settings(
             given.append(flag)
         elif key not in data:
             raise ValueError(f"{flag} is required (or {key} in --config)")
-    if (token := token_from_env(os.environ.get(token_env), token_env)) is not None:
-        data["token"] = token
+    env_tokens(data, token_env, ingest_env)
     return parse_config(AgentConfig, data, source=settings_source(config, given))
 
 
@@ -109,9 +133,10 @@ def agent_cmd(
         str | None,
         typer.Option("--device", help="Where blocks live: host (default), cuda or cuda:N."),
     ] = None,
-    token_env: Annotated[
-        str, typer.Option("--token-env", help="Environment variable holding the shared token.")
-    ] = "KVCAST_TOKEN",
+    token_env: Annotated[str, typer.Option("--token-env", help=TOKEN_ENV_HELP)] = "KVCAST_TOKEN",
+    ingest_token_env: Annotated[
+        str, typer.Option("--ingest-token-env", help=INGEST_ENV_HELP)
+    ] = "KVCAST_INGEST_TOKEN",
     seed_blocks: Annotated[
         int, typer.Option("--seed-blocks", min=0, help="Debug: store N random blocks at start.")
     ] = 0,
@@ -133,6 +158,10 @@ def agent_cmd(
     config's tenant_tokens: name further variables, each holding a token for some tenants only
     (a KV connector's: evict, release, upload, list and pull those tenants' blocks; 403 on
     the other data routes).
+
+    With the ingest token variable set as well (--ingest-token-env, KVCAST_INGEST_TOKEN), that
+    token is the engines': it may only POST /v1/engine-stats (an engine's queue depth); every
+    other data route is 403 to it, and a pull with it is refused as with an unknown token.
     """
     from kvcast.serving.agent.config import MAX_TOKEN_BYTES
     from kvcast.serving.agent.service import SeedSpec, run_agent
@@ -146,10 +175,10 @@ def agent_cmd(
         "capacity_bytes": ("--capacity", capacity),
         "speculative_quota_bytes": ("--speculative-quota", speculative_quota),
     }
-    cfg = agent_settings(config, flags, sizes, token_env)
+    cfg = agent_settings(config, flags, sizes, token_env, ingest_token_env)
     # read here, as the shared token: the config itself never depends on the environment
     tenant_tokens = read_tenant_tokens(
-        cfg.tenant_tokens, cfg.token_value, os.environ, MAX_TOKEN_BYTES
+        cfg.tenant_tokens, cfg.token_value, os.environ, MAX_TOKEN_BYTES, cfg.ingest_token_value
     )
     seed = None
     if seed_blocks:
@@ -179,9 +208,10 @@ def sidecar_cmd(
     model: Annotated[
         str | None, typer.Option("--model", help="ONNX path or models:/name@alias.")
     ] = None,
-    token_env: Annotated[
-        str, typer.Option("--token-env", help="Environment variable holding the shared token.")
-    ] = "KVCAST_TOKEN",
+    token_env: Annotated[str, typer.Option("--token-env", help=TOKEN_ENV_HELP)] = "KVCAST_TOKEN",
+    ingest_token_env: Annotated[
+        str, typer.Option("--ingest-token-env", help=INGEST_ENV_HELP)
+    ] = "KVCAST_INGEST_TOKEN",
     log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error.")] = (
         "info"
     ),
@@ -195,9 +225,13 @@ def sidecar_cmd(
     other guarded routes). With a tls: section in the config, the API is served over
     HTTPS (mutual TLS with tls.client_ca); KVCAST_TLS_* are the sidecar's certificate for
     https:// agents.
+
+    With the ingest token variable set as well (--ingest-token-env, KVCAST_INGEST_TOKEN), that
+    token is the router's and the engines': it may only POST /v1/requests (any tenant's
+    arrivals, queue depths included) and /v1/kv-events; mode, model, decisions and block
+    lookups are 403 to it.
     """
     from kvcast.config import option, parse_config, read_yaml
-    from kvcast.serving.http.auth import token_from_env
     from kvcast.serving.http.tenant_tokens import read_tenant_tokens
     from kvcast.serving.sidecar.config import SidecarConfig
     from kvcast.serving.sidecar.service import run_sidecar
@@ -213,14 +247,15 @@ def sidecar_cmd(
             raise ValueError(f"--{key} must not be empty, got {value!r}")
     data |= {k: v for k, v in flags.items() if v is not None}
     given = [option(k) for k, v in flags.items() if v is not None]
-    if (token := token_from_env(os.environ.get(token_env), token_env)) is not None:
-        data["token"] = token
+    env_tokens(data, token_env, ingest_token_env)
     cfg = parse_config(SidecarConfig, data, source=settings_source(config, given))
     cfg.feature_config  # noqa: B018 - load the feature and decider files now: errors exit 2
     cfg.decider_config  # noqa: B018
     # the tenant tokens' secrets, from their variables (errors name the variable): here, as the
     # shared token's, so that the config itself never depends on the environment
-    tenant_tokens = read_tenant_tokens(cfg.tenant_tokens, cfg.token_value, os.environ)
+    tenant_tokens = read_tenant_tokens(
+        cfg.tenant_tokens, cfg.token_value, os.environ, ingest=cfg.ingest_token_value
+    )
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

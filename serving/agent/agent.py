@@ -46,6 +46,8 @@ class Agent:
         # started by the process (run_agent), not by an in-process agent: it owns the
         # interpreter's collector settings; its pauses are served on /metrics either way
         self.gc = GcPacer(config.gc.full_every_s, config.gc.thaw_every, prefix="kvcast_agent_")
+        # the transfer server's tokens: never the ingest token (HTTP reports only), so a
+        # Hello carrying it is refused as an unknown token's
         token = config.token_value
         self.store = BlockStore(
             config.capacity_bytes,

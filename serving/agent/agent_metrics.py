@@ -135,6 +135,9 @@ def agent_families(control: AgentControl) -> list[Family]:
                  "Pulls refused: a tenant token had its max_pulls being served",
                  server.tenant_busy_refused),
         tenant,
+        _counter("http_ingest_refusals_total",
+                 "HTTP requests of the ingest token refused (403): a route other than "
+                 "POST /v1/engine-stats", control.ingest_refusals),
         _counter("http_tenant_rate_limited_total",
                  "HTTP requests refused (429): a tenant token over its max_requests_per_s",
                  control.http_rate_limited),

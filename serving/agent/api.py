@@ -3,11 +3,15 @@
 Routes that move, store, delete, pin or hold data, or list what is held or was (replicate,
 PUT blocks, evict, pin, unpin, hold, release, inventory, removals, engine-stats), require the
 shared token when one is configured, or for some of them a tenant token, on its tenants'
-blocks only (:mod:`.tenant_scope`); health, readiness, telemetry and metrics stay open. No
-route returns block contents. Handlers are ``async``: they run on the event loop that owns the
-block store.
+blocks only (:mod:`.tenant_scope`); health, readiness, telemetry and metrics stay open. The
+ingest token (the engines': ``KVCAST_INGEST_TOKEN``, :mod:`~kvcast.serving.http.ingest_token`)
+reaches :data:`INGEST_ROUTES` only (an engine reporting its queue depth); every other guarded
+route is 403 to it, counted, and the transfer server never knows it (a pull with it is
+refused as an unknown token's). No route returns block contents. Handlers are ``async``: they
+run on the event loop that owns the block store.
 Middleware, outer first: command counting by status, the token guard (401 before the body is
-read), each tenant token's request rate (429), body size.
+read, 403 for a tenant token or the ingest token on another route), each tenant token's
+request rate (429), body size.
 """
 
 from __future__ import annotations
@@ -58,9 +62,12 @@ from kvcast.serving.http.tenant_tokens import TenantTokens, rate_buckets
 
 MAX_BODY_BYTES = 4 << 20  # a replicate of 8192 hex hashes of 64 bytes is about 1.1 MB
 BODY_REFUSALS = (411, 413)  # no Content-Length; body over MAX_BODY_BYTES
+INGEST_ROUTES = ("/v1/engine-stats",)  # the ingest token's
 bearer_scheme = HTTPBearer(
     auto_error=False,
-    description="The shared token (KVCAST_TOKEN): every route. Or a tenant token (the config's "
+    description="The shared token (KVCAST_TOKEN): every route. Or the ingest token "
+    "(KVCAST_INGEST_TOKEN, the engines'): POST /v1/engine-stats only; any other guarded route "
+    "is 403 (and it pulls nothing over the transfer port). Or a tenant token (the config's "
     "tenant_tokens): POST /v1/evict and /v1/release, PUT /v1/blocks (cached blocks, within its "
     "max_bytes: else 409) for its tenants' blocks only, and GET /v1/inventory narrowed to its "
     "tenants; any other guarded route, or another tenant's blocks, is 403; over its "
@@ -70,7 +77,8 @@ bearer_scheme = HTTPBearer(
 
 def _refusals() -> dict[int | str, dict[str, Any]]:
     """What every guarded route may answer besides its own refusals: 401 (no known token),
-    403 and 429 (a tenant token: a route it may not use; over its rate), 422."""
+    403 (a tenant token or the ingest token: a route it may not use), 429 (a tenant token
+    over its rate), 422."""
     out = error_responses(401, 403, 422, 429)
     out[429]["headers"] = {"Retry-After": {
         "description": "seconds until the token's rate admits a request (rounded up)",
@@ -144,7 +152,8 @@ def _guarded_routes(control: AgentControl) -> APIRouter:
 
     @router.post("/engine-stats", status_code=204, responses=error_responses(*BODY_REFUSALS))
     async def engine_stats(body: EngineStats) -> Response:
-        """An engine on this node reports its queue depth (shown in telemetry)."""
+        """An engine on this node reports its queue depth (shown in telemetry): the shared
+        token or the ingest token."""
         control.report_engine(body)
         return Response(status_code=204)
 
@@ -193,11 +202,13 @@ async def _tenant_refused(request: Request, exc: Exception) -> Response:
 
 
 def build_app(
-    control: AgentControl, token: str | None = None, tenant_tokens: TenantTokens | None = None
-) -> FastAPI:
+    control: AgentControl, token: str | None = None, tenant_tokens: TenantTokens | None = None,
+    ingest_token: str | None = None,
+) -> FastAPI:  # fmt: skip
     """The ASGI app for ``control``'s agent; ``token`` (None: open) guards the data routes,
     ``tenant_tokens`` (secret -> its tenants; they need ``token``) reach some of them for
-    their tenants only (:mod:`.tenant_scope`)."""
+    their tenants only (:mod:`.tenant_scope`), ``ingest_token`` (it needs ``token``)
+    :data:`INGEST_ROUTES` only."""
     app = FastAPI(
         title="kvcast transfer agent",
         version=__version__,
@@ -219,7 +230,8 @@ def build_app(
     app.add_middleware(
         BearerTokenGuard, token=token, protected=protected, on_refused=control.note_auth_failure,
         tenant_tokens=tenant_tokens, tenant_paths=TENANT_ROUTES,
-        on_forbidden=control.note_forbidden,
+        on_forbidden=control.note_forbidden, ingest_token=ingest_token,
+        ingest_paths=INGEST_ROUTES, on_ingest_forbidden=control.note_ingest_forbidden,
     )  # fmt: skip
     app.add_middleware(StatusCounter, paths=set(COMMAND_PATHS), counts=control.requests)
     app.state.control = control

@@ -11,6 +11,7 @@ from kvcast.serving.agent.tenant_pulls import DEFAULT_TENANT_PULLS
 from kvcast.serving.agent.transport import binds_overlap, parse_peer
 from kvcast.serving.gc_pacing import GcConfig
 from kvcast.serving.http.auth import Token
+from kvcast.serving.http.ingest_token import check_ingest_token
 from kvcast.serving.http.server_config import HttpServerConfig
 from kvcast.serving.http.tenant_tokens import TenantToken, burst_needs_rate, burst_of
 from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
@@ -48,7 +49,9 @@ class AgentTenantToken(TenantToken):
 class AgentConfig(FiniteConfig):
     """Sizes in bytes, times in seconds. ``token``: the shared secret that peers' pulls must
     carry (None: no authentication; the CLI reads it from ``KVCAST_TOKEN``); at most
-    ``MAX_TOKEN_BYTES`` bytes in UTF-8."""
+    ``MAX_TOKEN_BYTES`` bytes in UTF-8. ``ingest_token``: the engines' token, which may only
+    report their queue depths (``KVCAST_INGEST_TOKEN``; see
+    :mod:`~kvcast.serving.http.ingest_token`)."""
 
     node_id: str = Field("agent-0", min_length=1, max_length=128)
     listen: str = "127.0.0.1:0"  # the HTTP control API (port 0: ephemeral, logged)
@@ -80,6 +83,9 @@ class AgentConfig(FiniteConfig):
     http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many HTTP clients
     gc: GcConfig = GcConfig()  # Python's full GC collections, paced (serving/gc_pacing.py)
     token: Token | None = None
+    # the engines' token: POST /v1/engine-stats only, never a pull (the CLI reads
+    # KVCAST_INGEST_TOKEN); it needs the shared token and differs from it
+    ingest_token: Token | None = None
     # tokens that speak for some tenants only (a KV connector's): each entry names its tenants
     # and the variable holding its secret, read at start-up (read_tenant_tokens, by the CLI),
     # never by validating this config; they need the shared token
@@ -110,6 +116,7 @@ class AgentConfig(FiniteConfig):
             )
         if self.token is not None and len(self.token.get_secret_value().encode()) > MAX_TOKEN_BYTES:
             raise ValueError(f"token must be at most {MAX_TOKEN_BYTES} bytes (UTF-8)")
+        check_ingest_token(self.ingest_token_value, self.token_value, (), "ingest_token", "token")
         pulls = sum(e.max_pulls for e in self.tenant_tokens)
         if self.tenant_tokens and pulls >= self.max_transfer_connections:
             raise ValueError(
@@ -136,3 +143,7 @@ class AgentConfig(FiniteConfig):
     @property
     def token_value(self) -> str | None:
         return self.token.get_secret_value() if self.token else None
+
+    @property
+    def ingest_token_value(self) -> str | None:
+        return self.ingest_token.get_secret_value() if self.ingest_token else None

@@ -71,6 +71,7 @@ class AgentControl:
         # tenant tokens' requests refused with 403, by reason: route (one it may not use),
         # tenant, state (see tenant_scope.TenantRefused)
         self.tenant_refusals: Counter[str] = Counter()
+        self.ingest_refusals = 0  # the ingest token on a route other than engine-stats (403)
         self.http_cuts = ConnectionCuts()  # connections the API server cut (counted there)
         self.replications_in_flight = 0
         self.accepting = True  # False once shutting down: /readyz answers 503
@@ -94,6 +95,10 @@ class AgentControl:
     def note_forbidden(self, path: str) -> None:
         """A tenant token on a route only the shared token may use (403)."""
         self.tenant_refusals["route"] += 1
+
+    def note_ingest_forbidden(self, path: str) -> None:
+        """The ingest token on a route it may not use (403)."""
+        self.ingest_refusals += 1
 
     @property
     def transfer_address(self) -> str | None:

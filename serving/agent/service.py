@@ -46,7 +46,9 @@ class AgentService:
         self.config, self.seed, self.tls = config, seed, tls
         self.agent = Agent(config, tls=tls, tenant_tokens=tenant_tokens)
         self.control = AgentControl(self.agent)
-        self.app = build_app(self.control, config.token_value, self.agent.tenant_tokens)
+        self.app = build_app(
+            self.control, config.token_value, self.agent.tenant_tokens, config.ingest_token_value
+        )
         host, port = parse_peer(config.listen, allow_port_zero=True)
         self.http = HttpServer(
             self.app, host, port, config.shutdown_grace_s, log_level,
@@ -109,6 +111,8 @@ async def run_agent(
                     "can send this agent commands that move and delete KV data",
                     ", ".join(open_to),
                 )
+            if config.ingest_token:  # reports only: the shared token keeps every right
+                log.info("ingest token: POST /v1/engine-stats only, no pulls")
             if config.tenant_tokens:  # the shared token keeps every right beside them
                 tenants = sorted({t for e in config.tenant_tokens for t in e.tenants})
                 log.info("tenant tokens: %d, for tenants %s", len(config.tenant_tokens), tenants)

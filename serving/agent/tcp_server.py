@@ -9,7 +9,9 @@ reading its own tenants' replicas) may pull only blocks of those tenants: a requ
 another tenant's is refused (``UNAUTHORIZED``, naming the tenant) and counted before any block
 is looked up; and each tenant token is served at most its cap of pulls at once (more are
 refused ``BUSY`` before their request is read), so that tenant tokens cannot hold the
-connections the agents' own pulls need.
+connections the agents' own pulls need. The ingest token (the engines' reports over HTTP:
+:mod:`~kvcast.serving.http.ingest_token`) is never given to it: a peer presenting it is
+refused as one with an unknown token.
 
 Authentication comes first (protocol version 2): of a peer not yet authenticated the server
 parses a frame header and, if it announces a ``Hello`` of at most ``MAX_HELLO_BODY`` (4 KiB),

@@ -91,10 +91,11 @@ class EngineHttp:
             conn[1].close()
         return None
 
-    async def post_json(self, path: str, obj: Any) -> tuple[int, Any]:
-        status, data = await self.request(
-            "POST", path, json.dumps(obj).encode(), {"Content-Type": "application/json"}
-        )
+    async def post_json(
+        self, path: str, obj: Any, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        fields = {"Content-Type": "application/json"} | (headers or {})
+        status, data = await self.request("POST", path, json.dumps(obj).encode(), fields)
         return status, json.loads(data) if data else None
 
     async def aclose(self) -> None:

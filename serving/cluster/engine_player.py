@@ -7,7 +7,9 @@ stored into it (``PUT /v1/blocks``, raw bytes with their checksum), then one KV-
 announces both (``BlockRemoved``, then ``BlockStored`` per contiguous run of the chain, with
 its parent). A block is announced only once its bytes are in the agent, so a pull the
 sidecar orders from this node finds them. The queue depth, when it changed, goes to
-``POST /v1/engine-stats`` in the background.
+``POST /v1/engine-stats`` in the background. Stores and evictions carry the shared token;
+the queue-depth reports carry the report headers (the ingest token's, when the cluster has
+one: an engine's reports need no right to move or delete data).
 """
 
 from __future__ import annotations
@@ -75,15 +77,20 @@ class EnginePlayer:
     Requests overlap: each runs as a task whose PUTs share ``concurrency`` connections, but
     it announces its blocks only after the previous request has (so the events keep the
     routing order), and one whose LRU evicted blocks waits for every earlier request first
-    (so a block is never evicted from the agent before its PUT landed)."""
+    (so a block is never evicted from the agent before its PUT landed). ``headers``: those of
+    its stores and evictions (the shared token); ``report_headers``: those of its queue-depth
+    reports (the ingest token; None: ``headers``)."""
 
     def __init__(
         self, node: int, agent: str, headers: dict[str, str], maker: BlockMaker,
         sink: EventSink, block_tokens: int, concurrency: int = 8, timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
+        report_headers: dict[str, str] | None = None,
     ) -> None:  # fmt: skip
         self.node, self.agent = node, agent  # ssl_context: mutual TLS to an https:// agent
-        self.http = EngineHttp(agent, headers, concurrency, timeout_s, ssl_context)
+        self.http = EngineHttp(agent, None, concurrency, timeout_s, ssl_context)
+        self.headers = dict(headers)
+        self.report_headers = self.headers if report_headers is None else dict(report_headers)
         self.maker, self.sink, self.block_tokens = maker, sink, block_tokens
         self.stats = EngineStats()
         self._slots = asyncio.Semaphore(concurrency)
@@ -162,13 +169,13 @@ class EnginePlayer:
             if tenant.isascii() and tenant.isprintable():  # raw bytes, the fields in headers
                 fields = {"Content-Type": "application/octet-stream", "X-Kvcast-Tenant": tenant,
                           "X-Kvcast-Block-Hash": hash_to_header(block_hash),
-                          "X-Kvcast-Checksum": str(digest)}  # fmt: skip
+                          "X-Kvcast-Checksum": str(digest)} | self.headers  # fmt: skip
                 call = self.http.request("PUT", "/v1/blocks", data, fields)
             else:  # a tenant name a header cannot carry: JSON, the bytes in base64
                 body = {"tenant": tenant, "block_hash": block_hash, "checksum": digest,
                         "data": base64.b64encode(data).decode("ascii")}  # fmt: skip
-                call = self.http.request("PUT", "/v1/blocks", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})  # fmt: skip
+                fields = {"Content-Type": "application/json"} | self.headers
+                call = self.http.request("PUT", "/v1/blocks", json.dumps(body).encode(), fields)
             status = await self._call(call)
         if status == 200:
             self.stats.blocks_put += 1
@@ -193,7 +200,7 @@ class EnginePlayer:
             for i in range(0, len(hashes), MAX_HASHES_PER_PULL):
                 body = {"tenant": tenant, "block_hashes": hashes[i : i + MAX_HASHES_PER_PULL]}
                 try:
-                    status, answer = await self.http.post_json("/v1/evict", body)
+                    status, answer = await self.http.post_json("/v1/evict", body, self.headers)
                 except (EngineHttpError, ValueError):
                     status, answer = 0, None
                 if status == 200:
@@ -205,7 +212,7 @@ class EnginePlayer:
         """Tell the agent the engine's queue depth (the sidecar polls it from there)."""
         body = {"engine_id": "replay-0", "queue_depth": queue_depth}
         try:
-            status, _ = await self.http.post_json("/v1/engine-stats", body)
+            status, _ = await self.http.post_json("/v1/engine-stats", body, self.report_headers)
         except (EngineHttpError, ValueError):
             status = 0
         if status != 204:

@@ -2,7 +2,8 @@
 
 ``cluster up`` writes ``<workdir>/cluster.json`` once every process is ready, and removes it
 when they have stopped; ``kvcast cluster replay --cluster DIR`` reads it. It holds addresses,
-process ids and the *name* of the token's environment variable, never the token itself; with
+process ids and the *names* of the environment variables of the shared token and of the
+ingest token (when the cluster has one), never a token itself; with
 ``cluster up --tls``, the paths of the cluster CA and of the replay client's certificate and
 key (:class:`TlsPaths`; the sidecar and the agents then speak ``https://`` only and require a
 certificate).
@@ -11,7 +12,7 @@ Its ``mode`` and ``model`` are those the sidecar was started with, written once:
 ``GET /v1/mode`` and ``GET /v1/model`` say what it runs now).
 Every address is checked to be a loopback one on both sides. :class:`ReplayTargets` is what
 ``kvcast cluster replay`` plays against: these addresses (or those given on its command line),
-the token and the client certificate.
+the tokens and the client certificate.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class ClusterLayout:
     model: str = ""  # the model it was started with (GET /v1/model: the one loaded now)
     block_bytes: int = 64 << 10  # KV bytes of one block, as the sidecar prices them
     token_env: str | None = None  # the environment variable holding the token (None: no auth)
+    # the one holding the ingest token (None: none; the router and the engines use the token)
+    ingest_token_env: str | None = None
     workdir: str = ""
     pids: dict[str, int] = field(default_factory=dict)  # service name -> process id
     tls: TlsPaths | None = None  # mutual TLS to sidecar and agents (None: plain HTTP, token only)
@@ -132,7 +135,9 @@ def read_layout(workdir: str | Path) -> ClusterLayout:
 @dataclass(frozen=True)
 class ReplayTargets:
     """The cluster to play against; ``engines``: (PUB, replay) endpoint per node, or None to
-    post the KV events to the sidecar over HTTP; ``tls``: the client certificate presented to
+    post the KV events to the sidecar over HTTP; ``token``: the shared token (storing and
+    evicting block bytes in the agents); ``ingest_token``: the token of the reports (arrivals,
+    KV events, engine stats; None: ``token``'s); ``tls``: the client certificate presented to
     an ``https://`` sidecar and agents (and the CA their certificates are verified against;
     without it, an ``https://`` sidecar is verified against the default trust store)."""
 
@@ -142,6 +147,7 @@ class ReplayTargets:
     engines: tuple[tuple[str, str | None], ...] | None = None
     token: str | None = field(default=None, repr=False)
     tls: TlsFiles | None = None
+    ingest_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
@@ -161,10 +167,19 @@ class ReplayTargets:
                         require_loopback(e, "--engines")
 
     @classmethod
-    def from_layout(cls, layout: ClusterLayout, token: str | None) -> ReplayTargets:
+    def from_layout(
+        cls, layout: ClusterLayout, token: str | None, ingest_token: str | None = None
+    ) -> ReplayTargets:
         engines = [(n.engine, n.replay) for n in layout.nodes]
         return cls(
             layout.sidecar, tuple(n.agent for n in layout.nodes), layout.node_names,
             None if any(e is None for e, _ in engines) else tuple(engines),  # type: ignore[arg-type]
-            token, None if layout.tls is None else layout.tls.files(),
+            token, None if layout.tls is None else layout.tls.files(), ingest_token,
         )  # fmt: skip
+
+    def headers(self, reports: bool = False) -> dict[str, str]:
+        """The ``Authorization`` header of a call: a report's (``reports``: an arrival, KV
+        events, engine stats) carries the ingest token when there is one, any other call the
+        shared token; none without a token."""
+        token = (self.ingest_token or self.token) if reports else self.token
+        return {"Authorization": f"Bearer {token}"} if token else {}

@@ -160,8 +160,10 @@ async def run_replay(
     requests: Sequence[TraceRequest], targets: ReplayTargets, spec: ReplaySpec,
     block_tokens: int, progress: Progress | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Play ``requests``; the replay's own counts (see :func:`_play`)."""
-    headers = {"Authorization": f"Bearer {targets.token}"} if targets.token else {}
+    """Play ``requests``; the replay's own counts (see :func:`_play`). The router's arrivals,
+    the engines' KV events over HTTP and their queue depths carry the ingest token when the
+    targets have one; the engines' block stores and evictions, the shared token."""
+    headers, reports = targets.headers(), targets.headers(reports=True)
     limits = httpx.Limits(max_connections=POSTS_IN_FLIGHT + 2, max_keepalive_connections=None)
     tls = None if targets.tls is None else targets.tls.client_context()  # to https:// services
     verify = True if tls is None else tls
@@ -174,7 +176,7 @@ async def run_replay(
         names = targets.names
         try:
             if targets.engines is None:
-                sinks += [HttpSink(i, http, targets.sidecar, headers) for i in range(len(nodes))]
+                sinks += [HttpSink(i, http, targets.sidecar, reports) for i in range(len(nodes))]
             else:
                 zmq = [ZmqSink(n, *e) for n, e in zip(targets.names, targets.engines, strict=True)]
                 sinks += zmq
@@ -182,10 +184,10 @@ async def run_replay(
             maker = BlockMaker(spec.block_bytes, spec.seed)
             engines += [
                 EnginePlayer(i, targets.agents[i], headers, maker, sinks[i], block_tokens,
-                             spec.put_concurrency, ssl_context=tls)
+                             spec.put_concurrency, ssl_context=tls, report_headers=reports)
                 for i in range(len(nodes))
             ]  # fmt: skip
-            return await _play(requests, targets, spec, http, headers, router, nodes, engines,
+            return await _play(requests, targets, spec, http, reports, router, nodes, engines,
                                names, progress)  # fmt: skip
         finally:
             for engine in engines:  # after a failure: what is still running stops now
@@ -211,7 +213,7 @@ async def _sidecar_names(
 
 async def _play(
     requests: Sequence[TraceRequest], targets: ReplayTargets, spec: ReplaySpec,
-    http: httpx.AsyncClient, headers: dict[str, str], router: RouterPlayer,
+    http: httpx.AsyncClient, reports: dict[str, str], router: RouterPlayer,
     nodes: list[NodeModel], engines: list[EnginePlayer], names: Sequence[str],
     progress: Progress | None,
 ) -> dict[str, Any]:  # fmt: skip
@@ -232,7 +234,7 @@ async def _play(
             adm = nodes[node].admit(req.arrival_ms, req.tenant, req.block_hashes, req.input_tokens,
                                     req.output_tokens)  # fmt: skip
             body = arrival_body(req, node, adm.queue_depth, time.time() * 1000.0)
-            task = asyncio.create_task(router.post(http, targets.sidecar, headers, [body]))
+            task = asyncio.create_task(router.post(http, targets.sidecar, reports, [body]))
             posts.add(task)
             task.add_done_callback(posts.discard)
             engines[node].submit(adm, req.tenant)

@@ -8,7 +8,10 @@ could go to another process meanwhile, the sidecar included); then loopback port
 kernel's ephemeral range are reserved for every engine (ZMQ PUB, replay: :mod:`.ports`), the
 sidecar's config is written into the workdir with the agents' addresses (:mod:`.config_gen`)
 and the sidecar starts; once its ready line is in, the addresses go to
-``<workdir>/cluster.json`` (:mod:`.layout`). With ``tls``, a new cluster CA and a certificate
+``<workdir>/cluster.json`` (:mod:`.layout`). Every process is told the variables of the
+shared token and of the ingest token (``--token-env``, ``--ingest-token-env``), which it
+reads from the environment it inherits; an ingest token without a shared token, or equal to
+it, stops the start before any process runs. With ``tls``, a new cluster CA and a certificate
 per process (and one for the replay client) are written to ``<workdir>/tls/`` first
 (:mod:`.certs`), every process gets its own through ``KVCAST_TLS_*``, the sidecar's config
 serves its API over mutual TLS with its own, the sidecar's and the agents' URLs are
@@ -57,6 +60,7 @@ from kvcast.serving.cluster.process import (
     kvcast_command,
 )
 from kvcast.serving.http.auth import token_from_env
+from kvcast.serving.http.ingest_token import check_ingest_token
 from kvcast.serving.tls import ENV as TLS_ENV
 from kvcast.serving.tls import TlsFiles
 
@@ -75,6 +79,9 @@ class ClusterSpec:
     workdir: Path = field(default_factory=lambda: Path("kvcast-out/cluster"))
     mode: str = "shadow"
     token_env: str = "KVCAST_TOKEN"  # the variable holding the shared token (unset: no auth)
+    # the variable holding the ingest token (unset: none; the replay then reports with the
+    # shared token)
+    ingest_token_env: str = "KVCAST_INGEST_TOKEN"
     capacity_bytes: int = 512 * MiB  # per agent
     speculative_quota_bytes: int = 128 * MiB  # per agent
     block_bytes: int = 64 << 10  # KV bytes of one block, as the sidecar prices them
@@ -164,7 +171,7 @@ class LocalCluster:
             env = env | {TLS_ENV[k]: str(getattr(tls, k)) for k in TLS_ENV}
         proc = ServiceProcess(
             name, [*kvcast_command(), "serve", *args, "--token-env", self.spec.token_env,
-                   "--log-level", "info"],
+                   "--ingest-token-env", self.spec.ingest_token_env, "--log-level", "info"],
             env=env, log_path=self.workdir / "logs" / f"{name}.log", ready=ready,
         )  # fmt: skip
         proc.start()
@@ -184,6 +191,8 @@ class LocalCluster:
     def _start(self) -> ClusterLayout:
         s = self.spec
         token = token_from_env(self.env.get(s.token_env), s.token_env)
+        ingest = token_from_env(self.env.get(s.ingest_token_env), s.ingest_token_env)
+        check_ingest_token(ingest, token, (), s.ingest_token_env, s.token_env)  # before a start
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.lock_workdir()
         _refuse_if_running(self.workdir)
@@ -224,6 +233,7 @@ class LocalCluster:
         self.layout = ClusterLayout(
             sidecar=f"{scheme}://{ready.group(2)}", nodes=nodes, mode=s.mode, model=s.model,
             block_bytes=s.block_bytes, token_env=s.token_env if token else None,
+            ingest_token_env=s.ingest_token_env if ingest else None,
             workdir=str(self.workdir), pids={p.name: p.pid for p in self.services},
             tls=None if client is None else TlsPaths.of(client),
         )  # fmt: skip

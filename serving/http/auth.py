@@ -5,10 +5,14 @@ with 401 before its body is even read (a refused command never reaches validatio
 handler). Besides the shared token (every right) it may know *tenant tokens*, each speaking
 for some tenants only: those reach only the routes named ``tenant_paths`` (others are 403),
 and the guard hands the handler the request's :class:`Identity` (:func:`request_identity`)
-to narrow what it does or shows to those tenants. Every comparison is constant-time, and
-every known token is compared. Each API documents the requirement in its OpenAPI schema with
-a ``fastapi.security.HTTPBearer`` of its own; enforcement is the guard's. With no token
-configured every route is open.
+to narrow what it does or shows to those tenants. It may also know the *ingest token* (the
+router's and the engines': it reports what happened and commands nothing): it speaks for
+every tenant, as the shared token, but reaches only the routes named ``ingest_paths``
+(others are 403, ``on_ingest_forbidden``), so the guard alone is what restricts it; it
+needs a shared token and must differ from it and from every tenant token
+(:mod:`.ingest_token`). Every comparison is constant-time, and every known token is compared.
+Each API documents the requirement in its OpenAPI schema with a ``fastapi.security.HTTPBearer``
+of its own; enforcement is the guard's. With no token configured every route is open.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pydantic import AfterValidator, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kvcast.serving.cluster.ports import is_loopback
+from kvcast.serving.http.ingest_token import check_ingest_token
 
 
 def _not_blank(token: SecretStr) -> SecretStr:
@@ -58,15 +63,20 @@ def token_matches(header: bytes | None, token: bytes) -> bool:
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Whom a request's token speaks for: every tenant (``tenants`` None: the shared token,
-    or no token configured) or only ``tenants`` (a tenant token). ``token`` tells tenant
-    tokens apart (two may speak for the same tenants): its position among the guard's
-    ``tenant_tokens`` (None: not a tenant token)."""
+    the ingest token, or no token configured) or only ``tenants`` (a tenant token). ``token``
+    tells tenant tokens apart (two may speak for the same tenants): its position among the
+    guard's ``tenant_tokens`` (None: not a tenant token). ``ingest``: the ingest token's,
+    which the guard lets reach its ``ingest_paths`` only (and a transfer server never
+    admits)."""
 
     tenants: frozenset[str] | None = None
     token: int | None = None
+    ingest: bool = False
 
     @property
     def admin(self) -> bool:
+        """Whether it speaks for every tenant (the ingest token too, on the routes it may
+        reach: what a handler narrows by; which routes a token reaches is the guard's)."""
         return self.tenants is None
 
     def speaks_for(self, tenant: str) -> bool:
@@ -74,6 +84,7 @@ class Identity:
 
 
 ADMIN = Identity()
+INGEST = Identity(ingest=True)  # every tenant's reports, on the guard's ingest_paths only
 NOBODY = Identity(frozenset())  # a request the guard did not admit: no tenant's data
 IDENTITY = "identity"  # its key in the ASGI scope's ``state`` (``request.state.identity``)
 
@@ -129,21 +140,27 @@ class PathSet:
 
 
 class KnownTokens:
-    """The shared token (every right) and the tenant tokens (``tenant_tokens``: secret -> the
-    tenants it speaks for) a service knows. A tenant token's ``Identity.token`` is its
-    position in ``tenant_tokens``' order. With no shared token, every presented token (none
-    included) is the shared token's: nothing is guarded."""
+    """The shared token (every right), the tenant tokens (``tenant_tokens``: secret -> the
+    tenants it speaks for) and the ingest token (:data:`INGEST`) a service knows. A tenant
+    token's ``Identity.token`` is its position in ``tenant_tokens``' order. With no shared
+    token, every presented token (none included) is the shared token's: nothing is guarded.
+    A transfer server is never given the ingest token: there it is unknown, as any other."""
 
     def __init__(
-        self, token: str | None, tenant_tokens: Mapping[str, Collection[str]] | None = None
-    ) -> None:
+        self, token: str | None, tenant_tokens: Mapping[str, Collection[str]] | None = None,
+        ingest_token: str | None = None,
+    ) -> None:  # fmt: skip
         if tenant_tokens and not token:  # nothing would guard what they may not do
             raise ValueError("tenant tokens need a shared token: it guards the other routes")
+        check_ingest_token(ingest_token, token or None, tenant_tokens or {})
         self._token = digest(token.encode()) if token else None
-        self._tenants = tuple(
+        known = [
             (digest(secret.encode()), Identity(frozenset(tenants), i))
             for i, (secret, tenants) in enumerate((tenant_tokens or {}).items())
-        )
+        ]
+        if ingest_token is not None:
+            known.append((digest(ingest_token.encode()), INGEST))
+        self._known = tuple(known)
 
     def identify(self, presented: bytes) -> Identity | None:
         """Whom ``presented`` speaks for (None: no known token). Every known token is
@@ -152,7 +169,7 @@ class KnownTokens:
             return ADMIN
         mine = digest(presented)
         found = ADMIN if hmac.compare_digest(mine, self._token) else None
-        for secret, identity in self._tenants:
+        for secret, identity in self._known:
             if hmac.compare_digest(mine, secret):  # tokens differ: one matches at most
                 found = identity
         return found
@@ -165,9 +182,11 @@ class BearerTokenGuard:
     ``POST /v1/mode`` guarded, ``GET /v1/mode`` open).
 
     ``tenant_tokens`` (token -> the tenants it speaks for) may reach only the protected paths
-    in ``tenant_paths``; elsewhere they are refused with 403 (``on_forbidden(path)``). An
-    admitted request carries its :class:`Identity` in ``scope["state"]`` for the handler; a
-    tenant token's ``Identity.token`` is its position in ``tenant_tokens``' order."""
+    in ``tenant_paths``; elsewhere they are refused with 403 (``on_forbidden(path)``). The
+    ``ingest_token`` may reach only those in ``ingest_paths``; elsewhere it is refused with
+    403 (``on_ingest_forbidden(path)``). An admitted request carries its :class:`Identity` in
+    ``scope["state"]`` for the handler; a tenant token's ``Identity.token`` is its position in
+    ``tenant_tokens``' order."""
 
     def __init__(
         self,
@@ -179,11 +198,17 @@ class BearerTokenGuard:
         tenant_tokens: Mapping[str, Collection[str]] | None = None,
         tenant_paths: Collection[str] = (),
         on_forbidden: Callable[[str], None] = lambda path: None,
+        ingest_token: str | None = None,
+        ingest_paths: Collection[str] = (),
+        on_ingest_forbidden: Callable[[str], None] = lambda path: None,
     ) -> None:
         self.app, self.on_refused, self.on_forbidden = app, on_refused, on_forbidden
+        self.on_ingest_forbidden = on_ingest_forbidden
         self.protected, self.tenant_paths = PathSet(protected), PathSet(tenant_paths)
+        self.ingest_paths = PathSet(ingest_paths)
+        self.reports = ", ".join(sorted(ingest_paths)) or "none here"  # for its 403s
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
-        self.tokens = KnownTokens(token, tenant_tokens)
+        self.tokens = KnownTokens(token, tenant_tokens, ingest_token)
 
     def guards(self, path: str) -> bool:
         return path in self.protected
@@ -207,9 +232,14 @@ class BearerTokenGuard:
                 send, 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")]
             )
             return
+        what = f"{scope['method']} {scope['path']}"
+        if identity.ingest and scope["path"] not in self.ingest_paths:
+            self.on_ingest_forbidden(scope["path"])
+            await refuse(send, 403, f"the ingest token may not use {what}: it may only post "
+                         f"reports ({self.reports}); this route needs another token")  # fmt: skip
+            return
         if not identity.admin and scope["path"] not in self.tenant_paths:
             self.on_forbidden(scope["path"])
-            what = f"{scope['method']} {scope['path']}"
             await refuse(send, 403, f"a tenant token may not use {what}: it needs the shared token")
             return
         scope.setdefault("state", {})[IDENTITY] = identity

@@ -8,11 +8,12 @@ the shared token is read from ``KVCAST_TOKEN``: validating a config never reads 
 environment, so a config with tenant tokens validates the same anywhere) and refuses what
 would weaken the service: a variable unset or blank, a token with leading or trailing
 whitespace (a bearer header's token is read stripped, so it could pass for another), two
-entries with the same token (neither
-could be told from the other), a tenant token equal to the shared token (it would have every
-right), a token longer than the service can carry (``max_bytes``: an agent's must fit a
-transfer ``Hello``), and tenant tokens without a shared token (nothing would then guard what
-they may not do). Errors name the entry and its variable, never a secret.
+entries with the same token (neither could be told from the other), a tenant token equal to
+the shared token (it would have every right) or to the ingest token (:mod:`.ingest_token`:
+it would reach the other's routes), a token longer than the service can carry
+(``max_bytes``: an agent's must fit a transfer ``Hello``), and tenant tokens without a shared
+token (nothing would then guard what they may not do). Errors name the entry and its
+variable, never a secret.
 :func:`given_tenant_tokens` checks that the secrets a service is handed are its config's.
 """
 
@@ -80,10 +81,12 @@ def read_tenant_tokens(
     shared: str | None,
     environ: Mapping[str, str],
     max_bytes: int | None = None,
+    ingest: str | None = None,
 ) -> dict[str, frozenset[str]]:
     """token -> the tenants it speaks for, in the entries' order, read from ``environ``; a
     ValueError naming the entry (``tenant_tokens[i]``) and its variable when one is missing,
-    blank, not unique, or over ``max_bytes`` in UTF-8."""
+    blank, not unique, the shared token or the ``ingest`` token, or over ``max_bytes`` in
+    UTF-8."""
     if not entries:
         return {}
     if shared is None:
@@ -105,6 +108,9 @@ def read_tenant_tokens(
                              "bearer header drops; remove it")  # fmt: skip
         if value == shared:
             raise ValueError(f"{where}: its token is the shared token; a tenant token must be "
+                             "a secret of its own")  # fmt: skip
+        if value == ingest:
+            raise ValueError(f"{where}: its token is the ingest token; a tenant token must be "
                              "a secret of its own")  # fmt: skip
         if max_bytes is not None and (n := len(value.encode())) > max_bytes:
             raise ValueError(f"{where}: its token is {n} bytes (UTF-8), over {max_bytes}")

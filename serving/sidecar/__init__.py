@@ -19,7 +19,9 @@ agents' inventories (the engines' replay sockets give their recent history), so 
 sidecar sends no transfer twice. :mod:`.core` wires the parts, :mod:`.service` runs them with
 the HTTP server, :mod:`.metrics` exposes them to Prometheus. Beside the shared token, tenant
 tokens (:mod:`.tenant_tokens`) post and see their tenants' arrivals, decisions and blocks
-only (:mod:`.tenant_scope`; whose blocks: :mod:`.block_tenants`).
+only (:mod:`.tenant_scope`; whose blocks: :mod:`.block_tenants`), and the ingest token (the
+router's and the engines') posts arrivals and KV events only
+(:mod:`kvcast.serving.http.ingest_token`).
 
 Nothing here imports torch; the serving path is numpy, onnxruntime, pyzmq, FastAPI and httpx.
 """

@@ -9,10 +9,14 @@ The shared token may do everything; a tenant token (the config's ``tenant_tokens
 posts its tenants' arrivals (without queue depths), at most its entry's rate of them
 (:mod:`.arrival_rates`: 429) and its share of the ingestion queue (:mod:`.queue_shares`:
 429), and sees its tenants' decisions and blocks
-(:mod:`.tenant_scope`), and is refused every other guarded route (403).
+(:mod:`.tenant_scope`), and is refused every other guarded route (403). The ingest token
+(the router's and the engines': ``KVCAST_INGEST_TOKEN``, :mod:`~kvcast.serving.http.ingest_token`)
+reaches :data:`INGEST_ROUTES` only, posting any tenant's arrivals (queue depths included,
+never rate- or share-limited) and KV events as the shared token does; every other guarded
+route (mode, model, decisions, block lookups) is 403 to it, counted.
 Ingestion handlers only validate and queue: they answer 202 as soon as the events are in the
 bounded queue. Middleware, outer first: the token guards (401 before the body is read, 403
-for a tenant token on another route), body size.
+for a tenant token or the ingest token on another route), body size.
 """
 
 from __future__ import annotations
@@ -64,10 +68,14 @@ from kvcast.serving.sidecar.translate import (
 
 MAX_BODY_BYTES = 16 << 20
 GUARDED = ("/v1/requests", "/v1/kv-events", "/v1/mode", "/v1/model")  # their POSTs
+INGEST_ROUTES = ("/v1/requests", "/v1/kv-events")  # the ingest token's (their POSTs)
 LOOKUP_TIMEOUT_S = 5.0
 bearer_scheme = HTTPBearer(
     auto_error=False,
-    description="The shared token (KVCAST_TOKEN): every route. Or a tenant token (the config's "
+    description="The shared token (KVCAST_TOKEN): every route. Or the ingest token "
+    "(KVCAST_INGEST_TOKEN, the router's and the engines'): POST /v1/requests (any tenant's "
+    "arrivals, queue_depth included, never rate-limited) and POST /v1/kv-events only; any "
+    "other guarded route is 403. Or a tenant token (the config's "
     "tenant_tokens): POST /v1/requests with its tenants' arrivals only, without queue_depth "
     "(at most its entry's max_arrivals_per_s, and max_queue_share of the ingestion queue: else "
     "429 with Retry-After), and GET /v1/decisions "
@@ -112,8 +120,8 @@ def _writes(sc: Sidecar) -> APIRouter:
         """Requests the router routed (one or more), queued for the feature state. A request
         id posted before for its tenant (a retried batch) is not counted again
         (``duplicates``). A tenant token may post its tenants' arrivals only: a batch with
-        another tenant's, or with a ``queue_depth`` (a node's queue: the shared token's to
-        report), is refused whole (403), nothing taken; its ``ts_ms`` later than the
+        another tenant's, or with a ``queue_depth`` (a node's queue: the shared or ingest
+        token's to report), is refused whole (403), nothing taken; its ``ts_ms`` later than the
         sidecar's clock is taken as the time received. A tenant token whose entry sets
         ``max_arrivals_per_s`` posts at most that many arrivals per second (bursts up to
         ``burst_arrivals``, counted in arrivals, retries included): a batch that does not fit
@@ -122,7 +130,8 @@ def _writes(sc: Sidecar) -> APIRouter:
         waiting in the ingestion queue are at most its entry's ``max_queue_share`` of it: a
         batch that would pass that is refused whole with 429 (``Retry-After``: 1), one over
         the whole share with 400. A refused batch (403, 422, 429, 400) uses none of the rate.
-        The shared token is never limited."""
+        The shared token and the ingest token (the router's) are never limited, may post any
+        tenant's arrivals and report queue depths."""
         if (refusal := foreign_arrival(body, who)) is not None:
             sc.tenant_refusals["tenant"] += 1
             raise refusal
@@ -156,7 +165,8 @@ def _writes(sc: Sidecar) -> APIRouter:
     @router.post("/kv-events", status_code=202, responses=refusals)
     async def kv(body: KvEventBatch) -> Accepted:
         """One engine's KV events (vLLM's BlockStored / BlockRemoved / AllBlocksCleared, with
-        vLLM's field names), for engines that cannot publish over ZMQ."""
+        vLLM's field names), for engines that cannot publish over ZMQ (the shared token or the
+        ingest token)."""
         events = kv_events(body, names, sc.clock_ms())
         return accepted(len(events), sc.queue.put(events, "http"))
 
@@ -296,6 +306,9 @@ def build_app(sc: Sidecar) -> FastAPI:
     def forbidden(path: str) -> None:
         sc.tenant_refusals["route"] += 1
 
+    def ingest_forbidden(path: str) -> None:
+        sc.ingest_refusals += 1
+
     looked_up = {route.path for route in lookups.routes}  # type: ignore[attr-defined]
     # GET /v1/model too: its source is a path on this host or a registry URI
     for protected, methods in ((set(GUARDED), {"POST"}), (looked_up | {"/v1/model"}, None)):
@@ -303,6 +316,8 @@ def build_app(sc: Sidecar) -> FastAPI:
             BearerTokenGuard, token=sc.cfg.token_value, protected=protected,
             on_refused=refused, methods=methods, tenant_tokens=sc.tenant_tokens,
             tenant_paths=TENANT_ROUTES, on_forbidden=forbidden,
+            ingest_token=sc.cfg.ingest_token_value, ingest_paths=INGEST_ROUTES,
+            on_ingest_forbidden=ingest_forbidden,
         )  # fmt: skip
     app.state.sidecar = sc
     return app

@@ -22,6 +22,7 @@ from kvcast.serving.agent.sizes import ByteSize
 from kvcast.serving.agent.transport import parse_peer
 from kvcast.serving.gc_pacing import GcConfig
 from kvcast.serving.http.auth import Token
+from kvcast.serving.http.ingest_token import check_ingest_token
 from kvcast.serving.http.server_config import HttpServerConfig, ServerTlsConfig
 from kvcast.serving.sidecar.tenant_tokens import TenantTokenConfig
 
@@ -119,6 +120,9 @@ class SidecarConfig(FiniteConfig):
     shutdown_grace_s: float = Field(5.0, gt=0)
     gc: GcConfig = GcConfig()
     token: Token | None = None  # shared token (the CLI reads KVCAST_TOKEN)
+    # the router's and the engines' token: POST /v1/requests and /v1/kv-events only (the CLI
+    # reads KVCAST_INGEST_TOKEN); it needs the shared token and differs from it
+    ingest_token: Token | None = None
     # tokens speaking for some tenants only; their secrets are read from the environment at
     # start-up (read_tenant_tokens, by the CLI), never by validating this config
     tenant_tokens: tuple[TenantTokenConfig, ...] = ()
@@ -126,6 +130,7 @@ class SidecarConfig(FiniteConfig):
     @model_validator(mode="after")
     def _consistent(self) -> SidecarConfig:
         parse_peer(self.listen, allow_port_zero=True, key="listen")
+        check_ingest_token(self.ingest_token_value, self.token_value, (), "ingest_token", "token")
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError(f"node names must be unique, got {names}")
@@ -161,6 +166,10 @@ class SidecarConfig(FiniteConfig):
     @property
     def token_value(self) -> str | None:
         return self.token.get_secret_value() if self.token else None
+
+    @property
+    def ingest_token_value(self) -> str | None:
+        return self.ingest_token.get_secret_value() if self.ingest_token else None
 
     @property
     def node_names(self) -> tuple[str, ...]:

@@ -90,6 +90,7 @@ class Sidecar:
         self.tenant_refusals = Counter(
             {"route": 0, "tenant": 0, "queue_depth": 0, "rate": 0, "burst": 0, "queue_share": 0}
         )
+        self.ingest_refusals = 0  # the ingest token on a route it may not use (403)
         self.arrival_rates = ArrivalRates(cfg.tenant_tokens, monotonic)  # per tenant token
         self.http_cuts = ConnectionCuts()  # connections its API server cut (counted there)
         self.replicas_lost_on_agents = 0  # replicas the agents removed without our command

@@ -164,6 +164,8 @@ def sidecar_families(sc: Sidecar) -> list[Family]:
                   "(403), over its arrival rate or its queue share (429), its burst or its "
                   "whole share (400)", "reason",
                   dict(sc.tenant_refusals)),
+        _one("counter", "ingest_refusals_total", "Requests of the ingest token refused (403): "
+             "a route other than POST /v1/requests and /v1/kv-events", sc.ingest_refusals),
         _one("counter", "duplicate_arrivals_total", "Arrivals posted again (a retried batch): "
              "not counted twice", sc.seen_requests.duplicates),
         _one("gauge", "recovered_block_locations", "Block locations read from the agents at "

@@ -95,6 +95,8 @@ async def run_sidecar(
                     "can send this sidecar commands that move and delete KV data",
                     ", ".join(open_to),
                 )
+            if config.ingest_token:  # reports only: the shared token keeps every right
+                log.info("ingest token: POST /v1/requests and /v1/kv-events only")
             if config.tenant_tokens:  # the shared token keeps every right beside them
                 tenants = sorted({t for e in config.tenant_tokens for t in e.tenants})
                 log.info("tenant tokens: %d, for tenants %s", len(config.tenant_tokens), tenants)

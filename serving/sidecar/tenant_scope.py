@@ -2,15 +2,18 @@
 
 The guard (:class:`~kvcast.serving.http.auth.BearerTokenGuard`) lets a tenant token reach
 :data:`TENANT_ROUTES` only; the handlers narrow those to its tenants with the functions here
-(the shared token keeps every right: each is the identity for it):
+(the shared token keeps every right: each is the identity for it; so is each for the ingest
+token, which speaks for every tenant, on the one of these routes the guard lets it reach:
+``POST /v1/requests``):
 
 - arrivals (``POST /v1/requests``): a batch is taken only when every arrival's tenant is one
   of the token's; else it is refused whole (403 naming the first other tenant), nothing
   ingested. A batch carrying ``queue_depth`` is refused whole too (403 naming the field): a
   node's queue is a node-level fact that steers replication for every tenant, for the shared
-  token (the router's) alone to report. A ``ts_ms`` later than the sidecar's clock is taken
-  as the time received (:func:`~.translate.arrival_events`): the stream is kept in order, so
-  an arrival stamped ahead would move every tenant's later events ahead with it;
+  token or the ingest token (the router's) alone to report. A ``ts_ms`` later than the
+  sidecar's clock is taken as the time received (:func:`~.translate.arrival_events`): the
+  stream is kept in order, so an arrival stamped ahead would move every tenant's later events
+  ahead with it;
 - decisions (``GET /v1/decisions``): those of its tenants' chains only (an eviction names no
   tenant: never shown); ``total`` counts its tenants' decisions among those kept;
 - a block's locations (``GET /v1/blocks/{hash}``): the block is its tenants' when an arrival
@@ -55,7 +58,7 @@ def foreign_arrival(batch: ArrivalBatch, who: Identity) -> HTTPException | None:
 
 def queue_report(batch: ArrivalBatch, who: Identity) -> HTTPException | None:
     """The 403 for a tenant token's batch that reports a node's queue depth (None: the
-    shared token, or no arrival carries one)."""
+    shared token or the ingest token, or no arrival carries one)."""
     if who.admin:
         return None
     for i, arrival in enumerate(batch.requests):
@@ -63,7 +66,7 @@ def queue_report(batch: ArrivalBatch, who: Identity) -> HTTPException | None:
             return HTTPException(
                 403, f"body.requests.{i}.queue_depth: a tenant token may not report a node's "
                 "queue depth (it steers replication for every tenant): only the shared token "
-                "may; leave it out; nothing was taken",
+                "or the ingest token may; leave it out; nothing was taken",
             )  # fmt: skip
     return None
 

@@ -78,7 +78,8 @@ def control_api() -> Callable[..., Any]:
     control)``: an agent whose transfer server listens on loopback, and an httpx client on its
     ASGI control app; ``token`` guards both the HTTP routes and the agent's pulls, as in
     ``kvcast serve agent``, and ``tenant_tokens`` (secret -> tenants) speak for some tenants
-    (``limits``: secret -> more keys of its entry, ``max_bytes`` say)."""
+    (``limits``: secret -> more keys of its entry, ``max_bytes`` say); the config's
+    ``ingest_token`` (in ``config``) is handed to the app as the service hands it."""
     import contextlib
 
     import httpx
@@ -97,7 +98,8 @@ def control_api() -> Callable[..., Any]:
         cfg = agent_config(token=token, tenant_tokens=entries, **overrides)
         async with Agent(cfg, tenant_tokens=tenant_tokens) as agent:
             control = AgentControl(agent)
-            app = build_app(control, agent.config.token_value, agent.tenant_tokens)
+            app = build_app(control, agent.config.token_value, agent.tenant_tokens,
+                            agent.config.ingest_token_value)  # fmt: skip
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
                 yield client, control
