@@ -62,7 +62,7 @@ from kvcast.serving.http.tenant_tokens import TenantTokens, rate_buckets
 
 MAX_BODY_BYTES = 4 << 20  # a replicate of 8192 hex hashes of 64 bytes is about 1.1 MB
 BODY_REFUSALS = (411, 413)  # no Content-Length; body over MAX_BODY_BYTES
-INGEST_ROUTES = ("/v1/engine-stats",)  # the ingest token's
+INGEST_ROUTES = (("POST", "/v1/engine-stats"),)  # the ingest token's
 bearer_scheme = HTTPBearer(
     auto_error=False,
     description="The shared token (KVCAST_TOKEN): every route. Or the ingest token "
@@ -231,7 +231,7 @@ def build_app(
         BearerTokenGuard, token=token, protected=protected, on_refused=control.note_auth_failure,
         tenant_tokens=tenant_tokens, tenant_paths=TENANT_ROUTES,
         on_forbidden=control.note_forbidden, ingest_token=ingest_token,
-        ingest_paths=INGEST_ROUTES, on_ingest_forbidden=control.note_ingest_forbidden,
+        ingest_routes=INGEST_ROUTES, on_ingest_forbidden=control.note_ingest_forbidden,
     )  # fmt: skip
     app.add_middleware(StatusCounter, paths=set(COMMAND_PATHS), counts=control.requests)
     app.state.control = control

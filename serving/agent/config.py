@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from kvcast.config import FiniteConfig
 from kvcast.serving.agent.sizes import ByteSize
@@ -52,6 +52,9 @@ class AgentConfig(FiniteConfig):
     ``MAX_TOKEN_BYTES`` bytes in UTF-8. ``ingest_token``: the engines' token, which may only
     report their queue depths (``KVCAST_INGEST_TOKEN``; see
     :mod:`~kvcast.serving.http.ingest_token`)."""
+
+    # a validation error's text never shows a value (it may be a token's)
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     node_id: str = Field("agent-0", min_length=1, max_length=128)
     listen: str = "127.0.0.1:0"  # the HTTP control API (port 0: ephemeral, logged)

@@ -67,7 +67,7 @@ def check_upload(tenant: str, state: str, who: Identity, where: str = "body.tena
     """Raise a 403 for an upload ``who`` may not make: a block of another tenant
     (:func:`check_tenant`), or an ``active`` one by a tenant token."""
     check_tenant(tenant, who, where)
-    if state != "cached" and not who.admin:
+    if state != "cached" and not who.all_tenants:
         raise TenantRefused(
             f"state: a tenant token may upload cached blocks only, not {state!r} (an "
             "active block is never evicted to make room, for any tenant: the shared token's); "
@@ -108,4 +108,4 @@ def visible_tenants(tenant: str | None, who: Identity) -> frozenset[str] | None:
 
 def command_scope(who: Identity) -> str:
     """The namespace of ``who``'s command ids: the shared token's, or one per tenant token."""
-    return "" if who.admin else f"tenant-token-{who.token}"
+    return "" if who.all_tenants else f"tenant-token-{who.token}"

@@ -2,17 +2,17 @@
 
 :class:`BearerTokenGuard` is ASGI middleware, so a request without a known token is refused
 with 401 before its body is even read (a refused command never reaches validation or a
-handler). Besides the shared token (every right) it may know *tenant tokens*, each speaking
-for some tenants only: those reach only the routes named ``tenant_paths`` (others are 403),
-and the guard hands the handler the request's :class:`Identity` (:func:`request_identity`)
-to narrow what it does or shows to those tenants. It may also know the *ingest token* (the
-router's and the engines': it reports what happened and commands nothing): it speaks for
-every tenant, as the shared token, but reaches only the routes named ``ingest_paths``
-(others are 403, ``on_ingest_forbidden``), so the guard alone is what restricts it; it
-needs a shared token and must differ from it and from every tenant token
-(:mod:`.ingest_token`). Every comparison is constant-time, and every known token is compared.
-Each API documents the requirement in its OpenAPI schema with a ``fastapi.security.HTTPBearer``
-of its own; enforcement is the guard's. With no token configured every route is open.
+handler). Besides the shared token (every right) it may know *tenant tokens*, each speaking for
+some tenants only: those reach only the routes named ``tenant_paths`` (others are 403), and the
+guard hands the handler the request's :class:`Identity` (:func:`request_identity`) to narrow
+what it does or shows to those tenants. It may also know the *ingest token* (the router's and
+the engines': it reports what happened and calls no command): it speaks for every tenant, as
+the shared token, but reaches only the routes named ``ingest_routes`` (method and path; others
+are 403, ``on_ingest_forbidden``), so the guard alone is what restricts it; it needs a shared
+token and must differ from it and from every tenant token (:mod:`.ingest_token`). Every
+comparison is constant-time, and every known token is compared. Each API documents the
+requirement in its OpenAPI schema with a ``fastapi.security.HTTPBearer`` of its own;
+enforcement is the guard's. With no token configured every route is open.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Identity:
     the ingest token, or no token configured) or only ``tenants`` (a tenant token). ``token``
     tells tenant tokens apart (two may speak for the same tenants): its position among the
     guard's ``tenant_tokens`` (None: not a tenant token). ``ingest``: the ingest token's,
-    which the guard lets reach its ``ingest_paths`` only (and a transfer server never
+    which the guard lets reach its ``ingest_routes`` only (and a transfer server never
     admits)."""
 
     tenants: frozenset[str] | None = None
@@ -74,7 +74,7 @@ class Identity:
     ingest: bool = False
 
     @property
-    def admin(self) -> bool:
+    def all_tenants(self) -> bool:
         """Whether it speaks for every tenant (the ingest token too, on the routes it may
         reach: what a handler narrows by; which routes a token reaches is the guard's)."""
         return self.tenants is None
@@ -84,7 +84,7 @@ class Identity:
 
 
 ADMIN = Identity()
-INGEST = Identity(ingest=True)  # every tenant's reports, on the guard's ingest_paths only
+INGEST = Identity(ingest=True)  # every tenant's reports, on the guard's ingest_routes only
 NOBODY = Identity(frozenset())  # a request the guard did not admit: no tenant's data
 IDENTITY = "identity"  # its key in the ASGI scope's ``state`` (``request.state.identity``)
 
@@ -181,12 +181,12 @@ class BearerTokenGuard:
     With ``methods``, only requests with one of those methods are guarded (e.g.
     ``POST /v1/mode`` guarded, ``GET /v1/mode`` open).
 
-    ``tenant_tokens`` (token -> the tenants it speaks for) may reach only the protected paths
-    in ``tenant_paths``; elsewhere they are refused with 403 (``on_forbidden(path)``). The
-    ``ingest_token`` may reach only those in ``ingest_paths``; elsewhere it is refused with
-    403 (``on_ingest_forbidden(path)``). An admitted request carries its :class:`Identity` in
-    ``scope["state"]`` for the handler; a tenant token's ``Identity.token`` is its position in
-    ``tenant_tokens``' order."""
+    ``tenant_tokens`` (token -> the tenants it speaks for) may reach only the protected paths in
+    ``tenant_paths``; elsewhere they are refused with 403 (``on_forbidden(path)``). The
+    ``ingest_token`` may reach only the ``ingest_routes`` (method, path: a route's other methods
+    are not its); elsewhere it is refused with 403 (``on_ingest_forbidden(path)``). An admitted
+    request carries its :class:`Identity` in ``scope["state"]`` for the handler; a tenant
+    token's ``Identity.token`` is its position in ``tenant_tokens``' order."""
 
     def __init__(
         self,
@@ -199,19 +199,28 @@ class BearerTokenGuard:
         tenant_paths: Collection[str] = (),
         on_forbidden: Callable[[str], None] = lambda path: None,
         ingest_token: str | None = None,
-        ingest_paths: Collection[str] = (),
+        ingest_routes: Collection[tuple[str, str]] = (),
         on_ingest_forbidden: Callable[[str], None] = lambda path: None,
     ) -> None:
         self.app, self.on_refused, self.on_forbidden = app, on_refused, on_forbidden
         self.on_ingest_forbidden = on_ingest_forbidden
         self.protected, self.tenant_paths = PathSet(protected), PathSet(tenant_paths)
-        self.ingest_paths = PathSet(ingest_paths)
-        self.reports = ", ".join(sorted(ingest_paths)) or "none here"  # for its 403s
+        verbs = {m.upper() for m, _ in ingest_routes}
+        self.ingest_routes = {
+            v: PathSet([p for m, p in ingest_routes if m.upper() == v]) for v in verbs
+        }
+        routes = sorted(f"{m.upper()} {p}" for m, p in ingest_routes)
+        self.reports = ", ".join(routes) or "none here"  # for its 403s
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self.tokens = KnownTokens(token, tenant_tokens, ingest_token)
 
     def guards(self, path: str) -> bool:
         return path in self.protected
+
+    def ingest_reaches(self, method: str, path: str) -> bool:
+        """Whether ``method path`` is one of the ingest token's routes."""
+        paths = self.ingest_routes.get(method)
+        return paths is not None and path in paths
 
     def identify(self, header: bytes | None) -> Identity | None:
         """Whom the header's token speaks for (None: no known token)."""
@@ -233,12 +242,12 @@ class BearerTokenGuard:
             )
             return
         what = f"{scope['method']} {scope['path']}"
-        if identity.ingest and scope["path"] not in self.ingest_paths:
+        if identity.ingest and not self.ingest_reaches(scope["method"], scope["path"]):
             self.on_ingest_forbidden(scope["path"])
-            await refuse(send, 403, f"the ingest token may not use {what}: it may only post "
-                         f"reports ({self.reports}); this route needs another token")  # fmt: skip
+            await refuse(send, 403, f"the ingest token may not use {what}: it may only report "
+                         f"({self.reports}); this route needs another token")  # fmt: skip
             return
-        if not identity.admin and scope["path"] not in self.tenant_paths:
+        if not identity.all_tenants and scope["path"] not in self.tenant_paths:
             self.on_forbidden(scope["path"])
             await refuse(send, 403, f"a tenant token may not use {what}: it needs the shared token")
             return

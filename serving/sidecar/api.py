@@ -68,7 +68,7 @@ from kvcast.serving.sidecar.translate import (
 
 MAX_BODY_BYTES = 16 << 20
 GUARDED = ("/v1/requests", "/v1/kv-events", "/v1/mode", "/v1/model")  # their POSTs
-INGEST_ROUTES = ("/v1/requests", "/v1/kv-events")  # the ingest token's (their POSTs)
+INGEST_ROUTES = (("POST", "/v1/requests"), ("POST", "/v1/kv-events"))  # the ingest token's
 LOOKUP_TIMEOUT_S = 5.0
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -138,7 +138,7 @@ def _writes(sc: Sidecar) -> APIRouter:
         if (refusal := queue_report(body, who)) is not None:
             sc.tenant_refusals["queue_depth"] += 1
             raise refusal
-        events, queues = arrival_events(body, names, sc.clock_ms(), ahead_ok=who.admin)
+        events, queues = arrival_events(body, names, sc.clock_ms(), ahead_ok=who.all_tenants)
         if (refusal := sc.arrival_rates.oversize(who, len(body.requests))) is not None:
             sc.tenant_refusals["burst"] += 1
             raise refusal
@@ -151,7 +151,7 @@ def _writes(sc: Sidecar) -> APIRouter:
         if (refusal := sc.arrival_rates.admit(who, len(body.requests))) is not None:
             sc.tenant_refusals["rate" if refusal.status_code == 429 else "burst"] += 1
             raise refusal
-        for node, depth, ts_ms in queues:  # the shared token's only
+        for node, depth, ts_ms in queues:  # the shared or the ingest token's only
             sc.loads.note_router_queue(node, depth, ts_ms)
         if sc.block_tenants is not None:  # whose blocks a tenant token may look up
             sc.block_tenants.note(events)
@@ -208,7 +208,7 @@ def _lookups(sc: Sidecar) -> APIRouter:
         """Recent decisions, newest first, with their cost terms and what became of them. To a
         tenant token, its tenants' only (no evictions: they name no tenant), and ``total``
         counts its tenants' decisions among those kept."""
-        if who.admin:
+        if who.all_tenants:
             items, total = sc.recent.latest(limit, kind), sc.recent.total
         else:
             own = own_decisions(sc.recent.latest(sc.cfg.recent_decisions), who)
@@ -232,9 +232,9 @@ def _lookups(sc: Sidecar) -> APIRouter:
         except ValueError as err:
             raise invalid(("path", "block_hash"), str(err)) from None
         named = sc.block_tenants
-        theirs = who.admin or (named is not None and named.named_by(h, who.tenants or ()))
+        theirs = who.all_tenants or (named is not None and named.named_by(h, who.tenants or ()))
         replicas = own_replicas(sc.replicas, h, who)
-        whose = "" if who.admin else " for this token's tenants"
+        whose = "" if who.all_tenants else " for this token's tenants"
         unknown = HTTPException(404, f"block {h} is not known to be held by any node{whose}")
         if not (theirs or replicas):  # not this token's to see: the consumer is not asked
             raise unknown
@@ -316,7 +316,7 @@ def build_app(sc: Sidecar) -> FastAPI:
             BearerTokenGuard, token=sc.cfg.token_value, protected=protected,
             on_refused=refused, methods=methods, tenant_tokens=sc.tenant_tokens,
             tenant_paths=TENANT_ROUTES, on_forbidden=forbidden,
-            ingest_token=sc.cfg.ingest_token_value, ingest_paths=INGEST_ROUTES,
+            ingest_token=sc.cfg.ingest_token_value, ingest_routes=INGEST_ROUTES,
             on_ingest_forbidden=ingest_forbidden,
         )  # fmt: skip
     app.state.sidecar = sc

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from kvcast.config import FiniteConfig, load_config, with_overrides
 from kvcast.features.config import FeatureConfig
@@ -96,6 +96,9 @@ class DecisionLogConfig(FiniteConfig):
 
 
 class SidecarConfig(FiniteConfig):
+    # a validation error's text never shows a value (it may be a token's)
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     sidecar_id: Name = Field("sidecar-0", min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
     listen: str = "127.0.0.1:8480"  # HTTP API, HOST:PORT (port 0: any free port, logged)
     http: HttpServerConfig = HttpServerConfig()  # bounds on slow or too many API clients

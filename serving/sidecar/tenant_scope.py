@@ -59,7 +59,7 @@ def foreign_arrival(batch: ArrivalBatch, who: Identity) -> HTTPException | None:
 def queue_report(batch: ArrivalBatch, who: Identity) -> HTTPException | None:
     """The 403 for a tenant token's batch that reports a node's queue depth (None: the
     shared token or the ingest token, or no arrival carries one)."""
-    if who.admin:
+    if who.all_tenants:
         return None
     for i, arrival in enumerate(batch.requests):
         if arrival.queue_depth is not None:
@@ -73,12 +73,12 @@ def queue_report(batch: ArrivalBatch, who: Identity) -> HTTPException | None:
 
 def own_decisions(kept: Iterable[Decision], who: Identity) -> list[Decision]:
     """Those of ``kept`` of chains of ``who``'s tenants, in order."""
-    return [d for d in kept if who.speaks_for(d.tenant)] if not who.admin else list(kept)
+    return [d for d in kept if who.speaks_for(d.tenant)] if not who.all_tenants else list(kept)
 
 
 def own_replicas(replicas: ReplicaTracker, block: int, who: Identity) -> list[int]:
     """The nodes holding a live replica of ``block`` placed for one of ``who``'s tenants."""
     nodes = replicas.nodes_of(block)
-    if who.admin:
+    if who.all_tenants:
         return nodes
     return [n for n in nodes if who.speaks_for(replicas.tenant(n, block) or "")]

@@ -1,6 +1,6 @@
 """The ingest token as both services' guard reads it: it is identified as every tenant's
 reports (``Identity.ingest``, speaking for every tenant as the shared token does); the guard
-lets it reach its ``ingest_paths`` only and answers it 403 anywhere else it guards (counted by
+lets it reach its ``ingest_routes`` only and answers it 403 anywhere else it guards (counted by
 ``on_ingest_forbidden``, never as a tenant token's refusal or a bad token's), while its paths
 grant a tenant token nothing; a transfer server, which is never given it, takes it for an
 unknown token. An ingest token without a shared token, equal to the shared token or to a tenant
@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from pydantic import ValidationError
 
 from kvcast.serving.http.auth import (
     ADMIN,
@@ -36,17 +37,11 @@ def test_the_ingest_token_is_identified_as_every_tenants_reports() -> None:
     known = KnownTokens(SHARED, TENANTS, REPORTS)
     found = known.identify(REPORTS.encode())
     assert found == INGEST and found is not None
-    assert found.ingest and found.admin and found.speaks_for("anyone") and found.token is None
+    assert found.ingest and found.all_tenants and found.speaks_for("anyone") and found.token is None
     assert known.identify(SHARED.encode()) == ADMIN and not ADMIN.ingest
     assert known.identify(b"acme-s3cret") == Identity(frozenset({"acme"}), 0)
     for other in (b"", REPORTS[:-1].encode(), (REPORTS + "x").encode(), REPORTS.upper().encode()):
         assert known.identify(other) is None
-
-
-def test_a_service_that_is_not_given_the_ingest_token_takes_it_for_an_unknown_one() -> None:
-    """A transfer server's tokens: the shared token and the tenant tokens, never the ingest
-    token (a pull with it is refused as any unknown token's)."""
-    assert KnownTokens(SHARED, TENANTS).identify(REPORTS.encode()) is None
 
 
 @pytest.mark.parametrize(
@@ -58,6 +53,9 @@ def test_a_service_that_is_not_given_the_ingest_token_takes_it_for_an_unknown_on
         (SHARED, {}, " ", "the ingest token is set but empty"),
         (SHARED, {}, REPORTS + " ", "the ingest token has leading or trailing whitespace"),
         (SHARED, {}, "\t" + SHARED, "the ingest token has leading or trailing whitespace"),
+        # a bearer header's token is read stripped: a padded shared token would be this one
+        (SHARED + " ", {}, SHARED, "the ingest token is the same as the shared token"),
+        (SHARED, {"acme-s3cret\n": ["acme"]}, "acme-s3cret", "the same as a tenant token"),
     ],
 )  # fmt: skip
 def test_an_ingest_token_that_would_weaken_the_service_is_refused_never_showing_it(
@@ -98,44 +96,49 @@ def _guarded_app(**guard: Any) -> tuple[FastAPI, Counter[str], list[Identity]]:
 
         async def handler(who: Who) -> dict[str, bool]:
             seen.append(who)
-            return {"admin": who.admin}
+            return {"all_tenants": who.all_tenants}
 
         app.post(path)(handler)
+    app.delete("/report")(handler)  # a command on the report's path: not the ingest token's
     app.add_middleware(
         BearerTokenGuard, token=SHARED, protected={"/report", "/command", "/tenant"},
         on_refused=lambda p: counts.update(["401"]), tenant_tokens=TENANTS,
         tenant_paths={"/tenant"}, on_forbidden=lambda p: counts.update(["tenant 403"]),
-        ingest_token=REPORTS, ingest_paths={"/report"},
+        ingest_token=REPORTS, ingest_routes={("POST", "/report")},
         on_ingest_forbidden=lambda p: counts.update([f"ingest 403 {p}"]), **guard,
     )  # fmt: skip
     return app, counts, seen
 
 
-def test_the_guard_lets_the_ingest_token_reach_its_paths_only() -> None:
+def test_the_guard_lets_the_ingest_token_reach_its_routes_only() -> None:
     async def main() -> None:
         app, counts, seen = _guarded_app()
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://guarded") as client:
             mine = {"Authorization": f"Bearer {REPORTS}"}
             r = await client.post("/report", headers=mine)
-            assert r.status_code == 200 and r.json() == {"admin": True}
+            assert r.status_code == 200 and r.json() == {"all_tenants": True}
             assert seen == [INGEST]
             for path in ("/command", "/tenant"):
                 r = await client.post(path, headers=mine)
                 assert r.status_code == 403, r.text
                 detail = r.json()["detail"]
                 assert f"the ingest token may not use POST {path}" in detail
-                assert "it may only post reports (/report)" in detail
+                assert "it may only report (POST /report)" in detail
+            r = await client.delete("/report", headers=mine)  # its path, another method
+            assert r.status_code == 403 and "may not use DELETE /report" in r.json()["detail"]
             assert (await client.post("/open", headers=mine)).status_code == 200  # unguarded
             r = await client.post("/report", headers={"Authorization": f"Bearer {REPORTS}x"})
             assert r.status_code == 401
         assert len(seen) == 2  # the refused requests never reached a handler
-        assert counts == Counter({"ingest 403 /command": 1, "ingest 403 /tenant": 1, "401": 1})
+        assert counts == Counter(
+            {"ingest 403 /command": 1, "ingest 403 /tenant": 1, "ingest 403 /report": 1, "401": 1}
+        )
 
     asyncio.run(asyncio.wait_for(main(), 10.0))
 
 
-def test_the_ingest_paths_grant_a_tenant_token_nothing() -> None:
+def test_the_ingest_routes_grant_a_tenant_token_nothing() -> None:
     async def main() -> None:
         app, counts, seen = _guarded_app()
         transport = httpx.ASGITransport(app=app)
@@ -174,3 +177,7 @@ def test_a_config_holds_the_ingest_token_as_a_secret_and_refuses_it_alone(kind: 
         with pytest.raises(ConfigError) as err:
             parse_config(model, base | bad, "x.yaml")
         assert message in str(err.value) and "s3cret" not in str(err.value)
+        # validated directly (a library caller): pydantic's own error text shows no value
+        with pytest.raises(ValidationError) as raw:
+            model.model_validate(base | bad)
+        assert "s3cret" not in str(raw.value)

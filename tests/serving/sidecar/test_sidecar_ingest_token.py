@@ -89,7 +89,7 @@ def test_the_ingest_token_is_403_on_every_other_guarded_route_and_changes_nothin
                 assert r.status_code == 403, (path, r.text)
                 detail = r.json()["detail"]
                 assert f"the ingest token may not use {method} {path}" in detail, detail
-                assert "/v1/kv-events, /v1/requests" in detail, detail
+                assert "(POST /v1/kv-events, POST /v1/requests)" in detail, detail
             assert sc.mode == "shadow" and sc.slot.current is None
             assert await ingest_refusals(client) == len(calls)
             assert await refusals(client) == no_refusals() and sc.auth_failures == 0
