@@ -154,6 +154,12 @@ def _missing_item(e: Any) -> bool:
     return bool(e["type"] == "missing" and e["loc"] and isinstance(e["loc"][-1], int))
 
 
+def _secret(loc: tuple[Any, ...]) -> bool:
+    """Whether a key at ``loc`` holds a secret (``token``, ``ingest_token``, ...): its value is
+    never shown."""
+    return any(isinstance(part, str) and part.endswith("token") for part in loc)
+
+
 def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> str:
     lines = []
     # a fixed-length list given too short: its missing items' indices (the last + 1 is the
@@ -183,7 +189,7 @@ def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> s
                              f"{max(idx) + 1} needed")  # fmt: skip
         elif not key:  # a rule across keys (a model validator): its message says it all
             lines.append(f"{source}: {msg}")
-        elif isinstance(got, dict | list) or "token" in e["loc"]:  # a whole section (it may
+        elif isinstance(got, dict | list) or _secret(e["loc"]):  # a whole section (it may
             lines.append(f"{source}: key '{key}': {msg}")  # hold a secret), or a secret
         elif e["type"] == "value_error" and repr(got) in msg:  # it names the value already
             lines.append(f"{source}: key '{key}': {msg}")

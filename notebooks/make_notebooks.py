@@ -16,10 +16,13 @@ import nbformat
 from nbformat.notebooknode import NotebookNode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # notebook_cells/, however loaded
-from notebook_cells.cell import Cell
-from notebook_cells.model_evaluation import MODEL_EVALUATION
-from notebook_cells.policy_comparison import POLICY_COMPARISON
-from notebook_cells.trace_exploration import TRACE_EXPLORATION
+try:
+    from notebook_cells.cell import Cell
+    from notebook_cells.model_evaluation import MODEL_EVALUATION
+    from notebook_cells.policy_comparison import POLICY_COMPARISON
+    from notebook_cells.trace_exploration import TRACE_EXPLORATION
+finally:  # (the importer's path as it was)
+    del sys.path[0]
 
 HERE = Path(__file__).resolve().parent
 

@@ -4,10 +4,10 @@ part of its prefix and have that node pull the missing blocks from a holder befo
 :class:`ReactivePulls` books the pull a routing decision asks for: of the blocks the request's
 node lacks, it waits for those already on their way there, pins on the source and puts on the
 link those the source holds, up to the first block neither, and when the pull lands it unpins
-them and copies them into the node's HBM. :class:`InflightPulls` keeps the blocks on their way
-to each node and when each lands: a request routed to a node that a pull is already filling
-with its prefix waits for those blocks instead of pulling them again (a burst on one prefix
-moves it once).
+them and copies into the node's HBM those the node lacks, if it has room for all of them.
+:class:`InflightPulls` keeps the blocks on their way to each node and when each lands: a
+request routed to a node that a pull is already filling with its prefix waits for those blocks
+instead of pulling them again (a burst on one prefix moves it once).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Pull:
 
     source: int
     target: int
-    moved: list[int]
+    moved: tuple[int, ...]
     waited: int
     ready_at: float
     nbytes: int
@@ -74,7 +74,7 @@ class ReactivePulls:
             ready_at = max(ready_at, done)  # (its pins on the source go then too)
         if not (moved or waited):
             return None
-        return Pull(d.pull_from, d.node, moved, waited, ready_at, nbytes)
+        return Pull(d.pull_from, d.node, tuple(moved), waited, ready_at, nbytes)
 
     def landed(self, pull: Pull, now: float) -> None:
         """``pull`` is in at ``now``: forgotten, and its blocks unpinned on its source."""

@@ -83,6 +83,10 @@ class ClusterLayout:
         require_loopback(self.sidecar, "sidecar")
         if not self.nodes:
             raise ValueError("a cluster has at least one node")
+        for key in ("token_env", "ingest_token_env"):
+            name = getattr(self, key)
+            if name is not None and not (isinstance(name, str) and name):
+                raise ValueError(f"{key} must name an environment variable, got {name!r}")
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -165,6 +169,10 @@ class ReplayTargets:
                 for e in (pub, replay):
                     if e is not None:
                         require_loopback(e, "--engines")
+        for name, token in (("the token", self.token), ("the ingest token", self.ingest_token)):
+            if token is not None and not all(" " < c <= "~" for c in token):
+                raise ValueError(f"{name} must be printable ASCII without spaces to be sent in an "
+                                 "Authorization header")  # fmt: skip
 
     @classmethod
     def from_layout(

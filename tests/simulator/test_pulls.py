@@ -54,7 +54,7 @@ def test_a_pull_moves_what_its_node_lacks_and_pins_it_on_the_source_until_it_lan
     d = RoutingDecision(node=0, pull_from=1, pull_blocks=4)
     pull = pulls.book(d, [1, 2, 3, 4, 5], 1, 10.0)  # node 0 holds block 1 already
     assert pull is not None
-    assert (pull.source, pull.target, pull.moved, pull.waited) == (1, 0, [2, 3, 4], 0)
+    assert (pull.source, pull.target, pull.moved, pull.waited) == (1, 0, (2, 3, 4), 0)
     assert pull.nbytes == 3 * BLOCK and pull.blocks == 3
     assert pull.ready_at == pytest.approx(10.0 + net.duration_ms(1, 0, 3 * BLOCK))
     assert net.transfers == 1 and net.bytes_moved == 3 * BLOCK
@@ -73,10 +73,10 @@ def test_a_second_pull_of_a_prefix_on_its_way_waits_for_it_and_moves_only_the_re
     now = first.ready_at / 2  # the first still on its way
     second = pulls.book(RoutingDecision(node=0, pull_from=1, pull_blocks=3), [1, 2, 3], 0, now)
     assert second is not None
-    assert (second.moved, second.waited, second.blocks) == ([3], 2, 3)
+    assert (second.moved, second.waited, second.blocks) == ((3,), 2, 3)
     assert second.ready_at > first.ready_at and net.transfers == 2
     third = pulls.book(RoutingDecision(node=0, pull_from=1, pull_blocks=2), [1, 2], 0, now)
-    assert third is not None and (third.moved, third.waited, third.nbytes) == ([], 2, 0)
+    assert third is not None and (third.moved, third.waited, third.nbytes) == ((), 2, 0)
     assert third.ready_at == first.ready_at and net.transfers == 2  # nothing more on the link
     assert pools[1].active == {1: 1, 2: 1, 3: 1}  # pinned once each, by the pull moving it
 

@@ -3,6 +3,7 @@ process stops every child with exit status 0 on SIGTERM, and on Ctrl-C even mid-
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -158,3 +159,25 @@ def test_replay_says_what_it_played_when_interrupted_by_ctrl_c_or_sigterm(tmp_pa
         assert up.stop(signal.SIGTERM) == 0, "".join(up.log)
     finally:
         up.kill()
+
+
+def test_replay_refuses_a_token_no_header_can_carry_before_any_request(tmp_path: Path) -> None:
+    """A token with a character an HTTP header cannot carry stops the replay in one line
+    before anything is sent (not a traceback per request)."""
+    port = free_ports(1)[0]
+    here = ["--sidecar", f"http://127.0.0.1:{port}", "--agents", f"http://127.0.0.1:{port}"]
+    for env in ({"KVCAST_TOKEN": "tøken"}, {"KVCAST_TOKEN": "ok", "KVCAST_INGEST_TOKEN": "a b"}):
+        r = runner.invoke(app, ["cluster", "replay", *here], env=ENV | env)
+        assert r.exit_code == 2, r.output
+        assert "Traceback" not in r.output and r.output.count("error:") == 1, r.output
+        assert "printable ASCII without spaces" in " ".join(r.output.split()), r.output
+        assert "tøken" not in r.output and "a b" not in r.output
+
+
+def test_replay_refuses_a_cluster_file_whose_variable_names_are_not_names(tmp_path: Path) -> None:
+    data = {"sidecar": "http://127.0.0.1:1", "nodes": [{"name": "a", "agent": "http://127.0.0.1:2",
+            "transfer": "127.0.0.1:3"}]}  # fmt: skip
+    for key, value in (("token_env", 5), ("ingest_token_env", ""), ("ingest_token_env", [1])):
+        (tmp_path / "cluster.json").write_text(json.dumps(data | {key: value}))
+        _refused(["cluster", "replay", "--cluster", str(tmp_path)],
+                 f"{key} must name an environment variable")  # fmt: skip

@@ -173,10 +173,13 @@ def test_a_config_holds_the_ingest_token_as_a_secret_and_refuses_it_alone(kind: 
         ({"ingest_token": REPORTS}, "ingest_token is set but token is not"),
         ({"token": SHARED, "ingest_token": SHARED}, "ingest_token is the same as token"),
         ({"token": SHARED, "ingest_token": " "}, "the token is set but empty"),
+        # a number (YAML reads an unquoted digit string so): refused, never shown
+        ({"token": SHARED, "ingest_token": 20240101123456}, "key 'ingest_token'"),
     ):
         with pytest.raises(ConfigError) as err:
             parse_config(model, base | bad, "x.yaml")
         assert message in str(err.value) and "s3cret" not in str(err.value)
+        assert "20240101123456" not in str(err.value)
         # validated directly (a library caller): pydantic's own error text shows no value
         with pytest.raises(ValidationError) as raw:
             model.model_validate(base | bad)
