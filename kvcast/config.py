@@ -154,10 +154,13 @@ def _missing_item(e: Any) -> bool:
     return bool(e["type"] == "missing" and e["loc"] and isinstance(e["loc"][-1], int))
 
 
+SECRET_KEYS = frozenset({"token", "ingest_token"})  # config keys that hold a secret
+
+
 def _secret(loc: tuple[Any, ...]) -> bool:
-    """Whether a key at ``loc`` holds a secret (``token``, ``ingest_token``, ...): its value is
-    never shown."""
-    return any(isinstance(part, str) and part.endswith("token") for part in loc)
+    """Whether a key at ``loc`` holds a secret (:data:`SECRET_KEYS`): its value is never
+    shown."""
+    return any(part in SECRET_KEYS for part in loc)
 
 
 def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> str:
@@ -259,9 +262,9 @@ def _plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, set | frozenset):
         return sorted(value)
-    raise TypeError(
-        f"{value!r} ({type(value).__name__}) is not a config value: use a number, a string, "
-        "true/false, a list or a mapping"
+    raise TypeError(  # (never the value itself: it may be a token YAML read as a date)
+        f"a {type(value).__name__} is not a config value: use a number, a string (quote a "
+        "date or binary value), true/false, a list or a mapping"
     )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcast.serving.cluster.ports import require_loopback
+from kvcast.serving.http.token_text import token_problem
 from kvcast.serving.tls import TlsFiles
 
 CLUSTER_FILE = "cluster.json"
@@ -101,6 +102,11 @@ class ClusterLayout:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterLayout:
         try:
+            _strings(data, ("sidecar", "mode", "model", "workdir"), "")
+            for i, n in enumerate(data["nodes"]):
+                _strings(n, ("name", "agent", "transfer", "engine", "replay"), f"nodes[{i}].")
+            if isinstance(data.get("tls"), dict):
+                _strings(data["tls"], ("ca", "cert", "key"), "tls.")
             nodes = tuple(NodeAddresses(**n) for n in data["nodes"])
             tls = None if data.get("tls") is None else TlsPaths(**data["tls"])
             rest = {k: v for k, v in data.items() if k not in ("nodes", "tls")}
@@ -115,6 +121,17 @@ class ClusterLayout:
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         tmp.replace(path)
         return path
+
+
+def _strings(data: Any, keys: tuple[str, ...], where: str) -> None:
+    """A TypeError naming the first of ``keys`` in ``data`` (a mapping) that is set but not a
+    string (a hand-edited cluster.json)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{where.rstrip('.') or 'the file'} is not a mapping")
+    for key in keys:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{where}{key} must be a string, got {type(value).__name__}")
 
 
 def read_layout(workdir: str | Path) -> ClusterLayout:
@@ -170,9 +187,8 @@ class ReplayTargets:
                     if e is not None:
                         require_loopback(e, "--engines")
         for name, token in (("the token", self.token), ("the ingest token", self.ingest_token)):
-            if token is not None and not all(" " < c <= "~" for c in token):
-                raise ValueError(f"{name} must be printable ASCII without spaces to be sent in an "
-                                 "Authorization header")  # fmt: skip
+            if token is not None and (problem := token_problem(token)) is not None:
+                raise ValueError(f"{name} {problem}")
 
     @classmethod
     def from_layout(

@@ -31,16 +31,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kvcast.serving.cluster.ports import is_loopback
 from kvcast.serving.http.ingest_token import check_ingest_token
+from kvcast.serving.http.token_text import token_problem
 
 
-def _not_blank(token: SecretStr) -> SecretStr:
-    if not token.get_secret_value().strip():
-        raise ValueError("the token is set but empty; remove it or give it a secret")
+def _presentable(token: SecretStr) -> SecretStr:
+    if (problem := token_problem(token.get_secret_value())) is not None:
+        raise ValueError(f"the token {problem}")
     return token
 
 
-# a config's shared token: an empty one would silently leave every route open, so it is refused
-Token = Annotated[SecretStr, AfterValidator(_not_blank)]
+# a config's token: an empty one would silently leave every route open, and one no header can
+# present (padded, non-ASCII) would lock out every holder, so both are refused
+Token = Annotated[SecretStr, AfterValidator(_presentable)]
 
 
 def presented_token(header: bytes | None) -> bytes:
@@ -113,11 +115,12 @@ def reachable_without_token(
 
 def token_from_env(value: str | None, name: str) -> str | None:
     """The token in environment variable ``name`` (None when unset); an empty or blank value is
-    refused, as it would silently leave every route open."""
+    refused, as it would silently leave every route open, and so is one no bearer header can
+    present (:func:`~kvcast.serving.http.token_text.token_problem`)."""
     if value is None:
         return None
-    if not value.strip():
-        raise ValueError(f"{name} is set but empty; unset it or give it a secret")
+    if (problem := token_problem(value)) is not None:
+        raise ValueError(f"{name} {problem}")
     return value
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from kvcast.serving.http.token_text import token_problem
+
 
 def check_ingest_token(
     ingest: str | None,
@@ -46,10 +48,8 @@ def check_ingest_token(
             f"{name} is set but {shared_name} is not: the ingest token needs a shared token, "
             "which guards every route it may not use"
         )
-    if ingest != ingest.strip():
-        raise ValueError(
-            f"{name} has leading or trailing whitespace, which a bearer header drops; remove it"
-        )
+    if (problem := token_problem(ingest)) is not None:
+        raise ValueError(f"{name} {problem}")
     if ingest == shared.strip():  # (a bearer header's token is read stripped)
         raise ValueError(
             f"{name} is the same as {shared_name}: the ingest token must be a secret of its "

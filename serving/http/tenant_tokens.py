@@ -27,6 +27,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from kvcast.config import FiniteConfig
+from kvcast.serving.http.token_text import token_problem
 from kvcast.serving.token_bucket import TokenBucket
 
 # a tenant's name, as every API takes it: printable, 1-256 characters
@@ -103,9 +104,8 @@ def read_tenant_tokens(
             raise ValueError(f"tenant_tokens[{i}]: its token_env {entry.token_env} is not set")
         if not value.strip():
             raise ValueError(f"tenant_tokens[{i}]: its token_env {entry.token_env} is empty")
-        if value != value.strip():  # an Authorization header's token is read stripped
-            raise ValueError(f"{where}: its token has leading or trailing whitespace, which a "
-                             "bearer header drops; remove it")  # fmt: skip
+        if (problem := token_problem(value)) is not None:
+            raise ValueError(f"{where}: its token {problem}")
         if value == shared:
             raise ValueError(f"{where}: its token is the shared token; a tenant token must be "
                              "a secret of its own")  # fmt: skip

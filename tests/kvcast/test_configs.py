@@ -128,8 +128,9 @@ def test_numbers_a_config_means_are_read_as_numbers(tmp_path: Path) -> None:
     assert load_config(FeatureConfig, f).queue_windows_ms == (1000.0, 5000.0)
     d = tmp_path / "date.yaml"
     d.write_text("nodes: 2024-01-01\n")
-    with pytest.raises(ConfigError, match=r"date\.yaml: datetime\.date\(2024, 1, 1\)"):
+    with pytest.raises(ConfigError, match=r"date\.yaml: a date is not a config value") as err:
         load_config(SimConfig, d)
+    assert "2024" not in str(err.value)  # never the value (a token YAML took for a date)
 
 
 def test_scalars_are_read_as_yaml_1_2_core_not_yaml_1_1(tmp_path: Path) -> None:

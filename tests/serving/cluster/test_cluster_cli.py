@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -162,22 +163,45 @@ def test_replay_says_what_it_played_when_interrupted_by_ctrl_c_or_sigterm(tmp_pa
 
 
 def test_replay_refuses_a_token_no_header_can_carry_before_any_request(tmp_path: Path) -> None:
-    """A token with a character an HTTP header cannot carry stops the replay in one line
-    before anything is sent (not a traceback per request)."""
-    port = free_ports(1)[0]
-    here = ["--sidecar", f"http://127.0.0.1:{port}", "--agents", f"http://127.0.0.1:{port}"]
-    for env in ({"KVCAST_TOKEN": "tøken"}, {"KVCAST_TOKEN": "ok", "KVCAST_INGEST_TOKEN": "a b"}):
-        r = runner.invoke(app, ["cluster", "replay", *here], env=ENV | env)
-        assert r.exit_code == 2, r.output
-        assert "Traceback" not in r.output and r.output.count("error:") == 1, r.output
-        assert "printable ASCII without spaces" in " ".join(r.output.split()), r.output
-        assert "tøken" not in r.output and "a b" not in r.output
+    """A token that no HTTP header can carry, or that a service would read stripped, stops the
+    replay in one line naming its variable before anything is sent (not a traceback per
+    request): the sidecar and agent addresses are a listening socket that nobody reaches."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        for env, named, why in (
+            ({"KVCAST_TOKEN": "s3cret-tøken"}, "KVCAST_TOKEN", "a character an HTTP header"),
+            ({"KVCAST_TOKEN": "ok", "KVCAST_INGEST_TOKEN": "s3cret\tx"}, "KVCAST_INGEST_TOKEN",
+             "a character an HTTP header"),
+            ({"KVCAST_TOKEN": "s3cret "}, "KVCAST_TOKEN", "leading or trailing whitespace"),
+        ):  # fmt: skip
+            r = runner.invoke(app, ["cluster", "replay", "--sidecar", url, "--agents", url],
+                              env=ENV | env)  # fmt: skip
+            assert r.exit_code == 2, r.output
+            assert "Traceback" not in r.output and r.output.count("error:") == 1, r.output
+            text = " ".join(r.output.split())
+            assert f"{named} " in text and why in text, r.output
+            assert "s3cret" not in r.output
+            with pytest.raises(BlockingIOError):  # no connection was made
+                listener.accept()
 
 
-def test_replay_refuses_a_cluster_file_whose_variable_names_are_not_names(tmp_path: Path) -> None:
+def test_replay_refuses_a_cluster_file_whose_values_are_of_the_wrong_type(tmp_path: Path) -> None:
     data = {"sidecar": "http://127.0.0.1:1", "nodes": [{"name": "a", "agent": "http://127.0.0.1:2",
             "transfer": "127.0.0.1:3"}]}  # fmt: skip
     for key, value in (("token_env", 5), ("ingest_token_env", ""), ("ingest_token_env", [1])):
         (tmp_path / "cluster.json").write_text(json.dumps(data | {key: value}))
         _refused(["cluster", "replay", "--cluster", str(tmp_path)],
                  f"{key} must name an environment variable")  # fmt: skip
+    node = data["nodes"][0]
+    for edit, said in (
+        ({"sidecar": 5}, "sidecar must be a string, got int"),
+        ({"nodes": [node | {"agent": 5}]}, "nodes[0].agent must be a string, got int"),
+        ({"nodes": [5]}, "nodes[0] is not a mapping"),
+        ({"tls": {"ca": 5, "cert": "c", "key": "k"}}, "tls.ca must be a string, got int"),
+    ):
+        (tmp_path / "cluster.json").write_text(json.dumps(data | edit))
+        _refused(["cluster", "replay", "--cluster", str(tmp_path)],
+                 f"not a kvcast cluster description: {said}")  # fmt: skip

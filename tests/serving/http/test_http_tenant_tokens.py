@@ -36,13 +36,21 @@ def test_without_a_shared_token_nothing_is_guarded_and_tenant_tokens_are_refused
 
 def test_a_token_over_the_services_limit_is_refused_naming_the_entry_never_the_secret() -> None:
     entries = [TenantToken(tenants=("acme",), token_env="KT_A")]
-    env = {"KT_A": "é" * 1025}  # 2050 bytes in UTF-8, 1025 characters
+    env = {"KT_A": "x" * 2049}
     with pytest.raises(ValueError) as err:
         read_tenant_tokens(entries, SHARED, env, max_bytes=2048)
-    assert "tenant_tokens[0] (KT_A): its token is 2050 bytes (UTF-8), over 2048" in str(err.value)
-    assert "é" not in str(err.value)
-    assert read_tenant_tokens(entries, SHARED, env) == {"é" * 1025: frozenset({"acme"})}
+    assert "tenant_tokens[0] (KT_A): its token is 2049 bytes (UTF-8), over 2048" in str(err.value)
+    assert "xxx" not in str(err.value)
+    assert read_tenant_tokens(entries, SHARED, env) == {"x" * 2049: frozenset({"acme"})}
     assert read_tenant_tokens(entries, SHARED, {"KT_A": "x" * 2048}, max_bytes=2048)
+
+
+def test_a_token_no_header_can_carry_is_refused_naming_the_entry_never_the_secret() -> None:
+    entries = [TenantToken(tenants=("acme",), token_env="KT_A")]
+    with pytest.raises(ValueError) as err:
+        read_tenant_tokens(entries, SHARED, {"KT_A": "s3cret-é"})
+    assert "tenant_tokens[0] (KT_A): its token holds a character an HTTP header" in str(err.value)
+    assert "s3cret" not in str(err.value) and "é" not in str(err.value)
 
 
 @pytest.mark.parametrize("value", [SHARED + " ", " a-s3cret", "a-s3cret\t"])
