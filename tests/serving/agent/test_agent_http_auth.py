@@ -5,22 +5,12 @@ body; probes and scrapes stay open; with no token configured everything is open.
 from __future__ import annotations
 
 import pytest
+from agent_routes import DATA_ROUTES, UPLOAD
 
 from kvcast.serving.agent import Agent, HostBuffer, checksum
 from kvcast.serving.http.auth import token_from_env, token_matches
 
 TOKEN = "s3cret-token"
-DATA_ROUTES = [
-    ("POST", "/v1/replicate"),
-    ("POST", "/v1/evict"),
-    ("POST", "/v1/pin"),
-    ("POST", "/v1/unpin"),
-    ("POST", "/v1/hold"),
-    ("POST", "/v1/release"),
-    ("POST", "/v1/engine-stats"),
-    ("GET", "/v1/inventory"),
-    ("GET", "/v1/removals"),
-]
 BAD_HEADERS = [
     {},
     {"Authorization": "Bearer wrong"},
@@ -190,7 +180,7 @@ def test_every_route_in_the_schema_but_probes_and_scrapes_refuses_a_request_with
                         assert r.status_code == 401, (method, template, r.text)
                         guarded.add((method.upper(), template))
             assert seen_open == OPEN_PATHS
-            assert set(DATA_ROUTES) | {("PUT", "/v1/blocks")} <= guarded  # the schema has them
+            assert set(DATA_ROUTES) | {UPLOAD} == guarded  # every guarded route is listed
             assert len(control.agent.store) == 1  # nothing moved
 
     run(scenario())

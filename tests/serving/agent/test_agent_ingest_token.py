@@ -11,24 +11,18 @@ from __future__ import annotations
 import time
 
 import pytest
+from agent_routes import DATA_ROUTES, UPLOAD
 
 from kvcast.serving.agent import Agent, HostBuffer, checksum
+from kvcast.serving.agent.api import INGEST_ROUTES
 from kvcast.serving.agent.pull_result import PullStatus
 
 SHARED, REPORTS = "agent-shared-token", "agent-ingest-token"
 ADMIN = {"Authorization": f"Bearer {SHARED}"}
 MINE = {"Authorization": f"Bearer {REPORTS}"}
-REFUSED_ROUTES = [
-    ("POST", "/v1/replicate"),
-    ("POST", "/v1/evict"),
-    ("POST", "/v1/pin"),
-    ("POST", "/v1/unpin"),
-    ("POST", "/v1/hold"),
-    ("POST", "/v1/release"),
-    ("PUT", "/v1/blocks"),
-    ("GET", "/v1/inventory"),
-    ("GET", "/v1/removals"),
-]
+# every guarded route but the ingest token's own (agent_routes lists them all: a test of the
+# shared token checks that list against the app's schema)
+REFUSED_ROUTES = [r for r in [*DATA_ROUTES, UPLOAD] if r not in INGEST_ROUTES]
 
 
 def put_block(agent: Agent, tenant: str, h: int) -> None:
