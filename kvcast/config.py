@@ -61,7 +61,11 @@ class _Loader(yaml.SafeLoader):
             return sign * int(digits[2:] if base != 10 else digits, base)
         except ValueError:  # an explicit !!int of another form (0b..., 1:30)
             raise yaml.constructor.ConstructorError(
-                None, None, f"not an integer: {text!r} (decimal, 0x or 0o)", node.start_mark
+                None,
+                None,
+                "not an integer (decimal, 0x or 0o)",
+                node.start_mark,  # (never the
+                # value: it may be a token)
             ) from None
 
 
@@ -282,8 +286,22 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
-        raise ConfigError(f"{where}: invalid YAML: {getattr(err, 'problem', err)}") from None
+        raise ConfigError(f"{where}: invalid YAML: {_yaml_problem(err)}") from None
+    except (ValueError, KeyError, AttributeError, TypeError):  # a tagged value (!!float x...)
+        raise ConfigError(f"{p}: invalid YAML: a tagged value (!!...) it cannot read; quote "
+                          "the value") from None  # fmt: skip
     return data if data is not None else {}
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """What is wrong, never the text of an unknown tag or alias: an unquoted secret that
+    starts with ``!`` or ``*`` is read as one."""
+    problem = str(getattr(err, "problem", err))
+    if isinstance(err, yaml.composer.ComposerError) and "alias" in problem:
+        return "an undefined alias (a value starting with *); quote the value"
+    if isinstance(err, yaml.constructor.ConstructorError) and "for the tag" in problem:
+        return "a tag it does not know (a value starting with !); quote the value"
+    return problem
 
 
 def load_config(cls: type[C], path: str | Path) -> C:

@@ -18,11 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvcast.predictor.model_meta import ModelFormatError
+
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+
+
+def shown_uri(text: str) -> str:
+    """``text`` (a URI, or a message that holds some) as a message may show it: the user and
+    password of every URI in it (``http://user:pw@host``) replaced by ``***``."""
+    return _USERINFO.sub(r"\1***@", text)
+
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 
@@ -64,7 +74,7 @@ def fetch_model(text: str, tracking_uri: str | None = None) -> Downloaded:
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     missing = missing_sqlite_store(uri)
     if missing is not None:
-        raise ModelFormatError(f"{text}: no MLflow store at {missing} (registry {uri})")
+        raise ModelFormatError(f"{text}: no MLflow store at {missing} (registry {shown_uri(uri)})")
     with environment_kept():
         return _download(text, uri)
 
@@ -104,7 +114,7 @@ def _download(text: str, uri: str) -> Downloaded:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=uri))
     except (MlflowException, SQLAlchemyError, OSError) as err:  # what a failing store raises
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ModelFormatError(f"{text}: {reason} (registry {uri})") from None
+        raise ModelFormatError(shown_uri(f"{text}: {reason} (registry {uri})")) from None
     return Downloaded(_onnx_file(text, local), number)
 
 

@@ -29,7 +29,7 @@ from mlflow.exceptions import MlflowException
 from requests.utils import get_environ_proxies, select_proxy
 from sqlalchemy.exc import SQLAlchemyError
 
-from kvcast.predictor.model_uri import URI_VARIABLES
+from kvcast.predictor.model_uri import URI_VARIABLES, shown_uri
 from kvcast.training.config import TrackingConfig
 
 DEFAULT_URI = "sqlite:///mlruns.db"
@@ -61,8 +61,8 @@ def check_store(cfg: TrackingConfig) -> None:
         folder = db.parent
         if not folder.is_dir():
             raise TrackingError(
-                f"MLflow store {uri}: its directory {folder} does not exist (a typo? create it "
-                "first for a new store); nothing was trained"
+                f"MLflow store {shown_uri(uri)}: its directory {folder} does not exist (a typo? "
+                "create it first for a new store); nothing was trained"
             )
     elif uri.startswith(("http://", "https://")):
         try:
@@ -70,20 +70,24 @@ def check_store(cfg: TrackingConfig) -> None:
             port = url.port or (443 if url.scheme == "https" else 80)
             proxied = select_proxy(uri, get_environ_proxies(uri))  # requests' rule (MLflow's)
         except ValueError as err:  # a port that is no number, or out of range
-            raise TrackingError(f"MLflow store {uri}: {err}; nothing was trained") from None
+            raise TrackingError(
+                f"MLflow store {shown_uri(uri)}: {shown_uri(str(err))}; nothing was trained"
+            ) from None
         if proxied:
             return  # reached through a proxy: not directly
         try:
             socket.create_connection((url.hostname or "", port), REACH_TIMEOUT_S).close()
         except OSError as err:
             raise TrackingError(
-                f"MLflow store {uri} could not be reached ({_reason(err)}); nothing was trained"
+                f"MLflow store {shown_uri(uri)} could not be reached ({_reason(err)}); nothing was "
+                "trained"
             ) from None
 
 
 def _reason(err: BaseException) -> str:
-    """The first line of ``err``, at most 300 characters (cut ones end with an ellipsis)."""
-    line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    """The first line of ``err``, at most 300 characters (cut ones end with an ellipsis), the
+    credentials of any URI in it hidden."""
+    line = shown_uri((str(err).strip().splitlines() or [type(err).__name__])[0])
     return line if len(line) <= 300 else line[:299] + "\u2026"
 
 
@@ -128,8 +132,8 @@ class Tracker:
         )
         where = "" if kept is None else f"; the model and its metrics are kept in {kept}"
         failure = TrackingError(
-            f"MLflow store {self.uri} could not be written ({type(err).__name__}: {reason}); "
-            f"{alias}{where}"
+            f"MLflow store {shown_uri(self.uri)} could not be written ({type(err).__name__}: "
+            f"{reason}); {alias}{where}"
         )
         failure.__cause__ = err
         return failure
@@ -139,7 +143,7 @@ class Tracker:
             return self._start()
         except STORE_ERRORS as err:
             raise TrackingError(
-                f"MLflow store {self.uri} could not be opened ({type(err).__name__}: "
+                f"MLflow store {shown_uri(self.uri)} could not be opened ({type(err).__name__}: "
                 f"{_reason(err)}); nothing was trained"
             ) from err
 

@@ -107,6 +107,11 @@ class ClusterLayout:
                 _strings(n, ("name", "agent", "transfer", "engine", "replay"), f"nodes[{i}].")
             if isinstance(data.get("tls"), dict):
                 _strings(data["tls"], ("ca", "cert", "key"), "tls.")
+            pids, size = data.get("pids", {}), data.get("block_bytes", 1)
+            if not isinstance(pids, dict) or not all(_whole(v) for v in pids.values()):
+                raise TypeError("pids must map each service to its process id")
+            if not _whole(size):
+                raise TypeError("block_bytes must be a whole number above 0")
             nodes = tuple(NodeAddresses(**n) for n in data["nodes"])
             tls = None if data.get("tls") is None else TlsPaths(**data["tls"])
             rest = {k: v for k, v in data.items() if k not in ("nodes", "tls")}
@@ -121,6 +126,11 @@ class ClusterLayout:
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         tmp.replace(path)
         return path
+
+
+def _whole(value: Any) -> bool:
+    """A whole number above 0 (not a boolean)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _strings(data: Any, keys: tuple[str, ...], where: str) -> None:

@@ -1,11 +1,12 @@
 """What a bearer token's text must be for a client to send it and a service to match it.
 
-A service reads the token of ``Authorization: Bearer <token>`` stripped, and an HTTP header
-carries printable ASCII only (httpx refuses anything else, and so does the cluster's own
-client). So a token that is blank, padded with whitespace, or holds another character can
-never be presented: a shared token like that would lock every holder out (or, padded, pass
-for another token equal to its stripped text). :func:`token_problem` says why a token is
-refused, never showing it.
+A service reads the token of ``Authorization: Bearer <token>`` stripped, and printable ASCII is
+what every client sends as it is (httpx refuses non-ASCII header values; the cluster's own
+client refuses any control character, a tab included). So a token that is blank, padded with
+whitespace, or holds another character is refused: one that cannot be presented would lock
+every holder out (or, padded, pass for another token equal to its stripped text), and one that
+only some clients can send would work for some callers only. :func:`token_problem` says why a
+token is refused, never showing it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def token_problem(value: str) -> str | None:
         return "has leading or trailing whitespace, which a bearer header drops; remove it"
     if not all(" " <= c <= "~" for c in value):
         return (
-            "holds a character an HTTP header cannot carry: use printable ASCII only (letters, "
-            "digits, punctuation, inner spaces)"
+            "holds a character an HTTP header cannot carry (from every client): use printable "
+            "ASCII only (letters, digits, punctuation, inner spaces)"
         )
     return None

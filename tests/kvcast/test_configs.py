@@ -169,7 +169,7 @@ def test_a_key_named_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
                                           r"line 1, column 8\)"):  # fmt: skip
         load_config(SimConfig, p)
     p.write_text("nodes: !!int 0b100\n")  # an explicit int of a form it does not read
-    with pytest.raises(ConfigError, match=r"dup\.yaml:1: invalid YAML: not an integer: '0b100'"):
+    with pytest.raises(ConfigError, match=r"dup\.yaml:1: invalid YAML: not an integer \(decimal"):
         load_config(SimConfig, p)
     p.write_text("slo:\n  factor: 3\n  floor_ms: 100\n  factor: 5\n")
     with pytest.raises(ConfigError, match=r"dup\.yaml:4: .*duplicate key 'factor'"):
@@ -371,3 +371,39 @@ def test_a_fixed_length_list_given_too_short_says_so_once(tmp_path: Path) -> Non
     p = tmp_path / "d.yaml"
     msg = config_error(DeciderConfig, p, "targets:\n  tier_penalty_ms: [0, 0]\n")
     assert msg == f"{p}: key 'targets.tier_penalty_ms': too few values: 2 given, 4 needed"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["!Xk29s3cret", "*Xk29s3cret", "!!int Xk29s3cret", "!!float Xk29s3cret",
+     "!!bool Xk29s3cret", "!!timestamp Xk29s3cret"],
+)  # fmt: skip
+def test_an_unquoted_secret_yaml_takes_for_a_tag_or_alias_is_never_shown(
+    tmp_path: Path, value: str
+) -> None:
+    """A token that starts with ``!`` or ``*`` is a tag or an alias to YAML: the error says to
+    quote it, in one line, never showing it."""
+    from kvcast.serving.sidecar.config import SidecarConfig
+
+    p = tmp_path / "sc.yaml"
+    p.write_text(f"nodes: [{{name: a}}]\ntoken: {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(SidecarConfig, p)
+    assert "quote" in str(err.value) or "invalid YAML" in str(err.value), str(err.value)
+    assert "k29s3cret" not in str(err.value).lower()
+
+
+@pytest.mark.parametrize("key", ["token", "ingest_token"])
+def test_a_bad_secret_value_is_never_shown_in_a_config_error(tmp_path: Path, key: str) -> None:
+    """A secret key's value stays out of the message whatever is wrong with it; other keys'
+    values are shown (``b_ms_per_token`` is a number, not a secret)."""
+    from kvcast.config import parse_config
+    from kvcast.serving.sidecar.config import SidecarConfig
+
+    data = {"nodes": [{"name": "a"}], "token": "shared-ok"}
+    for bad in ("s3cret\n", ["s3cret"], {"s3cret": 1}, 12345678):
+        with pytest.raises(ConfigError) as err:
+            parse_config(SidecarConfig, data | {key: bad}, "sc.yaml")
+        assert "s3cret" not in str(err.value) and "12345678" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"b_ms_per_token'.*\(got 'fast'\)"):
+        parse_config(SimConfig, {"node": {"prefill": {"b_ms_per_token": "fast"}}}, "s.yaml")

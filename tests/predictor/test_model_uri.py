@@ -110,3 +110,23 @@ def test_an_alias_resolves_once_to_the_version_it_names(tmp_path: Path, store: s
     found = fetch_model("models:/kvcast-alias@champion", store)
     assert found.registry_version == "1"
     assert OnnxScorer.load(found.path).kind == "v-one"
+
+
+def test_a_registry_uri_is_shown_without_its_credentials() -> None:
+    from kvcast.predictor.model_uri import shown_uri
+
+    assert shown_uri("http://user:s3cretpw@127.0.0.1:9/x?y") == "http://***@127.0.0.1:9/x?y"
+    assert shown_uri("https://tok@mlflow.example") == "https://***@mlflow.example"
+    for plain in ("http://127.0.0.1:5000", "sqlite:///mlruns.db", "databricks", "file:///a@b/c"):
+        assert shown_uri(plain) == plain
+
+
+def test_a_registrys_error_is_told_without_its_credentials() -> None:
+    """What MLflow says of an unreachable server names its URL, credentials included: the
+    message shown hides them, wherever they are in it."""
+    from kvcast.predictor.model_uri import shown_uri
+
+    said = ("API request to http://user:s3cretpw@127.0.0.1:9/api/2.0/mlflow failed; "
+            "retried https://tok@h/x")  # fmt: skip
+    assert shown_uri(said) == ("API request to http://***@127.0.0.1:9/api/2.0/mlflow failed; "
+                               "retried https://***@h/x")  # fmt: skip

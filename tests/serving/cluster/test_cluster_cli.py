@@ -201,6 +201,9 @@ def test_replay_refuses_a_cluster_file_whose_values_are_of_the_wrong_type(tmp_pa
         ({"nodes": [node | {"agent": 5}]}, "nodes[0].agent must be a string, got int"),
         ({"nodes": [5]}, "nodes[0] is not a mapping"),
         ({"tls": {"ca": 5, "cert": "c", "key": "k"}}, "tls.ca must be a string, got int"),
+        ({"pids": [1]}, "pids must map each service to its process id"),
+        ({"pids": {"sidecar": "abc"}}, "pids must map each service to its process id"),
+        ({"block_bytes": "x"}, "block_bytes must be a whole number above 0"),
     ):
         (tmp_path / "cluster.json").write_text(json.dumps(data | edit))
         _refused(["cluster", "replay", "--cluster", str(tmp_path)],
