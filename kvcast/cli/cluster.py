@@ -265,6 +265,12 @@ def replay_cmd(
         if path is not None:  # before anything is played: never after the replay
             output_file(path, flag, [("--trace", Path(trace))])
     layout = read_layout(cluster) if cluster is not None else None
+    for var in (layout.token_env, layout.ingest_token_env) if layout is not None else ():
+        if var is not None and os.environ.get(var) is None:  # its calls would all be refused
+            raise ValueError(
+                f"the cluster in {cluster} was started with a token in {var}, which is not set "
+                "here: set it as for `kvcast cluster up`"
+            )
     if layout is not None and layout.token_env:
         token_env = layout.token_env
     token = token_from_env(os.environ.get(token_env), token_env)

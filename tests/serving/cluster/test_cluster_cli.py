@@ -195,6 +195,10 @@ def test_replay_refuses_a_cluster_file_whose_values_are_of_the_wrong_type(tmp_pa
         (tmp_path / "cluster.json").write_text(json.dumps(data | {key: value}))
         _refused(["cluster", "replay", "--cluster", str(tmp_path)],
                  f"{key} must name an environment variable")  # fmt: skip
+    for key in ("token_env", "ingest_token_env"):  # named by the cluster, unset here
+        (tmp_path / "cluster.json").write_text(json.dumps(data | {key: "KT_NOT_SET_HERE"}))
+        _refused(["cluster", "replay", "--cluster", str(tmp_path)],
+                 "was started with a token in KT_NOT_SET_HERE, which is not set here")  # fmt: skip
     node = data["nodes"][0]
     for edit, said in (
         ({"sidecar": 5}, "sidecar must be a string, got int"),
