@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvcast.serving.agent.config import MAX_TOKEN_BYTES
 from kvcast.serving.cluster.config_gen import (
     decider_data,
     feature_spec,
@@ -193,6 +194,9 @@ class LocalCluster:
         token = token_from_env(self.env.get(s.token_env), s.token_env)
         ingest = token_from_env(self.env.get(s.ingest_token_env), s.ingest_token_env)
         check_ingest_token(ingest, token, (), s.ingest_token_env, s.token_env)  # before a start
+        if token is not None and len(token) > MAX_TOKEN_BYTES:  # the agents' (a Hello's) limit
+            raise ValueError(f"{s.token_env} is {len(token)} bytes, over the {MAX_TOKEN_BYTES} "
+                             "an agent's transfer Hello carries")  # fmt: skip
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.lock_workdir()
         _refuse_if_running(self.workdir)

@@ -61,6 +61,15 @@ def test_empty_token_variable_is_refused() -> None:
     assert r.exit_code == 2 and "MY_TOKEN is set but empty" in r.output
 
 
+def test_a_token_too_long_for_a_hello_is_refused_naming_its_variable() -> None:
+    """The limit is the transfer Hello's: the error names the variable the token came from,
+    not the flags given beside it."""
+    r = runner.invoke(app, [*BASE, *SIZES, "--token-env", "MY_TOKEN"], env={"MY_TOKEN": "x" * 2049})
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "MY_TOKEN is 2049 bytes, over the 2048" in text, r.output
+    assert "xxxx" not in r.output and "command line" not in r.output
+
+
 def test_address_in_use_is_one_line_and_exit_2() -> None:
     import socket
 

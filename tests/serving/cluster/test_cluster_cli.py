@@ -60,6 +60,11 @@ def test_up_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None
     _refused(["cluster", "up", "--model", model, "--capacity", "lots"], "--capacity")
     _refused(["cluster", "up", "--model", str(tmp_path / "none.onnx")], "no such file")
     assert runner.invoke(app, ["cluster", "up", "--agents", "0"], env=ENV).exit_code == 2
+    # the agents' token limit (a transfer Hello's), before any process starts
+    r = runner.invoke(app, ["cluster", "up", "--model", model, "--workdir", str(workdir)],
+                      env=ENV | {"KVCAST_TOKEN": "x" * 2049})  # fmt: skip
+    assert r.exit_code == 2 and "KVCAST_TOKEN is 2049 bytes, over the 2048" in r.output, r.output
+    assert not (workdir / "logs").exists()
 
 
 def test_replay_refuses_missing_foreign_or_silent_targets(tmp_path: Path) -> None:
