@@ -60,12 +60,9 @@ class _Loader(yaml.SafeLoader):
         try:
             return sign * int(digits[2:] if base != 10 else digits, base)
         except ValueError:  # an explicit !!int of another form (0b..., 1:30)
+            # (never the value: it may be a token)
             raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                "not an integer (decimal, 0x or 0o)",
-                node.start_mark,  # (never the
-                # value: it may be a token)
+                None, None, "not an integer (decimal, 0x or 0o)", node.start_mark
             ) from None
 
 

@@ -257,8 +257,7 @@ def replay_cmd(
         run_replay,
         write_played,
     )
-    from kvcast.serving.http.auth import token_from_env
-    from kvcast.serving.http.ingest_token import check_ingest_token
+    from kvcast.serving.http.auth import tokens_from_env
     from kvcast.serving.tls import tls_from_env
 
     for flag, path in (("--out", out_file), ("--played", played_file)):
@@ -273,12 +272,9 @@ def replay_cmd(
             )
     if layout is not None and layout.token_env:
         token_env = layout.token_env
-    token = token_from_env(os.environ.get(token_env), token_env)
     # a cluster up without an ingest token has none: its services would not know one
     ingest_env = ingest_token_env if layout is None else layout.ingest_token_env
-    ingest = None if ingest_env is None else token_from_env(os.environ.get(ingest_env), ingest_env)
-    if ingest_env is not None:
-        check_ingest_token(ingest, token, (), ingest_env, token_env)
+    token, ingest = tokens_from_env(os.environ, token_env, ingest_env)
     if layout is not None:
         targets = ReplayTargets.from_layout(layout, token, ingest)
     elif sidecar and agents:

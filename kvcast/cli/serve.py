@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,13 +46,14 @@ def settings_source(config: Path | None, flags: list[str]) -> str:
 
 
 def env_tokens(
-    data: dict[str, Any], token_env: str, ingest_env: str, max_shared: int | None = None
-) -> None:
+    data: dict[str, Any], token_env: str, ingest_env: str,
+    check_shared: Callable[[str, str], None] | None = None,
+) -> None:  # fmt: skip
     """Set ``data``'s ``token`` and ``ingest_token`` from the variables ``token_env`` and
     ``ingest_env`` when they are set (over the config file's keys); a ValueError naming the
-    variable (or the key) when one is set but blank, when the shared token from ``token_env``
-    is over ``max_shared`` bytes (an agent's: it must fit a transfer Hello), or when the ingest
-    token has no shared token beside it or equals it
+    variable (or the key) when one is set but blank, when ``check_shared(token, token_env)``
+    refuses the shared token read from ``token_env`` (an agent's: it must fit a transfer
+    Hello), or when the ingest token has no shared token beside it or equals it
     (:func:`~kvcast.serving.http.ingest_token.check_ingest_token`). Never a secret in a
     message."""
     from kvcast.serving.http.auth import token_from_env
@@ -60,11 +62,9 @@ def env_tokens(
     names = {"token": "the config's token", "ingest_token": "the config's ingest_token"}
     for key, env in (("token", token_env), ("ingest_token", ingest_env)):
         if (value := token_from_env(os.environ.get(env), env)) is not None:
+            if key == "token" and check_shared is not None:
+                check_shared(value, env)
             data[key], names[key] = value, env
-    shared_env = os.environ.get(token_env)
-    if max_shared is not None and shared_env is not None and len(shared_env) > max_shared:
-        raise ValueError(f"{token_env} is {len(shared_env)} bytes, over the {max_shared} an "
-                         "agent's transfer Hello carries")  # fmt: skip
     ingest, shared = data.get("ingest_token"), data.get("token")
     if isinstance(ingest, str) and (shared is None or isinstance(shared, str)):  # else: types
         shared_name = names["token"] if shared is not None else token_env
@@ -82,7 +82,7 @@ def agent_settings(
     (``--capacity 64GiB``) when given, the shared token and the ingest token from the
     environment variables ``token_env`` and ``ingest_env`` (:func:`env_tokens`)."""
     from kvcast.config import ConfigError, option, parse_config, read_yaml
-    from kvcast.serving.agent.config import MAX_TOKEN_BYTES, AgentConfig
+    from kvcast.serving.agent.config import AgentConfig, check_hello_fits
 
     data = read_yaml(config) if config is not None else {}
     if not isinstance(data, dict):
@@ -100,7 +100,7 @@ def agent_settings(
             given.append(flag)
         elif key not in data:
             raise ValueError(f"{flag} is required (or {key} in --config)")
-    env_tokens(data, token_env, ingest_env, MAX_TOKEN_BYTES)
+    env_tokens(data, token_env, ingest_env, check_hello_fits)
     return parse_config(AgentConfig, data, source=settings_source(config, given))
 
 

@@ -19,6 +19,14 @@ from kvcast.serving.tls import HANDSHAKE_TIMEOUT_S
 MAX_TOKEN_BYTES = 2048  # a token and a node id fit in a transfer Hello (MAX_HELLO_BODY)
 
 
+def check_hello_fits(token: str, name: str) -> None:
+    """A ValueError naming ``name`` (the variable the shared token came from) when ``token`` is
+    over ``MAX_TOKEN_BYTES`` in UTF-8: no transfer Hello could carry it."""
+    if (n := len(token.encode())) > MAX_TOKEN_BYTES:
+        raise ValueError(f"{name} is {n} bytes, over the {MAX_TOKEN_BYTES} an agent's transfer "
+                         "Hello carries")  # fmt: skip
+
+
 class AgentTenantToken(TenantToken):
     """A tenant token of an agent; ``max_bytes``: the most bytes its tenants' blocks may take
     on this agent for an upload of this token to be stored (None: no cap beyond the

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvcast.serving.agent.config import MAX_TOKEN_BYTES
+from kvcast.serving.agent.config import check_hello_fits
 from kvcast.serving.cluster.config_gen import (
     decider_data,
     feature_spec,
@@ -60,8 +60,7 @@ from kvcast.serving.cluster.process import (
     StartAborted,
     kvcast_command,
 )
-from kvcast.serving.http.auth import token_from_env
-from kvcast.serving.http.ingest_token import check_ingest_token
+from kvcast.serving.http.auth import tokens_from_env
 from kvcast.serving.tls import ENV as TLS_ENV
 from kvcast.serving.tls import TlsFiles
 
@@ -191,12 +190,10 @@ class LocalCluster:
 
     def _start(self) -> ClusterLayout:
         s = self.spec
-        token = token_from_env(self.env.get(s.token_env), s.token_env)
-        ingest = token_from_env(self.env.get(s.ingest_token_env), s.ingest_token_env)
-        check_ingest_token(ingest, token, (), s.ingest_token_env, s.token_env)  # before a start
-        if token is not None and len(token) > MAX_TOKEN_BYTES:  # the agents' (a Hello's) limit
-            raise ValueError(f"{s.token_env} is {len(token)} bytes, over the {MAX_TOKEN_BYTES} "
-                             "an agent's transfer Hello carries")  # fmt: skip
+        # both tokens checked before any start, the shared one against an agent's Hello too
+        token, ingest = tokens_from_env(self.env, s.token_env, s.ingest_token_env)
+        if token is not None:
+            check_hello_fits(token, s.token_env)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.lock_workdir()
         _refuse_if_running(self.workdir)

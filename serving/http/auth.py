@@ -124,6 +124,21 @@ def token_from_env(value: str | None, name: str) -> str | None:
     return value
 
 
+def tokens_from_env(
+    environ: Mapping[str, str], token_env: str, ingest_env: str | None
+) -> tuple[str | None, str | None]:
+    """The shared token and the ingest token in the variables ``token_env`` and ``ingest_env``
+    (None: no ingest token is looked for), each None when unset; refused as
+    :func:`token_from_env` and :func:`~kvcast.serving.http.ingest_token.check_ingest_token`
+    refuse them, naming the variables."""
+    token = token_from_env(environ.get(token_env), token_env)
+    if ingest_env is None:
+        return token, None
+    ingest = token_from_env(environ.get(ingest_env), ingest_env)
+    check_ingest_token(ingest, token, (), ingest_env, token_env)
+    return token, ingest
+
+
 def path_pattern(template: str) -> re.Pattern[str]:
     """The paths a route template matches (``/v1/blocks/{block_hash}``: any one segment in
     place of the parameter, as the route's own path converter)."""
