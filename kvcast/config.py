@@ -155,12 +155,14 @@ def _missing_item(e: Any) -> bool:
     return bool(e["type"] == "missing" and e["loc"] and isinstance(e["loc"][-1], int))
 
 
-SECRET_KEYS = frozenset({"token", "ingest_token"})  # config keys that hold a secret
+# config keys whose value is never shown in an error: those that hold a secret, and
+# token_env, which names the variable holding one (a secret pasted in its place is refused)
+SECRET_KEYS = frozenset({"token", "ingest_token", "token_env"})
 
 
 def _secret(loc: tuple[Any, ...]) -> bool:
-    """Whether a key at ``loc`` holds a secret (:data:`SECRET_KEYS`): its value is never
-    shown."""
+    """Whether a key at ``loc`` holds a secret, or may (:data:`SECRET_KEYS`): its value is
+    never shown."""
     return any(part in SECRET_KEYS for part in loc)
 
 

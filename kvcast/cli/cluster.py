@@ -24,7 +24,9 @@ from kvcast.cli.common import (
     user_errors,
 )
 from kvcast.cli.common import write_json as write_json_file
+from kvcast.cli.token_options import IngestTokenEnv, TokenEnv, check_token_options
 from kvcast.output_paths import output_file
+from kvcast.serving.http.token_env import INGEST_TOKEN_ENV, SHARED_TOKEN_ENV
 
 cluster_app = typer.Typer(
     help="A local cluster on loopback: sidecar + agents, and trace replay against it.",
@@ -43,16 +45,6 @@ TLS_HELP = (
     "(and one for `cluster replay`) in WORKDIR/tls/; the sidecar and the agents then serve "
     "https:// only and refuse clients without a certificate of that CA."
 )
-TokenEnv = Annotated[
-    str, typer.Option("--token-env", help="Environment variable holding the shared token.")
-]
-IngestTokenEnv = Annotated[
-    str,
-    typer.Option(
-        "--ingest-token-env",
-        help="Environment variable holding the ingest token (reports only; unset: none).",
-    ),
-]
 
 
 def _size(flag: str, text: str) -> int:
@@ -77,9 +69,10 @@ def _layout_table(layout: Any) -> Table:
 @cluster_app.command("up")
 @user_errors
 def up_cmd(
+    ctx: typer.Context,
     agents: Annotated[int, typer.Option("--agents", min=1, max=64, help="Agents (nodes).")] = 3,
-    token_env: TokenEnv = "KVCAST_TOKEN",
-    ingest_token_env: IngestTokenEnv = "KVCAST_INGEST_TOKEN",
+    token_env: TokenEnv = SHARED_TOKEN_ENV,
+    ingest_token_env: IngestTokenEnv = INGEST_TOKEN_ENV,
     mode: Annotated[str, typer.Option("--mode", help="shadow|active.")] = "shadow",
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     workdir: Annotated[
@@ -109,6 +102,7 @@ def up_cmd(
         StartAborted,
     )
 
+    check_token_options(ctx)
     spec = ClusterSpec(
         model=choose_model(model), agents=agents, workdir=workdir, mode=mode,
         token_env=token_env, ingest_token_env=ingest_token_env,
@@ -186,6 +180,7 @@ def _summary_table(summary: dict[str, Any]) -> Table:
 @cluster_app.command("replay")
 @user_errors
 def replay_cmd(
+    ctx: typer.Context,
     trace: Annotated[str, typer.Option("--trace", help="Trace file, or bundled:NAME.")] = (
         "bundled:conversation"
     ),
@@ -197,8 +192,8 @@ def replay_cmd(
     ] = None,
     agents: Annotated[str | None, typer.Option("--agents", help="Agent URLs, node order.")] = None,
     engines: Annotated[str | None, typer.Option("--engines", help=ENGINES_HELP)] = None,
-    token_env: TokenEnv = "KVCAST_TOKEN",
-    ingest_token_env: IngestTokenEnv = "KVCAST_INGEST_TOKEN",
+    token_env: TokenEnv = SHARED_TOKEN_ENV,
+    ingest_token_env: IngestTokenEnv = INGEST_TOKEN_ENV,
     start_s: Annotated[float, typer.Option("--start-s", min=0.0, help="Window start.")] = 0.0,
     window_s: Annotated[float, typer.Option("--window-s", min=0.001, help="Window length.")] = (
         120.0
@@ -260,6 +255,7 @@ def replay_cmd(
     from kvcast.serving.http.auth import tokens_from_env
     from kvcast.serving.tls import tls_from_env
 
+    check_token_options(ctx)
     for flag, path in (("--out", out_file), ("--played", played_file)):
         if path is not None:  # before anything is played: never after the replay
             output_file(path, flag, [("--trace", Path(trace))])

@@ -12,16 +12,13 @@ from typing import Annotated, Any
 import typer
 
 from kvcast.cli.common import user_errors
+from kvcast.cli.token_options import IngestTokenEnv, TokenEnv, check_token_options
+from kvcast.serving.http.token_env import INGEST_TOKEN_ENV, SHARED_TOKEN_ENV
 
 serve_app = typer.Typer(
     help="Run kvcast's long-running services.", no_args_is_help=True, add_completion=False
 )
 LOG_LEVELS = ("debug", "info", "warning", "error")
-TOKEN_ENV_HELP = "Environment variable holding the shared token."
-INGEST_ENV_HELP = (
-    "Environment variable holding the ingest token: reports only (it needs the shared token "
-    "and must differ from it and from every tenant token)."
-)
 
 
 def flag_size(flag: str, text: str) -> int:
@@ -76,7 +73,7 @@ def agent_settings(
     flags: dict[str, Any],
     sizes: dict[str, tuple[str, str | None]],
     token_env: str,
-    ingest_env: str = "KVCAST_INGEST_TOKEN",
+    ingest_env: str = INGEST_TOKEN_ENV,
 ) -> Any:
     """The :class:`AgentConfig` from ``config`` (YAML), overridden by ``flags`` and ``sizes``
     (``--capacity 64GiB``) when given, the shared token and the ingest token from the
@@ -107,6 +104,7 @@ def agent_settings(
 @serve_app.command("agent")
 @user_errors
 def agent_cmd(
+    ctx: typer.Context,
     node_id: Annotated[
         str | None,
         typer.Option("--node-id", help="This node's id (default: the config's, else agent-0)."),
@@ -141,10 +139,8 @@ def agent_cmd(
         str | None,
         typer.Option("--device", help="Where blocks live: host (default), cuda or cuda:N."),
     ] = None,
-    token_env: Annotated[str, typer.Option("--token-env", help=TOKEN_ENV_HELP)] = "KVCAST_TOKEN",
-    ingest_token_env: Annotated[
-        str, typer.Option("--ingest-token-env", help=INGEST_ENV_HELP)
-    ] = "KVCAST_INGEST_TOKEN",
+    token_env: TokenEnv = SHARED_TOKEN_ENV,
+    ingest_token_env: IngestTokenEnv = INGEST_TOKEN_ENV,
     seed_blocks: Annotated[
         int, typer.Option("--seed-blocks", min=0, help="Debug: store N random blocks at start.")
     ] = 0,
@@ -175,6 +171,7 @@ def agent_cmd(
     from kvcast.serving.agent.service import SeedSpec, run_agent
     from kvcast.serving.http.tenant_tokens import read_tenant_tokens
 
+    check_token_options(ctx)
     if log_level not in LOG_LEVELS:
         raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     flags = {"node_id": node_id, "listen": listen, "transfer_listen": transfer_listen,
@@ -206,6 +203,7 @@ def agent_cmd(
 @serve_app.command("sidecar")
 @user_errors
 def sidecar_cmd(
+    ctx: typer.Context,
     config: Annotated[
         Path, typer.Option("--config", help="Sidecar YAML (configs/serving/sidecar.yaml).")
     ],
@@ -216,10 +214,8 @@ def sidecar_cmd(
     model: Annotated[
         str | None, typer.Option("--model", help="ONNX path or models:/name@alias.")
     ] = None,
-    token_env: Annotated[str, typer.Option("--token-env", help=TOKEN_ENV_HELP)] = "KVCAST_TOKEN",
-    ingest_token_env: Annotated[
-        str, typer.Option("--ingest-token-env", help=INGEST_ENV_HELP)
-    ] = "KVCAST_INGEST_TOKEN",
+    token_env: TokenEnv = SHARED_TOKEN_ENV,
+    ingest_token_env: IngestTokenEnv = INGEST_TOKEN_ENV,
     log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error.")] = (
         "info"
     ),
@@ -244,6 +240,7 @@ def sidecar_cmd(
     from kvcast.serving.sidecar.config import SidecarConfig
     from kvcast.serving.sidecar.service import run_sidecar
 
+    check_token_options(ctx)
     if log_level not in LOG_LEVELS:
         raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     data = read_yaml(config)

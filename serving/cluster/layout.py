@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcast.serving.cluster.ports import require_loopback
+from kvcast.serving.http.token_env import NOT_A_NAME, is_env_name
 from kvcast.serving.http.token_text import token_problem
 from kvcast.serving.tls import TlsFiles
 
@@ -86,8 +87,8 @@ class ClusterLayout:
             raise ValueError("a cluster has at least one node")
         for key in ("token_env", "ingest_token_env"):
             name = getattr(self, key)
-            if name is not None and not (isinstance(name, str) and name):
-                raise ValueError(f"{key} must name an environment variable, got {name!r}")
+            if name is not None and not is_env_name(name):  # (never shown: it may be a token)
+                raise ValueError(f"{key} {NOT_A_NAME}")
 
     @property
     def node_names(self) -> tuple[str, ...]:

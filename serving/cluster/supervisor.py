@@ -9,9 +9,11 @@ kernel's ephemeral range are reserved for every engine (ZMQ PUB, replay: :mod:`.
 sidecar's config is written into the workdir with the agents' addresses (:mod:`.config_gen`)
 and the sidecar starts; once its ready line is in, the addresses go to
 ``<workdir>/cluster.json`` (:mod:`.layout`). Every process is told the variables of the
-shared token and of the ingest token (``--token-env``, ``--ingest-token-env``), which it
-reads from the environment it inherits; an ingest token without a shared token, or equal to
-it, stops the start before any process runs. With ``tls``, a new cluster CA and a certificate
+shared token and of the ingest token (``--token-env``, ``--ingest-token-env``) that are set,
+and reads them from the environment it inherits; a variable unset is named to none (a process
+refuses an option naming an unset variable), and its default variable is kept from them: no
+process has that token. An ingest token without a shared token, or equal to it, stops the
+start before any process runs. With ``tls``, a new cluster CA and a certificate
 per process (and one for the replay client) are written to ``<workdir>/tls/`` first
 (:mod:`.certs`), every process gets its own through ``KVCAST_TLS_*``, the sidecar's config
 serves its API over mutual TLS with its own, the sidecar's and the agents' URLs are
@@ -61,6 +63,7 @@ from kvcast.serving.cluster.process import (
     kvcast_command,
 )
 from kvcast.serving.http.auth import tokens_from_env
+from kvcast.serving.http.token_env import INGEST_TOKEN_ENV, SHARED_TOKEN_ENV
 from kvcast.serving.tls import ENV as TLS_ENV
 from kvcast.serving.tls import TlsFiles
 
@@ -78,10 +81,10 @@ class ClusterSpec:
     agents: int = 3
     workdir: Path = field(default_factory=lambda: Path("kvcast-out/cluster"))
     mode: str = "shadow"
-    token_env: str = "KVCAST_TOKEN"  # the variable holding the shared token (unset: no auth)
+    token_env: str = SHARED_TOKEN_ENV  # the variable holding the shared token (unset: no auth)
     # the variable holding the ingest token (unset: none; the replay then reports with the
     # shared token)
-    ingest_token_env: str = "KVCAST_INGEST_TOKEN"
+    ingest_token_env: str = INGEST_TOKEN_ENV
     capacity_bytes: int = 512 * MiB  # per agent
     speculative_quota_bytes: int = 128 * MiB  # per agent
     block_bytes: int = 64 << 10  # KV bytes of one block, as the sidecar prices them
@@ -137,6 +140,24 @@ def tls_mismatch(ready_line: str, tls: bool) -> str:
     return ""
 
 
+def token_options(spec: ClusterSpec, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The options naming the token variables a process is started with, and its environment
+    (``env``'s): a variable set in ``env`` is named (``--token-env NAME``); one unset is not,
+    since a process refuses an option naming an unset variable, and the process's default
+    variable for that token is left out of its environment instead, so that it has no such
+    token, as the cluster."""
+    options, child = [], dict(env)
+    for flag, name, default in (
+        ("--token-env", spec.token_env, SHARED_TOKEN_ENV),
+        ("--ingest-token-env", spec.ingest_token_env, INGEST_TOKEN_ENV),
+    ):
+        if name in env:
+            options += [flag, name]
+        else:
+            child.pop(default, None)
+    return options, child
+
+
 class LocalCluster:
     """``start()`` -> :class:`ClusterLayout`; ``stop()`` -> exit status per process."""
 
@@ -166,12 +187,11 @@ class LocalCluster:
     def _service(
         self, name: str, args: list[str], ready: re.Pattern[str], tls: TlsFiles | None
     ) -> ServiceProcess:
-        env = self.env
+        options, env = token_options(self.spec, self.env)
         if tls is not None:  # this process's own certificate and key, the cluster CA
             env = env | {TLS_ENV[k]: str(getattr(tls, k)) for k in TLS_ENV}
         proc = ServiceProcess(
-            name, [*kvcast_command(), "serve", *args, "--token-env", self.spec.token_env,
-                   "--ingest-token-env", self.spec.ingest_token_env, "--log-level", "info"],
+            name, [*kvcast_command(), "serve", *args, *options, "--log-level", "info"],
             env=env, log_path=self.workdir / "logs" / f"{name}.log", ready=ready,
         )  # fmt: skip
         proc.start()

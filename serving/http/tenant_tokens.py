@@ -13,7 +13,9 @@ the shared token (it would have every right) or to the ingest token (:mod:`.inge
 it would reach the other's routes), a token longer than the service can carry
 (``max_bytes``: an agent's must fit a transfer ``Hello``), and tenant tokens without a shared
 token (nothing would then guard what they may not do). Errors name the entry and its
-variable, never a secret.
+variable, never a secret. A ``token_env`` that is no variable's name (the secret itself,
+pasted in) is refused by the config, naming the entry's tenants, never shown
+(:mod:`.token_env`).
 :func:`given_tenant_tokens` checks that the secrets a service is handed are its config's.
 """
 
@@ -24,24 +26,38 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from kvcast.config import FiniteConfig
+from kvcast.serving.http.token_env import NOT_A_NAME, is_env_name
 from kvcast.serving.http.token_text import token_problem
 from kvcast.serving.token_bucket import TokenBucket
 
 # a tenant's name, as every API takes it: printable, 1-256 characters
 Tenant = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
 BURST_SECONDS = 2.0  # a burst left unset: this many seconds at the rate
-EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
 TenantTokens = Mapping[str, frozenset[str]]  # secret -> the tenants it speaks for
 
 
 class TenantToken(FiniteConfig):
     """One tenant token: the tenants it speaks for and the variable that holds it."""
 
+    # a validation error's text never shows a value (token_env may be the secret, pasted in)
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     tenants: tuple[Tenant, ...] = Field(min_length=1)
-    token_env: EnvName
+    token_env: str
+
+    @field_validator("token_env")
+    @classmethod
+    def _names_a_variable(cls, name: str, info: ValidationInfo) -> str:
+        """A ValueError naming the entry's tenants, never ``name``, when it is not a
+        variable's name (:func:`~kvcast.serving.http.token_env.is_env_name`)."""
+        if not is_env_name(name):
+            tenants = info.data.get("tenants")  # (absent when they were refused)
+            entry = f"the entry for tenants {list(tenants)}" if tenants else "the entry"
+            raise ValueError(f"{entry}: its token_env {NOT_A_NAME}")
+        return name
 
     @model_validator(mode="after")
     def _tenants_once(self) -> TenantToken:

@@ -407,3 +407,23 @@ def test_a_bad_secret_value_is_never_shown_in_a_config_error(tmp_path: Path, key
         assert "s3cret" not in str(err.value) and "12345678" not in str(err.value)
     with pytest.raises(ConfigError, match=r"b_ms_per_token'.*\(got 'fast'\)"):
         parse_config(SimConfig, {"node": {"prefill": {"b_ms_per_token": "fast"}}}, "s.yaml")
+
+
+@pytest.mark.parametrize("service", ["sidecar", "agent"])
+def test_a_bad_token_env_value_is_never_shown_in_a_config_error(service: str) -> None:
+    """``token_env`` names a variable, but a secret pasted in its place must not be shown
+    either, whatever is wrong with it (not a name, too long, not a string)."""
+    from kvcast.config import parse_config
+    from kvcast.serving.agent.config import AgentConfig
+    from kvcast.serving.sidecar.config import SidecarConfig
+
+    cls, data = (
+        (SidecarConfig, {"nodes": [{"name": "a"}]}) if service == "sidecar"
+        else (AgentConfig, {"capacity_bytes": 1 << 20, "speculative_quota_bytes": 0})
+    )  # fmt: skip
+    for bad in ("s3cret-x", "s3cret\n", "s3cret" * 50, 12345678, 1234.5678, ["s3cret"]):
+        entry = {"tenants": ["acme"], "token_env": bad}
+        with pytest.raises(ConfigError) as err:
+            parse_config(cls, data | {"tenant_tokens": [entry]}, "svc.yaml")
+        assert "key 'tenant_tokens.0.token_env'" in str(err.value), str(err.value)
+        assert "s3cret" not in str(err.value) and "5678" not in str(err.value)

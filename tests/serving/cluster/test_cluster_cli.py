@@ -193,6 +193,20 @@ def test_replay_refuses_a_token_no_header_can_carry_before_any_request(tmp_path:
                 listener.accept()
 
 
+@pytest.mark.parametrize("key", ["token_env", "ingest_token_env"])
+def test_replay_refuses_a_cluster_files_variable_that_is_no_name_never_showing_it(
+    tmp_path: Path, key: str
+) -> None:
+    """A secret written in cluster.json in place of its variable's name is refused, unshown."""
+    data = {"sidecar": "http://127.0.0.1:1", "nodes": [{"name": "a", "agent": "http://127.0.0.1:2",
+            "transfer": "127.0.0.1:3"}]}  # fmt: skip
+    (tmp_path / "cluster.json").write_text(json.dumps(data | {key: "s3cret-Tok3n+/x="}))
+    r = runner.invoke(app, ["cluster", "replay", "--cluster", str(tmp_path)], env=ENV)
+    assert r.exit_code == 2 and r.output.count("error:") == 1, r.output
+    assert f"{key} must name an environment variable" in " ".join(r.output.split()), r.output
+    assert "s3cret" not in r.output and "Tok3n" not in r.output
+
+
 def test_replay_refuses_a_cluster_file_whose_values_are_of_the_wrong_type(tmp_path: Path) -> None:
     data = {"sidecar": "http://127.0.0.1:1", "nodes": [{"name": "a", "agent": "http://127.0.0.1:2",
             "transfer": "127.0.0.1:3"}]}  # fmt: skip

@@ -2,7 +2,8 @@
 ignores it) and always reaped; one that dies first is reported with its last lines; a killed
 supervisor takes its children with it. A real local cluster (one agent and the sidecar)
 starts, writes its addresses and stops with every process exiting 0 and none left; a model
-the sidecar would refuse stops the start before any process runs."""
+the sidecar would refuse stops the start before any process runs. A process is named only
+the token variables that are set (it refuses an option naming an unset one)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from kvcast.features.spec import build_spec
 from kvcast.serving.cluster.layout import CLUSTER_FILE, ClusterLayout, NodeAddresses, read_layout
 from kvcast.serving.cluster.ports import ephemeral_range, reserved_candidates
 from kvcast.serving.cluster.process import ServiceFailed, ServiceProcess
-from kvcast.serving.cluster.supervisor import ClusterSpec, LocalCluster
+from kvcast.serving.cluster.supervisor import ClusterSpec, LocalCluster, token_options
 
 READY = re.compile(r"child ready (\d+)")
 SERVE = "print('child ready', os.getpid(), flush=True)\ntime.sleep(60)"
@@ -132,6 +133,7 @@ def test_a_local_cluster_starts_writes_its_addresses_and_stops_cleanly(tmp_path:
         sidecar_yaml = yaml.safe_load((tmp_path / "ok" / "sidecar.yaml").read_text())
         assert sidecar_yaml["nodes"][0]["agent"] == node.agent  # the port the agent bound
         assert "--listen 127.0.0.1:0" in " ".join(cluster.agents[0].args)
+        assert "--token-env" not in cluster.agents[0].args  # none set: no token, none named
         assert _health(cluster, layout.sidecar)["sidecar_id"] == "sidecar-local"
         assert _health(cluster, node.agent)["node_id"] == "gpu-node-0"
         assert set(layout.pids) == {"sidecar", "gpu-node-0"} and cluster.exited() is None
@@ -203,3 +205,17 @@ def test_a_ready_line_matches_the_clusters_tls_only_when_every_side_is_mutual(
 
     got = tls_mismatch(line, tls)
     assert (wrong in got and got != "") if wrong else got == ""
+
+
+def test_a_process_is_named_only_the_token_variables_that_are_set() -> None:
+    """A variable unset is named to no process, and the process's default variable for that
+    token is kept from it: it has no such token, as the cluster."""
+    spec = ClusterSpec(model="m.onnx", token_env="KT_PROD", ingest_token_env="KT_REPORTS")
+    env = {"KT_PROD": "p", "KVCAST_INGEST_TOKEN": "stray", "PATH": "/bin"}
+    options, child = token_options(spec, env)
+    assert options == ["--token-env", "KT_PROD"] and child == {"KT_PROD": "p", "PATH": "/bin"}
+    both = {"KVCAST_TOKEN": "s", "KVCAST_INGEST_TOKEN": "i"}
+    options, child = token_options(ClusterSpec(model="m.onnx"), both)
+    assert options == ["--token-env", "KVCAST_TOKEN", "--ingest-token-env", "KVCAST_INGEST_TOKEN"]
+    assert child == both
+    assert token_options(ClusterSpec(model="m.onnx"), {"PATH": "/bin"}) == ([], {"PATH": "/bin"})

@@ -9,27 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from serve_commands import serve_command
 from typer.testing import CliRunner
 
 from kvcast.cli.app import app
 
 SHARED, REPORTS = "shared-s3cret", "ingest-s3cret"
 TENANTS = [{"tenants": ["acme"], "token_env": "KT_ACME"}]
-
-
-def _command(kind: str, tmp_path: Path) -> list[str]:
-    """``serve KIND`` with a config file that has one tenant token (KT_ACME)."""
-    path = tmp_path / f"{kind}.yaml"
-    if kind == "sidecar":
-        data = {"listen": "127.0.0.1:0", "nodes": [{"name": "a"}], "tenant_tokens": TENANTS,
-                "decision_log": {"path": None}}  # fmt: skip
-        path.write_text(yaml.safe_dump(data))
-        return ["serve", "sidecar", "--config", str(path)]
-    path.write_text(yaml.safe_dump({"tenant_tokens": TENANTS}))
-    return ["serve", "agent", "--config", str(path), "--listen", "127.0.0.1:0",
-            "--transfer-listen", "127.0.0.1:0", "--capacity", "64MiB",
-            "--speculative-quota", "8MiB"]  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", ["sidecar", "agent"])
@@ -52,7 +38,8 @@ def test_a_bad_ingest_token_stops_the_service_in_one_line_naming_its_variable(
     tmp_path: Path, kind: str, env: dict[str, str], flags: list[str], message: str
 ) -> None:
     full = {"KVCAST_TOKEN": None, "KVCAST_INGEST_TOKEN": None, "KT_ACME": None} | env
-    r = CliRunner().invoke(app, [*_command(kind, tmp_path), *flags], env=full)  # type: ignore[arg-type]
+    args = [*serve_command(kind, tmp_path, TENANTS), *flags]
+    r = CliRunner().invoke(app, args, env=full)  # type: ignore[arg-type]
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.output
