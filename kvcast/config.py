@@ -161,9 +161,14 @@ SECRET_KEYS = frozenset({"token", "ingest_token", "token_env"})
 
 
 def _secret(loc: tuple[Any, ...]) -> bool:
-    """Whether a key at ``loc`` holds a secret, or may (:data:`SECRET_KEYS`): its value is
-    never shown."""
-    return any(part in SECRET_KEYS for part in loc)
+    """Whether a key at ``loc`` holds a secret, or may (:data:`SECRET_KEYS`; ``tenant_tokens``
+    or one of its entries, which hold mappings): its value is never shown."""
+    if any(part in SECRET_KEYS for part in loc):
+        return True
+    if "tenant_tokens" in loc:  # the section, or an entry, given as a plain value: the token
+        rest = loc[loc.index("tenant_tokens") + 1 :]  # itself may be pasted there
+        return all(isinstance(part, int) for part in rest)
+    return False
 
 
 def _format_errors(source: str, err: ValidationError, cls: type[BaseModel]) -> str:

@@ -24,7 +24,12 @@ from kvcast.cli.common import (
     user_errors,
 )
 from kvcast.cli.common import write_json as write_json_file
-from kvcast.cli.token_options import IngestTokenEnv, TokenEnv, check_token_options
+from kvcast.cli.token_options import (
+    IngestTokenEnv,
+    TokenEnv,
+    check_cluster_options,
+    check_token_options,
+)
 from kvcast.output_paths import output_file
 from kvcast.serving.http.token_env import INGEST_TOKEN_ENV, SHARED_TOKEN_ENV
 
@@ -255,11 +260,13 @@ def replay_cmd(
     from kvcast.serving.http.auth import tokens_from_env
     from kvcast.serving.tls import tls_from_env
 
+    layout = read_layout(cluster) if cluster is not None else None
+    if layout is not None:  # its variables are read: an option naming another is refused
+        check_cluster_options(ctx, (layout.token_env, layout.ingest_token_env), str(cluster))
     check_token_options(ctx)
     for flag, path in (("--out", out_file), ("--played", played_file)):
         if path is not None:  # before anything is played: never after the replay
             output_file(path, flag, [("--trace", Path(trace))])
-    layout = read_layout(cluster) if cluster is not None else None
     for var in (layout.token_env, layout.ingest_token_env) if layout is not None else ():
         if var is not None and os.environ.get(var) is None:  # its calls would all be refused
             raise ValueError(

@@ -64,6 +64,17 @@ def check_token_options(ctx: typer.Context) -> None:
                              f"option out to run without {token}{other})")  # fmt: skip
 
 
+def check_cluster_options(ctx: typer.Context, variables: tuple[str | None, str | None],
+                          where: str) -> None:  # fmt: skip
+    """A ValueError for a token option given to a command that reads the token variables of
+    the cluster in ``where`` instead (``variables``: its shared and ingest token variables,
+    None: started without that token), unless it names the same variable."""
+    for (param, flag, _, token), var in zip(OPTIONS, variables, strict=True):
+        if given(ctx, param) and ctx.params[param] != var:
+            uses = f"reads {token} from {var}" if var else f"was started without {token}"
+            raise ValueError(f"{flag}: the cluster in {where} {uses}: leave {flag} out")
+
+
 def given(ctx: typer.Context, param: str) -> bool:
     """Whether ``param`` of ``ctx``'s command was given (on the command line, say) rather than
     left to its default. Its source is told by name: typer may bring a click of its own, whose

@@ -153,7 +153,7 @@ def token_options(spec: ClusterSpec, env: Mapping[str, str]) -> tuple[list[str],
     ):
         if name in env:
             options += [flag, name]
-        else:
+        elif default not in (spec.token_env, spec.ingest_token_env):  # (the other's variable)
             child.pop(default, None)
     return options, child
 

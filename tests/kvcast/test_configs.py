@@ -427,3 +427,26 @@ def test_a_bad_token_env_value_is_never_shown_in_a_config_error(service: str) ->
             parse_config(cls, data | {"tenant_tokens": [entry]}, "svc.yaml")
         assert "key 'tenant_tokens.0.token_env'" in str(err.value), str(err.value)
         assert "s3cret" not in str(err.value) and "5678" not in str(err.value)
+
+
+@pytest.mark.parametrize("service", ["sidecar", "agent"])
+def test_a_secret_pasted_as_a_tenant_tokens_entry_or_section_is_never_shown(service: str) -> None:
+    """The section and its entries hold mappings: a plain value there (the token itself, say)
+    is refused at its key without being shown; an entry's tenant names still are shown."""
+    from kvcast.config import parse_config
+    from kvcast.serving.agent.config import AgentConfig
+    from kvcast.serving.sidecar.config import SidecarConfig
+
+    cls, data = (
+        (SidecarConfig, {"nodes": [{"name": "a"}]}) if service == "sidecar"
+        else (AgentConfig, {"capacity_bytes": 1 << 20, "speculative_quota_bytes": 0})
+    )  # fmt: skip
+    for tokens, key in ((["s3cret-x"], "tenant_tokens.0"), ("s3cret-x", "tenant_tokens"),
+                        ([12345678], "tenant_tokens.0")):  # fmt: skip
+        with pytest.raises(ConfigError) as err:
+            parse_config(cls, data | {"tenant_tokens": tokens}, "svc.yaml")
+        assert f"key '{key}'" in str(err.value), str(err.value)
+        assert "s3cret" not in str(err.value) and "5678" not in str(err.value)
+    entry = {"tenants": ["bad\ttenant"], "token_env": "KT_ACME"}
+    with pytest.raises(ConfigError, match=r"got 'bad\\ttenant'"):
+        parse_config(cls, data | {"tenant_tokens": [entry]}, "svc.yaml")

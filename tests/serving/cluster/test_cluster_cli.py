@@ -207,6 +207,23 @@ def test_replay_refuses_a_cluster_files_variable_that_is_no_name_never_showing_i
     assert "s3cret" not in r.output and "Tok3n" not in r.output
 
 
+def test_replay_with_a_cluster_refuses_a_token_option_naming_another_variable(
+    tmp_path: Path,
+) -> None:
+    """With --cluster the replay reads the cluster's variables: a token option naming another
+    (which it would silently ignore) is refused naming the cluster's; the same one goes on."""
+    data = {"sidecar": "http://127.0.0.1:1", "token_env": "KT_CLUSTER", "nodes": [{"name": "a",
+            "agent": "http://127.0.0.1:2", "transfer": "127.0.0.1:3"}]}  # fmt: skip
+    (tmp_path / "cluster.json").write_text(json.dumps(data))
+    args = ["cluster", "replay", "--cluster", str(tmp_path)]
+    _refused([*args, "--token-env", "KT_OTHER"], "--token-env: the cluster in",
+             "reads a shared token from KT_CLUSTER: leave --token-env out")  # fmt: skip
+    _refused([*args, "--ingest-token-env", "KT_OTHER"], "--ingest-token-env: the cluster in",
+             "was started without an ingest token: leave --ingest-token-env out")  # fmt: skip
+    # the cluster's own variable, given again: past that check, to the unset variable's
+    _refused([*args, "--token-env", "KT_CLUSTER"], "--token-env KT_CLUSTER: the variable is not")
+
+
 def test_replay_refuses_a_cluster_file_whose_values_are_of_the_wrong_type(tmp_path: Path) -> None:
     data = {"sidecar": "http://127.0.0.1:1", "nodes": [{"name": "a", "agent": "http://127.0.0.1:2",
             "transfer": "127.0.0.1:3"}]}  # fmt: skip

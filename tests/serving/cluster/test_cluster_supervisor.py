@@ -219,3 +219,7 @@ def test_a_process_is_named_only_the_token_variables_that_are_set() -> None:
     assert options == ["--token-env", "KVCAST_TOKEN", "--ingest-token-env", "KVCAST_INGEST_TOKEN"]
     assert child == both
     assert token_options(ClusterSpec(model="m.onnx"), {"PATH": "/bin"}) == ([], {"PATH": "/bin"})
+    # a default variable that is the other token's named one is kept: that token is in it
+    crossed = ClusterSpec(model="m.onnx", token_env="KVCAST_INGEST_TOKEN", ingest_token_env="KT_X")
+    options, child = token_options(crossed, {"KVCAST_INGEST_TOKEN": "s", "PATH": "/bin"})
+    assert options == ["--token-env", "KVCAST_INGEST_TOKEN"] and child["KVCAST_INGEST_TOKEN"] == "s"
