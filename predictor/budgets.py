@@ -58,6 +58,12 @@ class BudgetLedger:
         self._to_list: list[float] | None = None  # the same per node (None: stale)
         self._next_expiry = float("inf")  # no replica expires before this (a lower bound)
 
+    @property
+    def unclaimed(self) -> bool:
+        """Whether the ledger holds a replica no request claimed yet (else :meth:`claim` has
+        nothing to do)."""
+        return bool(self._on)
+
     # -- time ----------------------------------------------------------------------------------
     def settle(self, now: float) -> None:
         """Forget transfers that have landed and bandwidth use older than the window."""

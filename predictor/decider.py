@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -73,6 +73,15 @@ class Decider:
         them as their chains' copies until their TTL, see :meth:`BudgetLedger.claim`)."""
         self.ledger.claim(node, blocks, now_ms, self.claim_in_flight)
         self.feedback.observe(node, blocks, now_ms)
+
+    def observe_arrivals(self, routed: Iterable[tuple[float, int, Sequence[int]]]) -> None:
+        """:meth:`observe_arrival` of each ``(now_ms, node, blocks)`` in order; nothing to do
+        (no Python step per request) while the ledger holds no unclaimed replica and no copy's
+        outcome is awaited, as in a tick that follows no copy."""
+        if not self.ledger.unclaimed and not self.feedback.watching:
+            return
+        for now_ms, node, blocks in routed:
+            self.observe_arrival(node, blocks, now_ms)
 
     def forget(self, node: int, blocks: Sequence[int]) -> None:
         """Copies of ``blocks`` on ``node`` are gone before their TTL (the replication failed,

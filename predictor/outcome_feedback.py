@@ -75,6 +75,11 @@ class OutcomeFeedback:
     def __len__(self) -> int:
         return self._watching
 
+    @property
+    def watching(self) -> bool:
+        """Whether some copy's outcome is awaited (else :meth:`observe` has nothing to do)."""
+        return bool(self._watch)
+
     def watched(self, block: int) -> dict[int, Watch]:
         """The copies watched whose deepest block is ``block``, by node (a new dict)."""
         return dict(self._watch.get(block, {}))

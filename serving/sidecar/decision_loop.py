@@ -174,8 +174,8 @@ class DecisionLoop:
         removals = inp.removals if inp is not None else self.keeper.gpu_removals.copy()
         view = self.live.view(now, hbm, self.in_flight(), removals)
         holders = inp.holders if inp is not None and len(probs) else None
-        for ts, node, blocks in inp.routed if inp is not None else ():
-            decider.observe_arrival(node, blocks, ts)  # were its copies used?
+        if inp is not None:
+            decider.observe_arrivals(inp.routed)  # were its copies used?
         lost = self._lost
         while lost:
             decider.forget(*lost.popleft())

@@ -91,8 +91,10 @@ class NodeLoads:
             best, depth = router[1], router[0]
         return depth if best >= 0 and now - best <= self.stale_s else 0
 
-    def queue_ms(self, node: int) -> float:
-        depth = self.queue_depth(node)
+    def queue_ms(self, node: int, depth: int | None = None) -> float:
+        """The predicted wait on ``node`` (``depth``: its :meth:`queue_depth`, when at hand)."""
+        if depth is None:
+            depth = self.queue_depth(node)
         return depth * self.prefill.isolated_ms(int(self.mean_tokens[node])) if depth else 0.0
 
     def arrays(self) -> NodeArrays:
@@ -104,6 +106,6 @@ class NodeLoads:
             t = a.telemetry
             cap[i], pinned[i] = t.capacity_bytes, t.bytes.active
             cached[i], spec[i] = t.bytes.cached, t.bytes.speculative
-        depth = np.array([self.queue_depth(i) for i in range(self.n)], dtype=float)
-        queue = np.array([self.queue_ms(i) for i in range(self.n)], dtype=float)
-        return NodeArrays(queue, depth, cap, pinned, cached, spec)
+        depths = [self.queue_depth(i) for i in range(self.n)]
+        queue = np.array([self.queue_ms(i, d) for i, d in enumerate(depths)], dtype=float)
+        return NodeArrays(queue, np.array(depths, dtype=float), cap, pinned, cached, spec)

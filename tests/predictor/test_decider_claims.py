@@ -141,3 +141,28 @@ def test_expired_and_has_replica_leave_out_exactly_the_claimed_replicas(seed: in
                 del claimed[key]
         for b in range(12):
             assert ledger.has_replica(b) == any(k[1] == b for k in [*live, *claimed])
+
+
+def test_observe_arrivals_settles_a_batch_as_one_call_per_request_does() -> None:
+    made = []
+    for batched in (False, True):
+        d = Decider(decider_cfg(budgets={"ttl_ms": 10_000.0}))
+        cmd = reps(d.decide(*one_chain(0.9), view()))[0]
+        other = (cmd.target + 1) % view().n
+        routed = [(2_000.0, other, CHAIN), (2_500.0, cmd.target, CHAIN)]
+        if batched:
+            d.observe_arrivals(routed)
+        else:
+            for ts, node, blocks in routed:
+                d.observe_arrival(node, blocks, ts)
+        made.append((dict(d.feedback.fates), dict(d.ledger.claimed), d.ledger.unclaimed))
+    assert made[0] == made[1]
+    assert made[0][0] == {"routed_elsewhere": 1} and made[0][1]  # settled, then claimed
+
+
+def test_observe_arrivals_claims_a_replica_no_copy_outcome_is_awaited_for() -> None:
+    d = Decider(decider_cfg())
+    d.ledger.record(Transfer(0.0, 10.0, 0, 1, 10 * BLOCK, CHAIN), expiry_ms=1_000.0)
+    assert d.ledger.unclaimed and not d.feedback.watching
+    d.observe_arrivals([(100.0, 1, CHAIN)])
+    assert len(d.ledger.claimed) == 10 and not d.ledger.unclaimed
