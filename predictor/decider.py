@@ -55,6 +55,16 @@ DEFAULT = DeciderConfig()  # frozen: one instance serves every decider built wit
 
 
 class Decider:
+    # A tick's screens are made again after a command when at least this many of the chains
+    # left were ruled out by the last ones (else those are weighed one by one). A cost ratio,
+    # not a rule: the commands are the same either way (the screens only skip chains that
+    # could not be copied). Measured on bench_sidecar.py's state (8 nodes, 16 chains a tick),
+    # a screen costs ~50 us, and a chain it rules out mostly leaves the one-by-one weighing
+    # early: screened again after every command, the decider's p99 fell from 1.1 to 0.9 ms
+    # where a tick made one command and rose from 1.4 to 1.6 ms where it made eight; from
+    # eight chains left, it falls in the first case and holds in the second.
+    RESCREEN_AT = 8
+
     def __init__(self, cfg: DeciderConfig | None = None, claim_in_flight: bool = False) -> None:
         """``claim_in_flight``: a routed request also claims the replicas still on their way
         to its node (the live sidecar, whose agents hold such a replica for the request once
@@ -151,14 +161,27 @@ class Decider:
             weighed[i] = made
         row = dict(zip(batched, range(len(batched)), strict=True))
         copies = self._copy_terms(plans, order[batched], firsts, view, terms)
-        rank = 0
+        rank = screened = 0  # commands so far; their number when the screens were made
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             # and of those, the ones no target and cut could pay for as the tick starts
             unpaid = self._cannot_pay(queues[batched], firsts, copies, view, forecast, terms)
+            admitted = _admitted(len(order), batched, row, unpaid)
             for i, kept in enumerate(weighed):
                 j = row.get(i)  # its row of the batched copy terms (None: not batched)
-                if not rank and not promote and (j is None or unpaid[j]):
-                    continue  # nothing moved since it was ruled out, and no promotion to weigh
+                if not promote and not admitted[i]:  # (a promotion weighs every chain)
+                    if rank > screened and admitted[i:].count(False) >= self.RESCREEN_AT:
+                        # a command moved something since the screens: made again, for what
+                        # is left (cheaper than weighing each chain they ruled out)
+                        queues = forecast.queues_without(order)
+                        may = self._may_copy(plans, order, chains, queues)
+                        if may:
+                            may = self._may_pay(plans, order, may, chains, queues, view, factor)
+                        unpaid = self._cannot_pay(
+                            queues[batched], firsts, copies, view, forecast, terms
+                        )
+                        admitted, screened = _admitted(len(order), may, row, unpaid), rank
+                    if rank == screened and not admitted[i]:
+                        continue  # ruled out, and nothing moved since
                 if kept is None:  # the first chain weighed beyond those: make every plan
                     missing = [x for x, made in enumerate(weighed) if made is None]
                     for x, made in zip(missing, plans.plans(order[missing]), strict=True):
@@ -405,3 +428,15 @@ def _ms_per_block(view: ClusterView) -> float:
     bw = view.links.bytes_per_ms
     usable = bw[(bw > 0) & np.isfinite(bw)]
     return view.block_bytes / float(usable.min()) if usable.size else math.inf
+
+
+def _admitted(k: int, may: list[int], row: dict[int, int], unpaid: list[bool]) -> list[bool]:
+    """Per chain of a tick's ``k``, whether its screens let it be weighed: among ``may``
+    (:meth:`Decider._may_copy` then :meth:`Decider._may_pay`), and not ruled out by
+    :meth:`Decider._cannot_pay` (``unpaid``, per row of the batched copy terms ``row``; a
+    chain without a row is weighed with its own terms)."""
+    out = [False] * k
+    for i in may:
+        j = row.get(i)
+        out[i] = j is None or not unpaid[j]
+    return out

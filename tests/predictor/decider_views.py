@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from kvcast.predictor.cluster_view import (
     PrefillCost,
     RouteProbe,
 )
+from kvcast.predictor.decider import Decider
 from kvcast.predictor.decider_config import DeciderConfig
 
 GIB = 1 << 30
@@ -85,3 +87,24 @@ def one_chain(
         [chain], tenants=[tenant], public_blocks=[public_blocks], first_use_ms=[first_use_ms]
     )
     return cands, np.full(len(chain), p)
+
+
+class EveryChain(Decider):
+    """The decider without its tick screen: every weighed chain gets its copy terms and is
+    weighed in turn (what the screen must never change)."""
+
+    def _may_copy(self, plans: Any, rows: Any, weighed: list[Any], forecast: Any) -> list[int]:
+        return list(range(len(weighed)))
+
+    def _may_pay(self, plans: Any, rows: Any, batched: list[int], *args: Any) -> list[int]:
+        return batched
+
+    def _cannot_pay(self, rows: Any, weighed: list[Any], *args: Any) -> list[bool]:
+        return [False] * len(weighed)
+
+
+class ScreensAgain(Decider):
+    """The decider making its screens again after every command that leaves a chain they
+    ruled out (the default waits for three)."""
+
+    RESCREEN_AT = 1

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from decider_views import EveryChain, ScreensAgain
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -355,33 +356,23 @@ def test_the_checker_catches_a_quota_overrun() -> None:
     assert math.isclose(cfg.budgets.quota_bytes(80.0 * GIB), 0.05 * GIB)
 
 
-class EveryChain(Decider):
-    """The decider without its tick screen: every weighed chain gets its copy terms and is
-    weighed in turn (what the screen must never change)."""
-
-    def _may_copy(self, plans: Any, rows: Any, weighed: list[Any], forecast: Any) -> list[int]:
-        return list(range(len(weighed)))
-
-    def _may_pay(self, plans: Any, rows: Any, batched: list[int], *args: Any) -> list[int]:
-        return batched
-
-    def _cannot_pay(self, rows: Any, weighed: list[Any], *args: Any) -> list[bool]:
-        return [False] * len(weighed)
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=cases(), data=st.data(), ticks=st.integers(1, 4))
+@given(case=cases(), data=st.data(), ticks=st.integers(1, 4), again=st.booleans())
 def test_the_tick_screen_gives_the_commands_of_weighing_every_chain(
-    case: Case, data: st.DataObject, ticks: int
+    case: Case, data: st.DataObject, ticks: int, again: bool
 ) -> None:
     """The decider rules out, as a tick starts, the chains it could not copy (no held prefix,
     a live replica, no holder queued above the least queued node, no target and cut whose
-    net value could pay, told before or after their copy terms) and skips them unless a
-    command of the same tick moved something: the same commands as weighing every chain,
-    tick after tick (the ledger kept, so later ticks see copies on their way)."""
+    net value could pay, told before or after their copy terms) and skips them until a
+    command of the same tick moves something, then weighs them or screens them again (with
+    the queues, the replicas and the bytes in flight as the commands left them): the same
+    commands as weighing every chain, tick after tick (the ledger kept, so later ticks see
+    copies on their way), whenever the screens are made again (``again``: after every
+    command)."""
     n = case.cands.total_blocks
     probs = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
-    screened, every = Decider(case.cfg), EveryChain(case.cfg)
+    screened = (ScreensAgain if again else Decider)(case.cfg)
+    every = EveryChain(case.cfg)
     for _ in range(ticks):
         assert screened.decide(case.cands, probs, case.view) == every.decide(
             case.cands, probs, case.view
