@@ -102,9 +102,10 @@ class LoadForecast:
         return q
 
     def queues_without(self, rows: np.ndarray) -> np.ndarray:
-        """``[len(rows), n]``: :meth:`queue_without` of the chains at ``rows`` of the plans as
-        they were built (before any move), all at once: the same arithmetic, term by term and
-        in the same order, so the same values (the decider's screen relies on it)."""
+        """``[len(rows), n]``: :meth:`queue_without` of the chains at ``rows``, all at once: the
+        same arithmetic, term by term and in the same order, so the same values (the decider's
+        screens rely on it). Their homes are the plans' as built: exact for every chain not
+        moved since, which is every chain a tick has yet to weigh (the queues are now's)."""
         homes = self._home_mask[rows]
         w = self.cfg.load_weight * self._w[rows]
         own = np.where(w > 0.0, w * self._work[rows] / homes.sum(axis=1), 0.0)

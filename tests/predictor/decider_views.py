@@ -105,6 +105,6 @@ class EveryChain(Decider):
 
 class ScreensAgain(Decider):
     """The decider making its screens again after every command that leaves a chain they
-    ruled out (the default waits for three)."""
+    ruled out (the default waits for ``Decider.RESCREEN_AT`` of them)."""
 
     RESCREEN_AT = 1

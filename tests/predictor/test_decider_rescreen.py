@@ -60,3 +60,34 @@ def test_with_fewer_chains_left_than_rescreen_at_they_are_weighed_one_by_one() -
     assert len(screens) == 1  # the tick's start only
     assert len(weighed) > decider.cfg.targets.max_targets_per_chain  # the others weighed too
     assert out == EveryChain(decider_cfg()).decide(CANDS, PROBS, view())
+
+
+@pytest.mark.parametrize("cls", [Decider, ScreensAgain])
+def test_a_chain_ruled_out_as_the_tick_starts_is_copied_once_a_command_moved_load(
+    cls: type[Decider],
+) -> None:
+    """Two copies of tenant a's chains move load off busy node 0; tenant b's nine chains,
+    held on node 2, which no copy to node 0 paid for as the tick started, are screened again
+    and copied to node 0 (node 1 serves tenant a only), as when weighing every chain."""
+    first, second = tuple(range(1, 11)), tuple(range(20, 32))
+    others = [tuple(range(100 * k, 100 * k + 10)) for k in range(1, 10)]
+    holders = {b: 0b001 for b in first + second} | {b: 0b100 for c in others for b in c}
+    cands = ChainCandidates.build([first, second, *others], tenants=["a", "a"] + ["b"] * 9,
+                                  tail_tokens=[512, 20000] + [512] * 9)  # fmt: skip
+    probs = np.array([1.0] * 22 + [0.6] * 90)
+    tick = view(queue=(300.0, 0.0, 600.0), holders=holders, bytes_per_ms=1.1e7,
+                node_tenants=(frozenset("ab"), frozenset("a"), frozenset("b")))  # fmt: skip
+    decider = cls(decider_cfg())
+    verdicts: list[list[bool]] = []
+    cannot_pay = decider._cannot_pay
+
+    def spy(*args: Any) -> list[bool]:
+        verdicts.append(cannot_pay(*args))
+        return verdicts[-1]
+
+    decider._cannot_pay = spy  # type: ignore[method-assign]
+    out = decider.decide(cands, probs, tick)
+    assert verdicts[0][2:] == [True] * 9  # every chain of tenant b ruled out as it starts
+    moves = [(c.source, c.target) for c in out if isinstance(c, ReplicateCommand)]
+    assert moves[:2] == [(0, 1), (0, 1)] and (2, 0) in moves[2:]  # b's copied TO the source
+    assert out == EveryChain(decider_cfg()).decide(cands, probs, tick)
