@@ -44,7 +44,7 @@ from kvcast.simulator.network import Network
 from kvcast.simulator.node import LiveRequest, Node
 from kvcast.simulator.policies import create_policy
 from kvcast.simulator.policies.base import RoutingContext, RoutingPolicy
-from kvcast.simulator.policies.registry import reads_routed_index
+from kvcast.simulator.policies.registry import prefix_view_of, reads_routed_index
 from kvcast.simulator.pulls import Pull, ReactivePulls
 from kvcast.simulator.replication import Replicator
 from kvcast.simulator.replication_hooks import ReplicationHooks
@@ -98,6 +98,8 @@ class Simulator(ReplicationHooks):
         # base router of a replicating policy: its name, and its parameters from cfg.routing)
         router = getattr(self.policy, "base_router", getattr(self.policy, "name", ""))
         self.routed = RoutedIndex(cfg.nodes) if reads_routed_index(router, cfg.routing) else None
+        # which prefixes that router takes a node to hold (summary key ``prefix_view``)
+        self.prefix_view = prefix_view_of(router, cfg.routing)
         self.network = Network(cfg.network, cfg.nodes)
         cap = cfg.kv_capacity_bytes() // self.block_bytes
         gib = 1 << 30

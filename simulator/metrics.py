@@ -178,7 +178,8 @@ def _copy_fates(sim: Simulator) -> dict[str, Any]:
     routed to another node, or expired first), and ``base_router``, the anchor router the
     policy routes with (what ``kvcast verdict`` compares it with at low load); both absent for
     a plain router. A model policy also names the ``model`` it scored with (a path, or the
-    MLflow URI it was given or defaulted to)."""
+    MLflow URI it was given or defaulted to), and a router that matches prefixes (itself or
+    the base router) its ``prefix_view``: router, engine or both."""
     out: dict[str, Any] = {}
     model = getattr(sim.policy, "model", None)
     if isinstance(model, str):
@@ -189,4 +190,6 @@ def _copy_fates(sim: Simulator) -> dict[str, Any]:
     router = getattr(sim.replicator, "base_router", None)
     if router is not None:
         out["base_router"] = router
+    if sim.prefix_view is not None:
+        out["prefix_view"] = sim.prefix_view
     return out

@@ -5,7 +5,10 @@ thresholds its Helm chart deploys (``AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMB
 =16``, ``AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR=2``). Running requests = outstanding.
 A node's prefix match is read from the gateway's own table of the prefixes it routed there
 (``AddPrefix`` as it routes: :mod:`kvcast.simulator.routed_index`), as the anchor does;
-``prefix_view: engine`` reads the engines' caches instead.
+``prefix_view: engine`` reads the engines' caches instead, and ``prefix_view: both`` per node
+the longer of the two matches (a gateway that adds prefixes as it routes and is fed KV events:
+it sees both the prefixes still being prefilled and the replicas;
+:meth:`RoutingContext.prefix_view`).
 
 1. If ``max_running - min_running > imbalance_abs_count``: least running requests.
 2. Else the nodes with a prefix match, sorted by match descending then running ascending
@@ -17,12 +20,11 @@ A node's prefix match is read from the gateway's own table of the prefixes it ro
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 from pydantic import Field
 
 from kvcast.config import FrozenConfig
-from kvcast.simulator.policies.base import RoutingContext, RoutingDecision
+from kvcast.simulator.policies.base import PrefixView, RoutingContext, RoutingDecision
 from kvcast.simulator.policies.least_loaded import least_outstanding
 from kvcast.simulator.policies.registry import register_policy
 
@@ -31,8 +33,11 @@ class AibrixPrefixParams(FrozenConfig):
     # Which prefixes a node is taken to hold: "router", those this router sent there (the
     # gateway's prefix hash table, updated as it routes by AddPrefix: the anchor's own view,
     # so a burst sharing a prefix goes to one node and a replica another component placed
-    # is not seen), or "engine": the engines' caches (KV events).
-    prefix_view: Literal["router", "engine"] = "router"
+    # is not seen), or "engine": the engines' caches (KV events): replicas seen,
+    # blocks still being prefilled not; or "both": per node the longer of the two matches, a
+    # router that inserts as it routes and is also fed KV events (RoutingContext.prefix_view:
+    # a lower bound of the prefix held in the union of the two, what two indexes read).
+    prefix_view: PrefixView = "router"
     # Load imbalance gate: max - min running requests above this routes to the least
     # loaded node (AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT, chart: 16).
     imbalance_abs_count: int = Field(16, ge=0)

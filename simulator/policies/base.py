@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
+
+PrefixView = Literal["router", "engine", "both"]
+"""Which prefixes a prefix-matching router takes a node to hold: its own index of what it
+routed, the engines' caches (KV events), or per node the longer of the two
+(:meth:`RoutingContext.prefix_view`)."""
+
+PREFIX_VIEWS: tuple[str, ...] = get_args(PrefixView)
+
+ROUTED_INDEX_VIEWS: frozenset[str] = frozenset({"router", "both"})
+"""The views that read the router's own index of what it routed (the simulator keeps it)."""
 
 
 @runtime_checkable
@@ -97,10 +107,31 @@ class RoutingContext:
     route; None where no such index is kept (they then read ``match_blocks``)."""
 
     def prefix_view(self, view: str) -> Sequence[int]:
-        """``routed_blocks`` for ``view="router"`` (when kept), else ``match_blocks``."""
-        if view == "router" and self.routed_blocks is not None:
-            return self.routed_blocks
-        return self.match_blocks
+        """Per node, the prefix of ``block_hashes`` a router with this view takes it to hold.
+
+        - ``"engine"``: ``match_blocks``, the engines' caches as KV events report them:
+          replicas placed by another component included, blocks still being prefilled not.
+        - ``"router"``: ``routed_blocks``, the router's own index of what it sent there
+          (inserted at routing time): prefixes still being computed included, replicas not.
+        - ``"both"``: per node the longer of the two, as read by a router that inserts at
+          routing time and is also fed KV events. ``max(routed, match)`` is a lower bound of
+          the longest prefix held in the union of the two block sets (each view's prefix lies
+          in the union; the union can be longer only where one set fills a gap in the other
+          one's chain). It is what a router holding two indexes reads: it matches the request
+          in each and takes the longer match; stitching a chain across the two indexes would
+          take a merged tree that neither anchor keeps.
+
+        ``"router"`` and ``"both"`` read ``match_blocks`` alone where no routed index is kept
+        (``routed_blocks`` None). Any other view is a ValueError.
+        """
+        if view not in PREFIX_VIEWS:
+            raise ValueError(f"unknown prefix_view {view!r}; valid: {', '.join(PREFIX_VIEWS)}")
+        routed = self.routed_blocks
+        if view == "engine" or routed is None:
+            return self.match_blocks
+        if view == "router":
+            return routed
+        return [max(r, m) for r, m in zip(routed, self.match_blocks, strict=True)]
 
     @property
     def num_blocks(self) -> int:

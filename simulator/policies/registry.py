@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from kvcast.config import FrozenConfig
-from kvcast.simulator.policies.base import RoutingPolicy
+from kvcast.simulator.policies.base import ROUTED_INDEX_VIEWS, RoutingPolicy
 
 if TYPE_CHECKING:
     from kvcast.simulator.policies.config import RoutingConfig
@@ -106,10 +106,17 @@ def _params(spec: PolicySpec, routing_cfg: RoutingConfig | None) -> FrozenConfig
     return params
 
 
+def prefix_view_of(name: str, routing_cfg: RoutingConfig | None = None) -> str | None:
+    """The ``prefix_view`` of the policy ``name`` (a registered router) with its parameters
+    from ``routing_cfg``; None for an unknown name or a router without one."""
+    if name not in _REGISTRY:
+        return None
+    view = getattr(_params(_REGISTRY[name], routing_cfg), "prefix_view", None)
+    return view if isinstance(view, str) else None
+
+
 def reads_routed_index(name: str, routing_cfg: RoutingConfig | None = None) -> bool:
     """Whether the policy ``name`` (a registered router), with its parameters from
     ``routing_cfg``, matches requests against the router's own index of what it routed
-    (``prefix_view: router``; :mod:`kvcast.simulator.routed_index`)."""
-    if name not in _REGISTRY:
-        return False
-    return getattr(_params(_REGISTRY[name], routing_cfg), "prefix_view", None) == "router"
+    (``prefix_view: router`` or ``both``; :mod:`kvcast.simulator.routed_index`)."""
+    return prefix_view_of(name, routing_cfg) in ROUTED_INDEX_VIEWS

@@ -5,7 +5,9 @@ router's CLI, ``--cache-threshold 0.3 --balance-abs-threshold 64 --balance-rel-t
 1.5``). The load of a node is its outstanding request count. A node's prefix match is read from
 the router's own index of the prefixes it routed there (its approximate radix tree, updated as
 it routes: :mod:`kvcast.simulator.routed_index`), as the anchor does; ``prefix_view: engine``
-reads the engines' caches instead.
+reads the engines' caches instead, and ``prefix_view: both`` per node the longer of the two
+matches (a router that inserts as it routes and is fed KV events: it sees both the prefixes
+still being prefilled and the replicas; :meth:`RoutingContext.prefix_view`).
 
 1. Imbalanced (``max_load - min_load > abs`` and ``max_load > rel x min_load``): shortest
    queue.
@@ -18,12 +20,10 @@ reads the engines' caches instead.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from kvcast.config import FrozenConfig
-from kvcast.simulator.policies.base import RoutingContext, RoutingDecision
+from kvcast.simulator.policies.base import PrefixView, RoutingContext, RoutingDecision
 from kvcast.simulator.policies.least_loaded import least_outstanding
 from kvcast.simulator.policies.registry import register_policy
 
@@ -32,8 +32,11 @@ class SglangCacheAwareParams(FrozenConfig):
     # Which prefixes a node is taken to hold: "router", those this router sent there (the
     # router's approximate radix tree per worker, updated as it routes: the anchor's own
     # view, so a burst sharing a prefix goes to one node and a replica another component
-    # placed is not seen), or "engine": the engines' caches (KV events).
-    prefix_view: Literal["router", "engine"] = "router"
+    # placed is not seen), or "engine": the engines' caches (KV events): replicas seen,
+    # blocks still being prefilled not; or "both": per node the longer of the two matches, a
+    # router that inserts as it routes and is also fed KV events (RoutingContext.prefix_view:
+    # a lower bound of the prefix held in the union of the two, what two indexes read).
+    prefix_view: PrefixView = "router"
     # Route to the best-matching node only when its prefix match rate is above this
     # (sgl-router --cache-threshold, default 0.3).
     cache_threshold: float = Field(0.3, ge=0.0, le=1.0)

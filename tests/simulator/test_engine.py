@@ -334,16 +334,21 @@ def test_a_request_waiting_for_its_pull_counts_in_its_nodes_queue_estimate() -> 
 
 @pytest.mark.parametrize(("policy", "view"), [("sglang_cache_aware", "router"),
                                                ("aibrix_prefix", "router"),
-                                               ("sglang_cache_aware", "engine")])  # fmt: skip
+                                               ("sglang_cache_aware", "engine"),
+                                               ("sglang_cache_aware", "both"),
+                                               ("aibrix_prefix", "both")])  # fmt: skip
 def test_a_burst_on_one_prefix_follows_the_routers_own_index(policy: str, view: str) -> None:
     """Four requests 5 ms apart on a 12-block prefix: a router that indexes prefixes as it
-    routes sends them all where it sent the first (none computed yet); read from the
-    engines' caches (empty until a prefill ends) they spread over the idle nodes."""
+    routes (alone or with the engines' KV events) sends them all where it sent the first
+    (none computed yet); read from the engines' caches alone (empty until a prefill ends)
+    they spread over the idle nodes. The summary names the view."""
     cfg = config(nodes=4, arrival_spread="off", routing={policy: {"prefix_view": view}})
     prefix = list(range(12))
     tr = tiny_trace([(5.0 * i, 13 * 512, 1, [*prefix, 100 + i]) for i in range(4)])
-    nodes = simulate(tr, cfg, policy).requests["node"].tolist()
-    assert nodes == ([0, 0, 0, 0] if view == "router" else [0, 1, 2, 3])
+    res = simulate(tr, cfg, policy)
+    nodes = res.requests["node"].tolist()
+    assert nodes == ([0, 1, 2, 3] if view == "engine" else [0, 0, 0, 0])
+    assert res.summary["prefix_view"] == view
 
 
 def test_the_prefix_hit_ratio_is_over_the_served_requests_blocks() -> None:

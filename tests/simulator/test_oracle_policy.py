@@ -126,3 +126,17 @@ def test_a_replicating_policys_summary_names_the_router_it_runs_on() -> None:
     s = simulate(next_turn_trace(), cfg, make_policy("oracle", cfg, on_llmd)).summary
     assert s["base_router"] == "llmd_precise"
     assert "base_router" not in simulate(next_turn_trace(), cfg, "dynamo_kv").summary
+
+
+def test_a_replicating_policys_summary_names_its_routers_prefix_view() -> None:
+    """``prefix_view``: which prefixes the base router reads (from ``routing:``); absent for
+    a router that matches none (dynamo_kv reads the engines' caches, with no such key)."""
+    from kvcast.predictor.decider_config import DeciderConfig
+
+    cfg = config(
+        nodes=2, arrival_spread="off", routing={"sglang_cache_aware": {"prefix_view": "both"}}
+    )
+    on_sglang = DeciderConfig.model_validate({"loop": {"router": "sglang_cache_aware"}})
+    s = simulate(next_turn_trace(), cfg, make_policy("oracle", cfg, on_sglang)).summary
+    assert (s["base_router"], s["prefix_view"]) == ("sglang_cache_aware", "both")
+    assert "prefix_view" not in simulate(next_turn_trace(), cfg, "dynamo_kv").summary

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvcast.simulator.policies.base import NodeSnapshot, RoutingContext
 from kvcast.simulator.routed_index import RoutedIndex
 
 
@@ -36,6 +37,38 @@ def test_the_index_is_kept_for_a_router_that_reads_it_and_only_then() -> None:
     engine = config(routing={"sglang_cache_aware": {"prefix_view": "engine"}}).routing
     assert not reads_routed_index("sglang_cache_aware", engine)
     assert not reads_routed_index("dynamo_kv") and not reads_routed_index("no_such_router")
+    for policy in ("sglang_cache_aware", "aibrix_prefix"):
+        both = config(routing={policy: {"prefix_view": "both"}}).routing
+        assert reads_routed_index(policy, both)
+
+
+def test_a_view_outside_router_engine_both_is_refused_naming_the_key_and_the_views() -> None:
+    from simtraces import config
+
+    from kvcast.config import ConfigError
+
+    for policy in ("sglang_cache_aware", "aibrix_prefix"):
+        with pytest.raises(ConfigError, match=rf"routing\.{policy}\.prefix_view") as err:
+            config(routing={policy: {"prefix_view": "union"}})
+        assert all(f"'{v}'" in str(err.value) for v in ("router", "engine", "both"))
+
+
+def test_both_reads_per_node_the_longer_of_the_routed_and_the_cached_prefix() -> None:
+    """max(routed, match) per node; without a routed index, the engines' view alone; any
+    other view is a ValueError (the params refuse it first)."""
+    ctx = RoutingContext(
+        now_ms=0.0, input_tokens=8 * 512, block_hashes=list(range(8)), block_tokens=512,
+        match_blocks=[3, 0, 7, 2], nodes=[NodeSnapshot(node_id=i) for i in range(4)],
+        prefill_ms=lambda n: 0.0, transfer_ms=lambda s, d, n: 0.0,
+        routed_blocks=[3, 6, 0, 5],
+    )  # fmt: skip
+    assert list(ctx.prefix_view("both")) == [3, 6, 7, 5]
+    assert list(ctx.prefix_view("router")) == [3, 6, 0, 5]
+    assert list(ctx.prefix_view("engine")) == [3, 0, 7, 2]
+    ctx.routed_blocks = None
+    assert list(ctx.prefix_view("both")) == [3, 0, 7, 2]
+    with pytest.raises(ValueError, match="unknown prefix_view 'union'"):
+        ctx.prefix_view("union")
 
 
 def test_a_chains_tail_is_forgotten_before_its_head() -> None:

@@ -65,3 +65,25 @@ def test_the_router_reads_its_own_index_of_routed_prefixes_unless_told_the_engin
     ctx.routed_blocks = [0, 0, 0, 6]
     assert _policy().route(ctx).node == 3
     assert _policy(prefix_view="engine").route(ctx).node == 0
+
+
+def test_both_views_pick_a_longer_in_flight_routed_prefix_over_the_cached_shared_root(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    """Node 0 caches the shared root (3 blocks); node 1 was sent 6 blocks, still prefilling
+    (in the gateway's table, not yet in its cache): ``both`` follows them, ``engine`` not."""
+    ctx = make_ctx(loads(3, 3, 3, 3), match=[3, 0, 0, 0])
+    ctx.routed_blocks = [3, 6, 0, 0]
+    assert _policy(prefix_view="engine").route(ctx).node == 0
+    assert _policy(prefix_view="both").route(ctx).node == 1
+
+
+def test_both_views_pick_a_replica_the_gateway_never_routed_to(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    """Node 3 holds a 7-block replica the gateway never sent a request to (KV events
+    report it): ``both`` sees it, ``router`` not."""
+    ctx = make_ctx(loads(3, 3, 3, 3), match=[3, 0, 0, 7])
+    ctx.routed_blocks = [3, 6, 0, 0]
+    assert _policy(prefix_view="both").route(ctx).node == 3
+    assert _policy(prefix_view="router").route(ctx).node == 1

@@ -90,3 +90,28 @@ def test_the_router_reads_its_own_index_of_routed_prefixes_unless_told_the_engin
     ctx.routed_blocks = [0, 0, 8]
     assert _policy().route(ctx).node == 2
     assert _policy(prefix_view="engine").route(ctx).node == 0
+
+
+def test_both_views_pick_a_longer_in_flight_routed_prefix_over_the_cached_shared_root(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    """A follow-up call while its predecessor's prefill still runs on node 1: node 0 caches
+    the shared root (3 blocks), node 1 was sent 6 blocks not yet cached. The engines' view
+    sees only the root and keeps the call on node 0, which would recompute the other 3;
+    ``both`` reads the router's index there and follows the predecessor."""
+    ctx = make_ctx(loads(2, 4, 3), match=[3, 0, 0])
+    ctx.routed_blocks = [3, 6, 0]
+    assert _policy(prefix_view="engine").route(ctx).node == 0
+    assert _policy(prefix_view="both").route(ctx).node == 1
+    assert _policy(prefix_view="router").route(ctx).node == 1
+
+
+def test_both_views_pick_a_replica_the_router_never_routed_to(
+    make_ctx: MakeCtx, loads: Loads
+) -> None:
+    """Node 2 holds a replica of 7 blocks another component placed (the engines' KV events
+    report it; the router never sent a request there): ``both`` sees it, ``router`` not."""
+    ctx = make_ctx(loads(2, 4, 3), match=[3, 0, 7])
+    ctx.routed_blocks = [3, 6, 0]
+    assert _policy(prefix_view="both").route(ctx).node == 2
+    assert _policy(prefix_view="router").route(ctx).node == 1
