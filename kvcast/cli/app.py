@@ -8,12 +8,13 @@ import typer
 
 from kvcast import __version__
 from kvcast.cli.cluster import cluster_app
+from kvcast.cli.evaluate import evaluate_cmd
 from kvcast.cli.features import features_cmd
 from kvcast.cli.help_text import tidy_help
 from kvcast.cli.quickstart import quickstart_cmd
 from kvcast.cli.serve import serve_app
 from kvcast.cli.shadow import shadow_eval_cmd
-from kvcast.cli.simulate import evaluate_cmd, simulate_cmd
+from kvcast.cli.simulate import simulate_cmd
 from kvcast.cli.trace import trace_app
 from kvcast.cli.train import score_cmd, train_cmd
 from kvcast.cli.verdict import verdict_cmd

@@ -27,7 +27,7 @@ from kvcast.cli.common import (
     parse_names,
     user_errors,
 )
-from kvcast.cli.simulate import default_jobs, run_evaluation
+from kvcast.cli.evaluate import default_jobs, run_evaluation
 from kvcast.output_paths import output_dir
 from kvcast.simulator.config import SimConfig
 from kvcast.simulator.goal_config import GoalConfig

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import kvcast.cli.evaluate as evaluate_cli
 import kvcast.cli.simulate as simulate_cli
 from kvcast.cli.app import app
 from kvcast.data import bundled_trace_path
@@ -51,7 +52,7 @@ def test_an_unusable_out_is_found_before_any_simulation(
     afile = tmp_path / "afile"
     afile.write_text("x")
     ran: list[int] = []
-    monkeypatch.setattr(simulate_cli, "evaluate", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(evaluate_cli, "evaluate", lambda *a, **k: ran.append(1))
     monkeypatch.setattr(simulate_cli, "run_simulation", lambda *a, **k: ran.append(1))
     refused(["evaluate", "--trace", "bundled:conversation", "--policies", "round_robin",
              "--out", str(afile)], "exists and is not a directory")  # fmt: skip
