@@ -43,8 +43,8 @@ from kvcast.simulator.metrics import RequestLog, SimResult, Timeline
 from kvcast.simulator.network import Network
 from kvcast.simulator.node import LiveRequest, Node
 from kvcast.simulator.policies import create_policy
-from kvcast.simulator.policies.base import RoutingContext, RoutingPolicy
-from kvcast.simulator.policies.registry import prefix_view_of, reads_routed_index
+from kvcast.simulator.policies.base import ROUTED_INDEX_VIEWS, RoutingContext, RoutingPolicy
+from kvcast.simulator.policies.registry import policy_prefix_view
 from kvcast.simulator.pulls import Pull, ReactivePulls
 from kvcast.simulator.replication import Replicator
 from kvcast.simulator.replication_hooks import ReplicationHooks
@@ -94,12 +94,10 @@ class Simulator(ReplicationHooks):
         # copies' outcomes) is told so at every accepted arrival, without the event stream
         self._on_arrival: ArrivalHook | None = getattr(replicator, "on_arrival", None)
         self.holders: dict[int, int] = {}
-        # what the router knows from its own routing, kept for a router that reads it (the
-        # base router of a replicating policy: its name, and its parameters from cfg.routing)
-        router = getattr(self.policy, "base_router", getattr(self.policy, "name", ""))
-        self.routed = RoutedIndex(cfg.nodes) if reads_routed_index(router, cfg.routing) else None
-        # which prefixes that router takes a node to hold (summary key ``prefix_view``)
-        self.prefix_view = prefix_view_of(router, cfg.routing)
+        # which prefixes the router takes a node to hold (summary key ``prefix_view``), and
+        # what it knows from its own routing, kept for a view that reads it
+        self.prefix_view = policy_prefix_view(self.policy, cfg.routing)
+        self.routed = RoutedIndex(cfg.nodes) if self.prefix_view in ROUTED_INDEX_VIEWS else None
         self.network = Network(cfg.network, cfg.nodes)
         cap = cfg.kv_capacity_bytes() // self.block_bytes
         gib = 1 << 30

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from kvcast.config import FrozenConfig
-from kvcast.simulator.policies.base import ROUTED_INDEX_VIEWS, RoutingPolicy
+from kvcast.simulator.policies.base import RoutingPolicy
 
 if TYPE_CHECKING:
     from kvcast.simulator.policies.config import RoutingConfig
@@ -115,8 +115,14 @@ def prefix_view_of(name: str, routing_cfg: RoutingConfig | None = None) -> str |
     return view if isinstance(view, str) else None
 
 
-def reads_routed_index(name: str, routing_cfg: RoutingConfig | None = None) -> bool:
-    """Whether the policy ``name`` (a registered router), with its parameters from
-    ``routing_cfg``, matches requests against the router's own index of what it routed
-    (``prefix_view: router`` or ``both``; :mod:`kvcast.simulator.routed_index`)."""
-    return prefix_view_of(name, routing_cfg) in ROUTED_INDEX_VIEWS
+def policy_prefix_view(policy: object, routing_cfg: RoutingConfig | None = None) -> str | None:
+    """The ``prefix_view`` of the router a policy object routes with: a plain router's own
+    parameters (it may have been built with others than ``routing_cfg``'s), else the base
+    router's of a replicating policy, from ``routing_cfg`` as :func:`prefix_view_of` reads
+    it; None where that router has none."""
+    base = getattr(policy, "base_router", None)
+    if base is None:
+        view = getattr(getattr(policy, "params", None), "prefix_view", None)
+        if isinstance(view, str):
+            return view
+    return prefix_view_of(base if base is not None else getattr(policy, "name", ""), routing_cfg)

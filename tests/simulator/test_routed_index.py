@@ -29,17 +29,30 @@ def test_beyond_its_bound_a_node_forgets_the_least_recently_routed_blocks() -> N
 
 
 def test_the_index_is_kept_for_a_router_that_reads_it_and_only_then() -> None:
-    from simtraces import config
+    """Kept for the views "router" and "both", from the router's own parameters when a
+    router object is simulated (not the config's), else from the config (a replicating
+    policy's base router is built from it)."""
+    from simtraces import config, tiny_trace
 
-    from kvcast.simulator.policies.registry import reads_routed_index
+    from kvcast.simulator.engine import Simulator
+    from kvcast.simulator.policies import create_policy
 
-    assert reads_routed_index("sglang_cache_aware") and reads_routed_index("aibrix_prefix")
-    engine = config(routing={"sglang_cache_aware": {"prefix_view": "engine"}}).routing
-    assert not reads_routed_index("sglang_cache_aware", engine)
-    assert not reads_routed_index("dynamo_kv") and not reads_routed_index("no_such_router")
-    for policy in ("sglang_cache_aware", "aibrix_prefix"):
-        both = config(routing={policy: {"prefix_view": "both"}}).routing
-        assert reads_routed_index(policy, both)
+    def kept(policy: object, routing: dict) -> tuple[object, bool]:
+        sim = Simulator(
+            tiny_trace([(0.0, 1024, 8, [1, 2])]), config(nodes=2, routing=routing), policy
+        )  # type: ignore[arg-type]
+        return sim.prefix_view, sim.routed is not None
+
+    engine = {"sglang_cache_aware": {"prefix_view": "engine"}}
+    assert kept("sglang_cache_aware", {}) == ("router", True)
+    assert kept("aibrix_prefix", {}) == ("router", True)
+    assert kept("sglang_cache_aware", engine) == ("engine", False)
+    assert kept("dynamo_kv", {}) == (None, False)
+    for name in ("sglang_cache_aware", "aibrix_prefix"):
+        assert kept(name, {name: {"prefix_view": "both"}}) == ("both", True)
+        own = create_policy(name, config(routing={name: {"prefix_view": "both"}}).routing,
+                            num_nodes=2, seed=0)  # fmt: skip
+        assert kept(own, {name: {"prefix_view": "engine"}}) == ("both", True)
 
 
 def test_a_view_outside_router_engine_both_is_refused_naming_the_key_and_the_views() -> None:
