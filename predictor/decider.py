@@ -44,27 +44,17 @@ from kvcast.predictor.chains import ChainPlan, PlanBatch, build_plans, prefix_le
 from kvcast.predictor.cluster_view import ChainCandidates, ClusterView
 from kvcast.predictor.commands import Command, EvictCommand, PromoteCommand, ReplicateCommand
 from kvcast.predictor.copy_terms import CopyTerms, TickTerms, copy_terms
-from kvcast.predictor.costs import Option, cannot_pay, replication_option
-from kvcast.predictor.decider_config import GIB, DeciderConfig
+from kvcast.predictor.costs import Option, replication_option
+from kvcast.predictor.decider_config import DeciderConfig
 from kvcast.predictor.outcome_feedback import OutcomeFeedback
 from kvcast.predictor.promotion import promotion_option
 from kvcast.predictor.targets import LoadForecast
-from kvcast.predictor.unpaid_screen import screens, surely_unpaid
+from kvcast.predictor.tick_screens import ScreenInputs, TickScreens, admitted_chains
 
 DEFAULT = DeciderConfig()  # frozen: one instance serves every decider built without a config
 
 
-class Decider:
-    # A tick's screens are made again after a command when at least this many of the chains
-    # left were ruled out by the last ones (else those are weighed one by one). A cost ratio,
-    # not a rule: the commands are the same either way (the screens only skip chains that
-    # could not be copied). Measured on bench_sidecar.py's state (8 nodes, 16 chains a tick),
-    # a screen costs ~50 us, and a chain it rules out mostly leaves the one-by-one weighing
-    # early: screened again after every command, the decider's p99 fell from 1.1 to 0.9 ms
-    # where a tick made one command and rose from 1.4 to 1.6 ms where it made eight; from
-    # eight chains left, it falls in the first case and holds in the second.
-    RESCREEN_AT = 8
-
+class Decider(TickScreens):
     def __init__(self, cfg: DeciderConfig | None = None, claim_in_flight: bool = False) -> None:
         """``claim_in_flight``: a routed request also claims the replicas still on their way
         to its node (the live sidecar, whose agents hold such a replica for the request once
@@ -165,21 +155,15 @@ class Decider:
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             # and of those, the ones no target and cut could pay for as the tick starts
             unpaid = self._cannot_pay(queues[batched], firsts, copies, view, forecast, terms)
-            admitted = _admitted(len(order), batched, row, unpaid)
+            admitted = admitted_chains(len(order), batched, row, unpaid)
+            tick = ScreenInputs(plans, order, chains, view, forecast, factor, firsts, copies, terms)
             for i, kept in enumerate(weighed):
                 j = row.get(i)  # its row of the batched copy terms (None: not batched)
                 if not promote and not admitted[i]:  # (a promotion weighs every chain)
                     if rank > screened and admitted[i:].count(False) >= self.RESCREEN_AT:
                         # a command moved something since the screens: made again, for what
                         # is left (cheaper than weighing each chain they ruled out)
-                        queues = forecast.queues_without(order)
-                        may = self._may_copy(plans, order, chains, queues)
-                        if may:
-                            may = self._may_pay(plans, order, may, chains, queues, view, factor)
-                        unpaid = self._cannot_pay(
-                            queues[batched], firsts, copies, view, forecast, terms
-                        )
-                        admitted, screened = _admitted(len(order), may, row, unpaid), rank
+                        admitted, screened = self._screens_again(tick, batched, row), rank
                     if rank == screened and not admitted[i]:
                         continue  # ruled out, and nothing moved since
                 if kept is None:  # the first chain weighed beyond those: make every plan
@@ -205,89 +189,6 @@ class Decider:
                     out.append(cmd)
                     rank += 1
         return out
-
-    def _touched(self, blocks: tuple[int, ...]) -> bool:
-        """Whether some block of the chain ``blocks`` is on its way somewhere."""
-        pending = self.ledger.pending
-        return bool(pending) and any(map(pending.__contains__, blocks))
-
-    def _may_copy(
-        self,
-        plans: PlanBatch,
-        rows: np.ndarray,
-        chains: list[tuple[int, ...]],
-        queue: np.ndarray,
-    ) -> list[int]:
-        """Which of the ``chains`` (``rows`` of ``plans``, ``queue`` their
-        :meth:`~LoadForecast.queues_without`) :meth:`_best_option` could weigh copying as the
-        tick starts: every chain with a copy on its way (its placement is read then), else
-        those with a held prefix, no live replica and worth a look (:meth:`_worth_a_look`
-        over every chain at once; a chain it lets through is still checked one by one). What
-        rules a chain out here only changes with the tick's own commands (a replica is never
-        dropped within a tick)."""
-        depth = plans.depth[rows]
-        most = np.where(plans.held[rows] >= depth[:, None], queue, -np.inf).max(axis=1)
-        with np.errstate(invalid="ignore"):
-            looks = ~(most <= queue.min(axis=1)) & (depth > 0)  # NaN: let the check decide
-        has_replica, touched = self.ledger.has_replica, self._touched
-        return [
-            i
-            for i, (blocks, d, look) in enumerate(
-                zip(chains, depth.tolist(), looks.tolist(), strict=True)
-            )
-            if touched(blocks) or (look and not has_replica(blocks[d - 1]))
-        ]
-
-    def _may_pay(
-        self,
-        plans: PlanBatch,
-        rows: np.ndarray,
-        batched: list[int],
-        chains: list[tuple[int, ...]],
-        queue: np.ndarray,
-        view: ClusterView,
-        factor: float,
-    ) -> list[int]:
-        """Those of ``batched`` (indices into ``rows`` of ``plans``, ``chains`` and ``queue``)
-        that :func:`~kvcast.predictor.unpaid_screen.surely_unpaid` does not rule out before
-        their copy terms are made; a chain with a copy on its way is kept (its placement is
-        read then). Like :meth:`_cannot_pay`'s, a verdict holds until a command of the tick
-        moves something."""
-        if not screens(view):
-            return batched
-        at = np.array(batched)
-        unpaid = surely_unpaid(plans, rows[at], queue[at], view, self.cfg, factor)
-        if not any(unpaid):
-            return batched
-        touched = self._touched
-        return [i for i, no in zip(batched, unpaid, strict=True) if not no or touched(chains[i])]
-
-    def _cannot_pay(
-        self,
-        queues: np.ndarray,
-        weighed: list[ChainPlan],
-        copies: CopyTerms | None,
-        view: ClusterView,
-        forecast: LoadForecast,
-        terms: TickTerms,
-    ) -> list[bool]:
-        """Per chain ``weighed`` (``queues``: their :meth:`~LoadForecast.queues_without`, as
-        :meth:`decide` read them for every chain at once, each row its own arithmetic;
-        ``copies``: their copy terms), whether :meth:`_best_option` would find no copy worth
-        making as the tick starts (:func:`~kvcast.predictor.costs.cannot_pay`, an upper bound
-        of its net value over every chain at once). A chain with a copy on its way is left to
-        its own check (its placement is read then). What rules a chain out here only changes
-        with the tick's own commands (queues, hot nodes, bytes in flight). With a router probe
-        nothing is ruled out: the probe may keep state (the simulator's routers break ties
-        with a seeded RNG), so each of its calls is made as the chain-by-chain check makes it."""
-        if copies is None or view.would_route is not None:  # a probe's calls are all made
-            return [False] * len(weighed)
-        margin = self.cfg.costs.safety_margin_gib * GIB
-        in_flight, hot = self.ledger.in_flight_to(view.n), forecast.hot()
-        free, room, _ = terms.memory(in_flight, hot, view.block_bytes, margin)
-        unpaid = cannot_pay(copies, queues, view, self.cfg, terms, free, room)
-        touched = self._touched
-        return [no and not touched(p.blocks) for no, p in zip(unpaid, weighed, strict=True)]
 
     def _copy_terms(
         self,
@@ -428,15 +329,3 @@ def _ms_per_block(view: ClusterView) -> float:
     bw = view.links.bytes_per_ms
     usable = bw[(bw > 0) & np.isfinite(bw)]
     return view.block_bytes / float(usable.min()) if usable.size else math.inf
-
-
-def _admitted(k: int, may: list[int], row: dict[int, int], unpaid: list[bool]) -> list[bool]:
-    """Per chain of a tick's ``k``, whether its screens let it be weighed: among ``may``
-    (:meth:`Decider._may_copy` then :meth:`Decider._may_pay`), and not ruled out by
-    :meth:`Decider._cannot_pay` (``unpaid``, per row of the batched copy terms ``row``; a
-    chain without a row is weighed with its own terms)."""
-    out = [False] * k
-    for i in may:
-        j = row.get(i)
-        out[i] = j is None or not unpaid[j]
-    return out

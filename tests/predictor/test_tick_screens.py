@@ -1,6 +1,6 @@
-"""After a command, a tick's screens are made again for the chains they ruled out
-(:attr:`Decider.RESCREEN_AT`): a chain still ruled out is skipped, not weighed one by one,
-and the commands are those of weighing every chain."""
+"""The tick screens (:mod:`kvcast.predictor.tick_screens`): after a command they are made
+again for the chains they ruled out (:attr:`Decider.RESCREEN_AT`): a chain still ruled out is
+skipped, not weighed one by one, and the commands are those of weighing every chain."""
 
 from __future__ import annotations
 
