@@ -134,8 +134,8 @@ def tokens_from_env(
     token = token_from_env(environ.get(token_env), token_env)
     if ingest_env is None:
         return token, None
-    ingest = token_from_env(environ.get(ingest_env), ingest_env)
-    check_ingest_token(ingest, token, (), ingest_env, token_env)
+    ingest = environ.get(ingest_env)
+    check_ingest_token(ingest, token, (), ingest_env, token_env)  # (its text as token_from_env)
     return token, ingest
 
 

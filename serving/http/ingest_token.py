@@ -41,15 +41,13 @@ def check_ingest_token(
     ``shared_name`` say where each comes from (``KVCAST_INGEST_TOKEN``, ``ingest_token``)."""
     if ingest is None:
         return
-    if not ingest.strip():
-        raise ValueError(f"{name} is set but empty; unset it or give it a secret")
+    if (problem := token_problem(ingest)) is not None:  # (blank ones first: "set but empty")
+        raise ValueError(f"{name} {problem}")
     if shared is None:
         raise ValueError(
             f"{name} is set but {shared_name} is not: the ingest token needs a shared token, "
             "which guards every route it may not use"
         )
-    if (problem := token_problem(ingest)) is not None:
-        raise ValueError(f"{name} {problem}")
     if ingest == shared.strip():  # (a bearer header's token is read stripped)
         raise ValueError(
             f"{name} is the same as {shared_name}: the ingest token must be a secret of its "
